@@ -1,0 +1,566 @@
+//! Wire types shared by the kernel programs (`tracer-ebpf`) and user space (`tracer-user`).
+//!
+//! Everything here is `#[repr(C)]`, uses fixed-width integers and explicit padding, and has its size
+//! asserted at compile time, so the two sides cannot drift. Records are written to the ring buffer by
+//! the kernel side and decoded, without I/O, by `tracer_user::decode`.
+#![no_std]
+
+pub mod nv;
+
+/// Bumped whenever a record or map layout changes.
+pub const ABI_VERSION: u32 = 1;
+
+/// Map names, as they appear in the eBPF object.
+pub mod map_names {
+    pub const EVENTS: &str = "EVENTS";
+    pub const COUNTERS: &str = "COUNTERS";
+    pub const NV_FDS: &str = "NV_FDS";
+    pub const TRACKED_TGIDS: &str = "TRACKED_TGIDS";
+    pub const INFLIGHT: &str = "INFLIGHT";
+    pub const UVM_MAPS: &str = "UVM_MAPS";
+    pub const CAPTURE_PLANS: &str = "CAPTURE_PLANS";
+    pub const ALLOC_PARAM_SIZES: &str = "ALLOC_PARAM_SIZES";
+    pub const CONFIG: &str = "CONFIG";
+}
+
+/// Program names, as they appear in the eBPF object.
+pub mod prog_names {
+    /// One program per attach mode for syscall entry and exit; all share one handler.
+    pub const SYS_ENTER_TP: &str = "sys_enter_tp";
+    pub const SYS_EXIT_TP: &str = "sys_exit_tp";
+    pub const SYS_ENTER_RAW: &str = "sys_enter_raw";
+    pub const SYS_EXIT_RAW: &str = "sys_exit_raw";
+    pub const SYS_ENTER_BTF: &str = "sys_enter_btf";
+    pub const SYS_EXIT_BTF: &str = "sys_exit_btf";
+    pub const PROC_EXEC: &str = "proc_exec";
+    pub const PROC_EXIT: &str = "proc_exit";
+    pub const PROC_FORK: &str = "proc_fork";
+    pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
+}
+
+/// x86_64 syscall numbers the driver family handles.
+pub mod sysno {
+    pub const OPEN: u32 = 2;
+    pub const CLOSE: u32 = 3;
+    pub const MMAP: u32 = 9;
+    pub const MUNMAP: u32 = 11;
+    pub const IOCTL: u32 = 16;
+    pub const DUP: u32 = 32;
+    pub const DUP2: u32 = 33;
+    pub const FCNTL: u32 = 72;
+    pub const OPENAT: u32 = 257;
+    pub const DUP3: u32 = 292;
+    /// Syscalls whose per-syscall tracepoints (`syscalls:sys_{enter,exit}_<name>`) the
+    /// `syscall-tracepoint` attach mode attaches to.
+    pub const TRACED: [(u32, &str); 10] = [
+        (OPEN, "open"),
+        (CLOSE, "close"),
+        (MMAP, "mmap"),
+        (MUNMAP, "munmap"),
+        (IOCTL, "ioctl"),
+        (DUP, "dup"),
+        (DUP2, "dup2"),
+        (FCNTL, "fcntl"),
+        (OPENAT, "openat"),
+        (DUP3, "dup3"),
+    ];
+    pub const F_DUPFD: u64 = 0;
+    pub const F_DUPFD_CLOEXEC: u64 = 1030;
+}
+
+/// Which kind of NVIDIA device node an fd refers to.
+pub mod device_kind {
+    pub const UNKNOWN: u8 = 0;
+    /// `/dev/nvidiactl`
+    pub const CTL: u8 = 1;
+    /// `/dev/nvidiaN` (minor N)
+    pub const GPU: u8 = 2;
+    /// `/dev/nvidia-uvm`
+    pub const UVM: u8 = 3;
+    /// `/dev/nvidia-uvm-tools`
+    pub const UVM_TOOLS: u8 = 4;
+    /// `/dev/nvidia-modeset`
+    pub const MODESET: u8 = 5;
+    /// `/dev/nvidia-caps/*`
+    pub const CAPS: u8 = 6;
+    pub const COUNT: usize = 7;
+}
+
+/// Record kinds (`EventHeader::kind`).
+pub mod kind {
+    pub const FD_OPEN: u16 = 1;
+    pub const FD_CLOSE: u16 = 2;
+    pub const FD_DUP: u16 = 3;
+    pub const IOCTL: u16 = 4;
+    pub const UVM_MMAP: u16 = 5;
+    pub const UVM_MUNMAP: u16 = 6;
+    pub const PROC_EXEC: u16 = 7;
+    pub const PROC_EXIT: u16 = 8;
+    pub const PROC_FORK: u16 = 9;
+    pub const CGROUP_RMDIR: u16 = 10;
+}
+
+/// `EventHeader::flags` bits.
+pub mod flags {
+    /// The main window of the ioctl argument could not be read (NULL, unmapped, guard page).
+    pub const FAULT_MAIN: u16 = 1 << 0;
+    /// The tail window could not be read.
+    pub const FAULT_TAIL: u16 = 1 << 1;
+    /// The nested parameter block (e.g. `pAllocParms`) could not be read.
+    pub const FAULT_NESTED: u16 = 1 << 2;
+    /// The argument was larger than the capture window; only a prefix was copied.
+    pub const TRUNCATED: u16 = 1 << 3;
+    /// The command came through `NV_ESC_IOCTL_XFER_CMD`; `nr`/`size`/`data_ptr` are the inner ones.
+    pub const XFER: u16 = 1 << 4;
+    /// The xfer envelope itself could not be read.
+    pub const FAULT_XFER: u16 = 1 << 5;
+    /// A dup whose source was not an NVIDIA fd replaced an NVIDIA fd (an implicit close).
+    pub const DUP_REPLACED: u16 = 1 << 6;
+    /// The fd was seeded by user space from `/proc` (never set by the kernel).
+    pub const SEEDED: u16 = 1 << 7;
+}
+
+/// Common header of every ring-buffer record (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    pub kind: u16,
+    pub flags: u16,
+    /// Total record size in bytes, header included.
+    pub size: u32,
+    /// `bpf_ktime_get_ns()` at the event (syscall exit for calls).
+    pub ktime_ns: u64,
+    pub tgid: u32,
+    pub pid: u32,
+    /// cgroup v2 id (the inode of the cgroup directory).
+    pub cgroup_id: u64,
+}
+
+/// Which NVIDIA device an fd refers to (16 bytes). Stored as the `NV_FDS` map value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceRef {
+    /// One of [`device_kind`].
+    pub kind: u8,
+    pub _pad: [u8; 3],
+    /// GPU minor for `GPU`, caps number for `CAPS`, else 0.
+    pub minor: u32,
+    /// Identity of the open file description: the same for an fd and its dups, different for two
+    /// `open`s of the same node. Assigned at open (`(pid_tgid << 16) ^ ktime`-style, unique enough).
+    pub file_id: u64,
+}
+
+/// `NV_FDS` key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FdKey {
+    pub tgid: u32,
+    pub fd: u32,
+}
+
+/// An NVIDIA device node was opened (or found by the `/proc` scan).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FdOpenRecord {
+    pub hdr: EventHeader,
+    pub dev: DeviceRef,
+    pub fd: i32,
+    pub open_flags: u32,
+}
+
+/// An NVIDIA fd was closed (explicitly, or replaced by dup2/dup3).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FdCloseRecord {
+    pub hdr: EventHeader,
+    pub dev: DeviceRef,
+    pub fd: i32,
+    pub _pad: u32,
+}
+
+/// An NVIDIA fd was duplicated (dup, dup2, dup3, fcntl F_DUPFD[_CLOEXEC]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FdDupRecord {
+    pub hdr: EventHeader,
+    pub dev: DeviceRef,
+    pub old_fd: i32,
+    pub new_fd: i32,
+}
+
+/// Bytes of the ioctl argument copied from its start.
+pub const IOCTL_MAIN_MAX: usize = 256;
+/// Bytes copied from a second window (e.g. the tail of UVM_MAP_EXTERNAL_ALLOCATION).
+pub const IOCTL_TAIL_MAX: usize = 16;
+/// Bytes copied from a nested parameter block (e.g. RM_ALLOC's `pAllocParms`).
+pub const IOCTL_NESTED_MAX: usize = 128;
+
+/// One completed ioctl on an NVIDIA fd, with the argument as it was at syscall exit (so OUT fields
+/// such as new handles and `status` are there). Decoding is done in user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoctlRecord {
+    pub hdr: EventHeader,
+    pub dev: DeviceRef,
+    pub fd: i32,
+    /// The command as passed to ioctl(2).
+    pub cmd: u32,
+    /// The argument pointer as passed to ioctl(2).
+    pub arg: u64,
+    /// The syscall's return value.
+    pub ret: i64,
+    /// Time from syscall entry to exit.
+    pub duration_ns: u64,
+    /// Effective escape number (frontend `_IOC_NR`, the inner nr under XFER) or the UVM command.
+    pub nr: u32,
+    /// Effective parameter size (frontend `_IOC_SIZE`, the inner size under XFER, 0 for UVM).
+    pub size: u32,
+    /// Effective parameter pointer (`arg`, or the inner pointer under XFER).
+    pub data_ptr: u64,
+    /// Pointer the nested block was read from (0 if none).
+    pub nested_ptr: u64,
+    pub main_len: u16,
+    pub tail_len: u16,
+    pub nested_len: u16,
+    pub _pad: u16,
+    /// Offset of the tail window inside the parameters.
+    pub tail_off: u32,
+    pub _pad2: u32,
+    pub main: [u8; IOCTL_MAIN_MAX],
+    pub tail: [u8; IOCTL_TAIL_MAX],
+    pub nested: [u8; IOCTL_NESTED_MAX],
+}
+
+impl Default for IoctlRecord {
+    fn default() -> Self {
+        Self {
+            hdr: EventHeader::default(),
+            dev: DeviceRef::default(),
+            fd: 0,
+            cmd: 0,
+            arg: 0,
+            ret: 0,
+            duration_ns: 0,
+            nr: 0,
+            size: 0,
+            data_ptr: 0,
+            nested_ptr: 0,
+            main_len: 0,
+            tail_len: 0,
+            nested_len: 0,
+            _pad: 0,
+            tail_off: 0,
+            _pad2: 0,
+            main: [0; IOCTL_MAIN_MAX],
+            tail: [0; IOCTL_TAIL_MAX],
+            nested: [0; IOCTL_NESTED_MAX],
+        }
+    }
+}
+
+/// A managed-memory mapping of a `/dev/nvidia-uvm` fd (`cudaMallocManaged`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UvmMmapRecord {
+    pub hdr: EventHeader,
+    pub dev: DeviceRef,
+    pub fd: i32,
+    pub prot: u32,
+    pub map_flags: u64,
+    pub addr: u64,
+    pub len: u64,
+    pub offset: u64,
+    /// mmap's return value (the address, or -errno).
+    pub ret: i64,
+}
+
+/// A managed-memory mapping was unmapped (exact address match with an earlier [`UvmMmapRecord`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UvmMunmapRecord {
+    pub hdr: EventHeader,
+    pub addr: u64,
+    pub len: u64,
+    pub ret: i64,
+}
+
+/// A tracked process (one that holds NVIDIA fds) called exec.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcExecRecord {
+    pub hdr: EventHeader,
+    pub comm: [u8; 16],
+}
+
+/// A tracked process exited (its last thread; `group_dead`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcExitRecord {
+    pub hdr: EventHeader,
+    pub comm: [u8; 16],
+}
+
+/// A tracked process forked (the child inherits its NVIDIA fds). `child_pid` may be a thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcForkRecord {
+    pub hdr: EventHeader,
+    pub child_pid: u32,
+    pub _pad: u32,
+}
+
+/// Bytes of a removed cgroup's path that are copied.
+pub const CGROUP_PATH_MAX: usize = 128;
+
+/// A cgroup v2 directory was removed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupRmdirRecord {
+    pub hdr: EventHeader,
+    /// Id of the removed cgroup.
+    pub id: u64,
+    pub level: u32,
+    pub path_len: u32,
+    pub path: [u8; CGROUP_PATH_MAX],
+}
+
+impl Default for CgroupRmdirRecord {
+    fn default() -> Self {
+        Self { hdr: EventHeader::default(), id: 0, level: 0, path_len: 0, path: [0; CGROUP_PATH_MAX] }
+    }
+}
+
+/// Per-syscall state kept from entry to exit (`INFLIGHT`, keyed by pid_tgid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inflight {
+    pub sysno: u32,
+    pub fd: i32,
+    pub args: [u64; 4],
+    pub enter_ktime: u64,
+    pub dev: DeviceRef,
+    /// For dup2/dup3: the device of the fd being replaced (kind 0 if none).
+    pub replaced: DeviceRef,
+}
+
+/// `UVM_MAPS` key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UvmMapKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub addr: u64,
+}
+
+/// `CAPTURE_PLANS` key: `space` is 0 for frontend escapes (`cmd` = nr), 1 for UVM (`cmd` = command).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CaptureKey {
+    pub space: u32,
+    pub cmd: u32,
+}
+pub const SPACE_FRONTEND: u32 = 0;
+pub const SPACE_UVM: u32 = 1;
+
+/// `nested_ptr_off` value meaning "no nested block".
+pub const NO_NESTED: u32 = u32::MAX;
+
+/// What to copy from an ioctl argument, chosen per command by user space for the running driver
+/// version. Frontend commands without a plan copy `min(_IOC_SIZE, IOCTL_MAIN_MAX)` bytes; UVM
+/// commands without a plan copy nothing (they are still counted and reported).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CapturePlan {
+    pub main_len: u32,
+    pub tail_off: u32,
+    pub tail_len: u32,
+    /// Offset of a u64 user pointer inside the main window to follow, or [`NO_NESTED`].
+    pub nested_ptr_off: u32,
+    /// Bytes to copy from the nested pointer; if `nested_by_class` is 1 the length is looked up in
+    /// `ALLOC_PARAM_SIZES` by the u32 class at `class_off` in the main window (0 ⇒ nothing).
+    pub nested_len: u32,
+    pub nested_by_class: u32,
+    pub class_off: u32,
+    pub _pad: u32,
+}
+
+/// Bytes of the device-directory prefix (e.g. `/dev/nvidia`) the kernel matches opens against.
+pub const DEV_PREFIX_MAX: usize = 64;
+
+/// `CONFIG[0]`, written by user space before attaching.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracerConfig {
+    /// The agent's own tgid: its opens are never tracked.
+    pub agent_tgid: u32,
+    /// Length of `dev_prefix` (the configured device directory followed by `/nvidia`).
+    pub dev_prefix_len: u32,
+    /// Send a wake-up to user space every this many ring-buffer records per CPU (0: never force).
+    pub wakeup_every: u32,
+    /// Bit set of enabled families ([`family`]).
+    pub families: u32,
+    pub dev_prefix: [u8; DEV_PREFIX_MAX],
+}
+
+impl Default for TracerConfig {
+    fn default() -> Self {
+        Self { agent_tgid: 0, dev_prefix_len: 0, wakeup_every: 64, families: 0, dev_prefix: [0; DEV_PREFIX_MAX] }
+    }
+}
+
+/// Probe families, as bits of [`TracerConfig::families`].
+pub mod family {
+    pub const LIFECYCLE: u32 = 1 << 0;
+    pub const DRIVER: u32 = 1 << 1;
+    pub const CUDA: u32 = 1 << 2;
+}
+
+/// Per-CPU counters: `COUNTERS[probe * counter::SLOTS + slot]`.
+///
+/// For every probe, `SEEN == EMITTED + Σ DROP_*` holds exactly in the kernel; user space adds what it
+/// received and dropped itself.
+pub mod counter {
+    pub const SEEN: u32 = 0;
+    pub const EMITTED: u32 = 1;
+    /// `bpf_ringbuf_reserve` failed: the ring buffer was full.
+    pub const DROP_RINGBUF_FULL: u32 = 2;
+    /// The entry→exit map was full: the exit could not be matched.
+    pub const DROP_INFLIGHT_FULL: u32 = 3;
+    /// The fd map update failed (the fd will not be tracked).
+    pub const DROP_FD_MAP: u32 = 4;
+    /// The exit was seen but its entry state was gone (evicted).
+    pub const DROP_NO_ENTRY: u32 = 5;
+    pub const SLOTS: u32 = 8;
+    pub const DROP_FIRST: u32 = DROP_RINGBUF_FULL;
+    pub const DROP_LAST: u32 = DROP_NO_ENTRY;
+    /// Names used for metric labels, by slot.
+    pub const NAMES: [&str; 6] = ["seen", "emitted", "ringbuf_full", "inflight_full", "fd_map_full", "no_entry"];
+}
+
+/// Probe ids (rows of the counter table).
+pub mod probe {
+    pub const OPEN: u32 = 0;
+    pub const CLOSE: u32 = 1;
+    pub const DUP: u32 = 2;
+    pub const IOCTL: u32 = 3;
+    pub const MMAP: u32 = 4;
+    pub const MUNMAP: u32 = 5;
+    pub const EXEC: u32 = 6;
+    pub const EXIT: u32 = 7;
+    pub const FORK: u32 = 8;
+    pub const CGROUP_RMDIR: u32 = 9;
+    pub const COUNT: u32 = 10;
+    pub const NAMES: [&str; 10] =
+        ["open", "close", "dup", "ioctl", "mmap", "munmap", "exec", "exit", "fork", "cgroup_rmdir"];
+}
+
+/// Entries of the `COUNTERS` per-CPU array.
+pub const COUNTER_ENTRIES: u32 = probe::COUNT * counter::SLOTS;
+
+/// Capacities of the kernel maps.
+pub mod capacity {
+    pub const NV_FDS: u32 = 65536;
+    pub const TRACKED_TGIDS: u32 = 16384;
+    pub const INFLIGHT: u32 = 16384;
+    pub const UVM_MAPS: u32 = 16384;
+    pub const CAPTURE_PLANS: u32 = 256;
+    pub const ALLOC_PARAM_SIZES: u32 = 64;
+    /// Default ring buffer size (bytes, power of two).
+    pub const EVENTS_BYTES: u32 = 8 << 20;
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<EventHeader>() == 32);
+    assert!(core::mem::size_of::<DeviceRef>() == 16);
+    assert!(core::mem::size_of::<FdKey>() == 8);
+    assert!(core::mem::size_of::<FdOpenRecord>() == 56);
+    assert!(core::mem::size_of::<FdCloseRecord>() == 56);
+    assert!(core::mem::size_of::<FdDupRecord>() == 56);
+    assert!(core::mem::size_of::<IoctlRecord>() == 32 + 16 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 256 + 16 + 128);
+    assert!(core::mem::size_of::<UvmMmapRecord>() == 32 + 16 + 8 + 8 + 8 + 8 + 8 + 8);
+    assert!(core::mem::size_of::<UvmMunmapRecord>() == 56);
+    assert!(core::mem::size_of::<ProcExecRecord>() == 48);
+    assert!(core::mem::size_of::<ProcExitRecord>() == 48);
+    assert!(core::mem::size_of::<ProcForkRecord>() == 40);
+    assert!(core::mem::size_of::<CgroupRmdirRecord>() == 32 + 16 + CGROUP_PATH_MAX);
+    assert!(core::mem::size_of::<Inflight>() == 8 + 32 + 8 + 16 + 16);
+    assert!(core::mem::size_of::<UvmMapKey>() == 16);
+    assert!(core::mem::size_of::<CaptureKey>() == 8);
+    assert!(core::mem::size_of::<CapturePlan>() == 32);
+    assert!(core::mem::size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX);
+};
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are repr(C), made of integers and byte arrays, with explicit padding.
+    unsafe impl aya::Pod for DeviceRef {}
+    unsafe impl aya::Pod for FdKey {}
+    unsafe impl aya::Pod for Inflight {}
+    unsafe impl aya::Pod for UvmMapKey {}
+    unsafe impl aya::Pod for CaptureKey {}
+    unsafe impl aya::Pod for CapturePlan {}
+    unsafe impl aya::Pod for TracerConfig {}
+}
+
+/// Read a record's header from raw ring-buffer bytes (user space helper; no allocation).
+pub fn header_from_bytes(b: &[u8]) -> Option<EventHeader> {
+    if b.len() < core::mem::size_of::<EventHeader>() {
+        return None;
+    }
+    // SAFETY: length checked; EventHeader is plain data and read_unaligned tolerates any alignment.
+    Some(unsafe { core::ptr::read_unaligned(b.as_ptr() as *const EventHeader) })
+}
+
+/// Marker for the plain-old-data records that may be read from raw bytes.
+///
+/// # Safety
+/// Implementors must be `repr(C)`, contain only integers and byte arrays, and accept any bit pattern.
+pub unsafe trait Record: Copy {
+    const KIND: u16;
+}
+unsafe impl Record for FdOpenRecord {
+    const KIND: u16 = kind::FD_OPEN;
+}
+unsafe impl Record for FdCloseRecord {
+    const KIND: u16 = kind::FD_CLOSE;
+}
+unsafe impl Record for FdDupRecord {
+    const KIND: u16 = kind::FD_DUP;
+}
+unsafe impl Record for IoctlRecord {
+    const KIND: u16 = kind::IOCTL;
+}
+unsafe impl Record for UvmMmapRecord {
+    const KIND: u16 = kind::UVM_MMAP;
+}
+unsafe impl Record for UvmMunmapRecord {
+    const KIND: u16 = kind::UVM_MUNMAP;
+}
+unsafe impl Record for ProcExecRecord {
+    const KIND: u16 = kind::PROC_EXEC;
+}
+unsafe impl Record for ProcExitRecord {
+    const KIND: u16 = kind::PROC_EXIT;
+}
+unsafe impl Record for ProcForkRecord {
+    const KIND: u16 = kind::PROC_FORK;
+}
+unsafe impl Record for CgroupRmdirRecord {
+    const KIND: u16 = kind::CGROUP_RMDIR;
+}
+
+/// Read a whole record of type `R` from raw bytes; `None` if too short.
+pub fn record_from_bytes<R: Record>(b: &[u8]) -> Option<R> {
+    if b.len() < core::mem::size_of::<R>() {
+        return None;
+    }
+    // SAFETY: length checked; R: Record accepts any bit pattern.
+    Some(unsafe { core::ptr::read_unaligned(b.as_ptr() as *const R) })
+}
+
+/// View a record as bytes (for encoding test inputs and the `/proc` seed path).
+pub fn record_as_bytes<R: Record>(r: &R) -> &[u8] {
+    // SAFETY: R is plain data without uninitialised padding (all padding is explicit fields).
+    unsafe { core::slice::from_raw_parts(r as *const R as *const u8, core::mem::size_of::<R>()) }
+}

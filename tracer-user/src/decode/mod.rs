@@ -1,0 +1,1 @@
+//! Pure decoding of ring-buffer records into typed events. (to be written)

@@ -1,0 +1,1 @@
+//! Process, fd and RM-handle state; live GPU memory ledgers. (to be written)
