@@ -1,1 +1,141 @@
+//! gpu-tracer kernel programs. Entry points are thin: they extract the syscall number and arguments
+//! for their attach mode and hand over to one shared handler per family.
+#![no_std]
+#![no_main]
 
+mod driver;
+mod emit;
+mod lifecycle;
+mod maps;
+
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel,
+    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+};
+use driver::SyscallArgs;
+
+/// `syscalls:sys_enter_<name>` records: `__syscall_nr` at 8, six u64 args from 16.
+struct TpArgs<'a>(&'a TracePointContext);
+impl SyscallArgs for TpArgs<'_> {
+    #[inline(always)]
+    fn arg(&self, i: usize) -> u64 {
+        // SAFETY: every sys_enter_* record has six 8-byte argument slots from offset 16 (fewer are
+        // declared for short syscalls, but the handler only reads the ones its syscall has).
+        unsafe { self.0.read_at::<u64>(16 + 8 * i) }.unwrap_or(0)
+    }
+}
+
+/// x86_64 `struct pt_regs` argument registers: di, si, dx, r10, r8, r9.
+const PT_REGS_ARG_OFF: [usize; 6] = [112, 104, 96, 56, 72, 64];
+const PT_REGS_ORIG_AX: usize = 120;
+struct RegsArgs(*const u8);
+impl SyscallArgs for RegsArgs {
+    #[inline(always)]
+    fn arg(&self, i: usize) -> u64 {
+        let off = if i < 6 { PT_REGS_ARG_OFF[i] } else { return 0 };
+        // SAFETY: reads the saved user registers of the current syscall.
+        unsafe { bpf_probe_read_kernel(self.0.add(off) as *const u64) }.unwrap_or(0)
+    }
+}
+
+#[tracepoint]
+pub fn sys_enter_tp(ctx: TracePointContext) -> u32 {
+    // SAFETY: format offset.
+    let nr = unsafe { ctx.read_at::<i32>(8) }.unwrap_or(-1) as u32;
+    if driver::interesting(nr) {
+        driver::on_enter(nr, &TpArgs(&ctx));
+    }
+    0
+}
+
+#[tracepoint]
+pub fn sys_exit_tp(ctx: TracePointContext) -> u32 {
+    // SAFETY: format offsets.
+    let nr = unsafe { ctx.read_at::<i32>(8) }.unwrap_or(-1) as u32;
+    if driver::interesting(nr) {
+        let ret = unsafe { ctx.read_at::<i64>(16) }.unwrap_or(0);
+        driver::on_exit(nr, ret);
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn sys_enter_raw(ctx: RawTracePointContext) -> i32 {
+    let nr: u64 = ctx.arg(1);
+    let nr = nr as u32;
+    if driver::interesting(nr) {
+        let regs: *const u8 = ctx.arg(0);
+        driver::on_enter(nr, &RegsArgs(regs));
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn sys_exit_raw(ctx: RawTracePointContext) -> i32 {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: orig_ax of the saved registers is the syscall number.
+    let nr = unsafe { bpf_probe_read_kernel(regs.add(PT_REGS_ORIG_AX) as *const u64) }.unwrap_or(u64::MAX) as u32;
+    if driver::interesting(nr) {
+        let ret: i64 = ctx.arg(1);
+        driver::on_exit(nr, ret);
+    }
+    0
+}
+
+#[btf_tracepoint(function = "sys_enter")]
+pub fn sys_enter_btf(ctx: BtfTracePointContext) -> i32 {
+    let nr: u64 = ctx.arg(1);
+    let nr = nr as u32;
+    if driver::interesting(nr) {
+        let regs: *const u8 = ctx.arg(0);
+        driver::on_enter(nr, &RegsArgs(regs));
+    }
+    0
+}
+
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: orig_ax of the saved registers is the syscall number.
+    let nr = unsafe { bpf_probe_read_kernel(regs.add(PT_REGS_ORIG_AX) as *const u64) }.unwrap_or(u64::MAX) as u32;
+    if driver::interesting(nr) {
+        let ret: i64 = ctx.arg(1);
+        driver::on_exit(nr, ret);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn proc_exec(ctx: TracePointContext) -> u32 {
+    lifecycle::exec(&ctx);
+    0
+}
+
+#[tracepoint]
+pub fn proc_exit(ctx: TracePointContext) -> u32 {
+    lifecycle::exit(&ctx);
+    0
+}
+
+#[tracepoint]
+pub fn proc_fork(ctx: TracePointContext) -> u32 {
+    lifecycle::fork(&ctx);
+    0
+}
+
+#[tracepoint]
+pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
+    lifecycle::cgroup_rmdir(&ctx);
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

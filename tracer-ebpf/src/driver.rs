@@ -1,0 +1,516 @@
+//! The `driver` family: NVIDIA fd tracking (open/close/dup), ioctls on NVIDIA fds, and
+//! managed-memory mmap/munmap of UVM fds. One handler for every attach mode: the entry points in
+//! `main.rs` only extract the syscall number and arguments.
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        generated,
+    },
+};
+use tracer_common::{
+    counter, device_kind, flags, nv, probe, sysno, CaptureKey, DeviceRef, FdCloseRecord, FdDupRecord,
+    FdKey, FdOpenRecord, Inflight, IoctlRecord, UvmMapKey, UvmMmapRecord, UvmMunmapRecord, IOCTL_MAIN_MAX,
+    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, NO_NESTED, SPACE_FRONTEND, SPACE_UVM,
+};
+
+use crate::{
+    emit,
+    maps::{ALLOC_PARAM_SIZES, CAPTURE_PLANS, CONFIG, INFLIGHT, NV_FDS, TRACKED_TGIDS, UVM_MAPS},
+};
+
+/// Arguments of the syscall being entered, however the attach mode exposes them.
+pub trait SyscallArgs {
+    fn arg(&self, i: usize) -> u64;
+}
+
+/// Is `nr` a syscall this family handles? Checked first, so other syscalls pay one comparison chain.
+#[inline(always)]
+pub fn interesting(nr: u32) -> bool {
+    matches!(
+        nr,
+        sysno::OPENAT
+            | sysno::OPEN
+            | sysno::CLOSE
+            | sysno::IOCTL
+            | sysno::MMAP
+            | sysno::MUNMAP
+            | sysno::DUP
+            | sysno::DUP2
+            | sysno::DUP3
+            | sysno::FCNTL
+    )
+}
+
+#[inline(always)]
+fn tgid_of(pid_tgid: u64) -> u32 {
+    (pid_tgid >> 32) as u32
+}
+
+#[inline(always)]
+fn lookup_fd(tgid: u32, fd: u64) -> Option<DeviceRef> {
+    let fd = fd as i64;
+    if !(0..=i32::MAX as i64).contains(&fd) {
+        return None;
+    }
+    // SAFETY: the value is copied out immediately.
+    unsafe { NV_FDS.get(&FdKey { tgid, fd: fd as u32 }) }.copied()
+}
+
+#[inline(always)]
+fn stash(probe_id: u32, pid_tgid: u64, state: &Inflight) {
+    if INFLIGHT.insert(&pid_tgid, state, 0).is_err() {
+        emit::drop_event(probe_id, counter::DROP_INFLIGHT_FULL);
+    }
+}
+
+/// Syscall entry.
+#[inline(always)]
+pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = tgid_of(pid_tgid);
+    match nr {
+        sysno::OPENAT | sysno::OPEN => {
+            let Some(cfg) = CONFIG.get(0) else { return };
+            if tgid == cfg.agent_tgid || cfg.dev_prefix_len == 0 {
+                return;
+            }
+            let path = if nr == sysno::OPENAT { a.arg(1) } else { a.arg(0) };
+            let open_flags = if nr == sysno::OPENAT { a.arg(2) } else { a.arg(1) };
+            // Match the path now (the string is almost always resident); if it cannot be read,
+            // keep the pointer and retry at exit, when the kernel has faulted it in.
+            match match_device_path(path) {
+                PathMatch::NotNvidia => {}
+                m => {
+                    let mut st = Inflight { sysno: nr, fd: -1, ..Default::default() };
+                    st.args[0] = path;
+                    st.args[1] = open_flags;
+                    st.enter_ktime = unsafe { bpf_ktime_get_ns() };
+                    if let PathMatch::Device(dev) = m {
+                        st.dev = dev;
+                    }
+                    stash(probe::OPEN, pid_tgid, &st);
+                }
+            }
+        }
+        sysno::CLOSE => {
+            let fd = a.arg(0);
+            if let Some(dev) = lookup_fd(tgid, fd) {
+                let _ = NV_FDS.remove(&FdKey { tgid, fd: fd as u32 });
+                emit_close(dev, fd as i32, 0);
+            }
+        }
+        sysno::IOCTL => {
+            let fd = a.arg(0);
+            let Some(dev) = lookup_fd(tgid, fd) else { return };
+            let mut st = Inflight { sysno: nr, fd: fd as i32, dev, ..Default::default() };
+            st.args[0] = a.arg(1);
+            st.args[1] = a.arg(2);
+            st.enter_ktime = unsafe { bpf_ktime_get_ns() };
+            stash(probe::IOCTL, pid_tgid, &st);
+        }
+        sysno::MMAP => {
+            let fd = a.arg(4);
+            let Some(dev) = lookup_fd(tgid, fd) else { return };
+            if dev.kind != device_kind::UVM {
+                return;
+            }
+            let mut st = Inflight { sysno: nr, fd: fd as i32, dev, ..Default::default() };
+            st.args = [a.arg(0), a.arg(1), a.arg(2) | (a.arg(3) << 32), a.arg(5)];
+            st.enter_ktime = unsafe { bpf_ktime_get_ns() };
+            stash(probe::MMAP, pid_tgid, &st);
+        }
+        sysno::MUNMAP => {
+            let key = UvmMapKey { tgid, _pad: 0, addr: a.arg(0) };
+            // SAFETY: copied out immediately.
+            if let Some(len) = unsafe { UVM_MAPS.get(&key) }.copied() {
+                let _ = UVM_MAPS.remove(&key);
+                if let Some(mut e) = emit::reserve::<UvmMunmapRecord>(probe::MUNMAP, 0) {
+                    let r = e.as_mut_ptr();
+                    // SAFETY: r points at a reserved UvmMunmapRecord.
+                    unsafe {
+                        (*r).addr = key.addr;
+                        (*r).len = if a.arg(1) != 0 { a.arg(1) } else { len };
+                        (*r).ret = 0;
+                    }
+                    emit::submit(probe::MUNMAP, e);
+                }
+            }
+        }
+        sysno::DUP | sysno::DUP2 | sysno::DUP3 | sysno::FCNTL => {
+            let old = a.arg(0);
+            if nr == sysno::FCNTL {
+                let cmd = a.arg(1);
+                if cmd != sysno::F_DUPFD && cmd != sysno::F_DUPFD_CLOEXEC {
+                    return;
+                }
+            }
+            let dev = lookup_fd(tgid, old).unwrap_or_default();
+            let mut replaced = DeviceRef::default();
+            if nr == sysno::DUP2 || nr == sysno::DUP3 {
+                let new = a.arg(1);
+                if new == old {
+                    return;
+                }
+                replaced = lookup_fd(tgid, new).unwrap_or_default();
+            }
+            if dev.kind == device_kind::UNKNOWN && replaced.kind == device_kind::UNKNOWN {
+                return;
+            }
+            let mut st = Inflight { sysno: nr, fd: old as i32, dev, replaced, ..Default::default() };
+            st.args[0] = old;
+            st.args[1] = a.arg(1);
+            st.enter_ktime = unsafe { bpf_ktime_get_ns() };
+            stash(probe::DUP, pid_tgid, &st);
+        }
+        _ => {}
+    }
+}
+
+/// Syscall exit.
+#[inline(always)]
+pub fn on_exit(nr: u32, ret: i64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = tgid_of(pid_tgid);
+    // SAFETY: copied out immediately.
+    let st = unsafe { INFLIGHT.get(&pid_tgid) }.copied();
+    let Some(st) = st else {
+        // A successful open of some other file may reuse an fd number a tracked process had for
+        // an NVIDIA node (e.g. after close_range, which we do not trace): forget the stale entry.
+        if (nr == sysno::OPENAT || nr == sysno::OPEN) && ret >= 0 {
+            // SAFETY: presence check only.
+            if unsafe { TRACKED_TGIDS.get(&tgid) }.is_some() {
+                let _ = NV_FDS.remove(&FdKey { tgid, fd: ret as u32 });
+            }
+        }
+        return;
+    };
+    let _ = INFLIGHT.remove(&pid_tgid);
+    if st.sysno != nr {
+        return;
+    }
+    match nr {
+        sysno::OPENAT | sysno::OPEN => exit_open(&st, pid_tgid, ret),
+        sysno::IOCTL => exit_ioctl(&st, ret),
+        sysno::MMAP => exit_mmap(&st, tgid, ret),
+        sysno::DUP | sysno::DUP2 | sysno::DUP3 | sysno::FCNTL => exit_dup(&st, tgid, ret),
+        _ => {}
+    }
+}
+
+fn exit_open(st: &Inflight, pid_tgid: u64, ret: i64) {
+    let tgid = tgid_of(pid_tgid);
+    let mut dev = st.dev;
+    if dev.kind == device_kind::UNKNOWN {
+        // The path could not be read at entry; it is resident now.
+        match match_device_path(st.args[0]) {
+            PathMatch::Device(d) => dev = d,
+            _ => return,
+        }
+    }
+    if ret < 0 {
+        return;
+    }
+    // An id for this open file description, shared by its dups.
+    dev.file_id = (pid_tgid << 24) ^ unsafe { bpf_ktime_get_ns() } ^ (ret as u64);
+    let key = FdKey { tgid, fd: ret as u32 };
+    if NV_FDS.insert(&key, &dev, 0).is_err() {
+        emit::drop_event(probe::OPEN, counter::DROP_FD_MAP);
+        return;
+    }
+    let _ = TRACKED_TGIDS.insert(&tgid, &1, 0);
+    if let Some(mut e) = emit::reserve::<FdOpenRecord>(probe::OPEN, 0) {
+        let r = e.as_mut_ptr();
+        // SAFETY: r points at a reserved FdOpenRecord.
+        unsafe {
+            (*r).dev = dev;
+            (*r).fd = ret as i32;
+            (*r).open_flags = st.args[1] as u32;
+        }
+        emit::submit(probe::OPEN, e);
+    }
+}
+
+fn emit_close(dev: DeviceRef, fd: i32, fl: u16) {
+    if let Some(mut e) = emit::reserve::<FdCloseRecord>(probe::CLOSE, fl) {
+        let r = e.as_mut_ptr();
+        // SAFETY: r points at a reserved FdCloseRecord.
+        unsafe {
+            (*r).dev = dev;
+            (*r).fd = fd;
+            (*r)._pad = 0;
+        }
+        emit::submit(probe::CLOSE, e);
+    }
+}
+
+fn exit_dup(st: &Inflight, tgid: u32, ret: i64) {
+    if ret < 0 {
+        return;
+    }
+    let key = FdKey { tgid, fd: ret as u32 };
+    if st.replaced.kind != device_kind::UNKNOWN {
+        // dup2/dup3 onto an NVIDIA fd closes it first.
+        emit_close(st.replaced, ret as i32, flags::DUP_REPLACED);
+        if st.dev.kind == device_kind::UNKNOWN {
+            let _ = NV_FDS.remove(&key);
+            return;
+        }
+    }
+    if NV_FDS.insert(&key, &st.dev, 0).is_err() {
+        emit::drop_event(probe::DUP, counter::DROP_FD_MAP);
+        return;
+    }
+    if let Some(mut e) = emit::reserve::<FdDupRecord>(probe::DUP, 0) {
+        let r = e.as_mut_ptr();
+        // SAFETY: r points at a reserved FdDupRecord.
+        unsafe {
+            (*r).dev = st.dev;
+            (*r).old_fd = st.fd;
+            (*r).new_fd = ret as i32;
+        }
+        emit::submit(probe::DUP, e);
+    }
+}
+
+fn exit_mmap(st: &Inflight, tgid: u32, ret: i64) {
+    let ok = !(-4095..0).contains(&ret);
+    if ok {
+        let key = UvmMapKey { tgid, _pad: 0, addr: ret as u64 };
+        if UVM_MAPS.insert(&key, &st.args[1], 0).is_err() {
+            emit::drop_event(probe::MMAP, counter::DROP_FD_MAP);
+            return;
+        }
+    }
+    if let Some(mut e) = emit::reserve::<UvmMmapRecord>(probe::MMAP, 0) {
+        let r = e.as_mut_ptr();
+        // SAFETY: r points at a reserved UvmMmapRecord.
+        unsafe {
+            (*r).dev = st.dev;
+            (*r).fd = st.fd;
+            (*r).prot = st.args[2] as u32;
+            (*r).map_flags = st.args[2] >> 32;
+            (*r).addr = st.args[0];
+            (*r).len = st.args[1];
+            (*r).offset = st.args[3];
+            (*r).ret = ret;
+        }
+        emit::submit(probe::MMAP, e);
+    }
+}
+
+/// Copy `len` (clamped to `cap`) bytes of user memory at `src` to `dst`. False on a fault.
+#[inline(always)]
+unsafe fn read_user_into(dst: *mut u8, cap: u32, len: u32, src: u64) -> bool {
+    let mut n = len;
+    if n > cap {
+        n = cap;
+    }
+    if n == 0 {
+        return true;
+    }
+    // SAFETY: dst has room for `cap` bytes; the helper faults safely on bad `src`.
+    unsafe { generated::bpf_probe_read_user(dst as *mut _, n, src as *const _) == 0 }
+}
+
+fn exit_ioctl(st: &Inflight, ret: i64) {
+    let cmd = st.args[0] as u32;
+    let arg = st.args[1];
+    let is_uvm = st.dev.kind == device_kind::UVM || st.dev.kind == device_kind::UVM_TOOLS;
+    let mut fl: u16 = 0;
+    let (mut nr, mut size, mut ptr) =
+        if is_uvm { (cmd, 0u32, arg) } else { (nv::ioc_nr(cmd), nv::ioc_size(cmd), arg) };
+    if !is_uvm && nr == nv::esc::IOCTL_XFER_CMD && size == nv::size::XFER {
+        // SAFETY: faults are reported, not taken.
+        match unsafe { bpf_probe_read_user(arg as *const [u64; 2]) } {
+            Ok(x) => {
+                nr = (x[0] as u32) & 0xff;
+                size = (x[0] >> 32) as u32;
+                ptr = x[1];
+                fl |= flags::XFER;
+            }
+            Err(_) => fl |= flags::FAULT_XFER,
+        }
+    }
+    let key = CaptureKey { space: if is_uvm { SPACE_UVM } else { SPACE_FRONTEND }, cmd: nr };
+    // SAFETY: copied out immediately.
+    let plan = unsafe { CAPTURE_PLANS.get(&key) }.copied();
+    let mut main_len = match plan {
+        Some(p) if is_uvm => p.main_len,
+        Some(p) if p.main_len < size => p.main_len,
+        _ if is_uvm => 0,
+        _ => size,
+    };
+    if main_len > IOCTL_MAIN_MAX as u32 {
+        main_len = IOCTL_MAIN_MAX as u32;
+        fl |= flags::TRUNCATED;
+    }
+
+    let Some(mut e) = emit::reserve::<IoctlRecord>(probe::IOCTL, 0) else { return };
+    let r = e.as_mut_ptr();
+    // SAFETY: r points at a reserved IoctlRecord; every write stays inside it.
+    unsafe {
+        (*r).dev = st.dev;
+        (*r).fd = st.fd;
+        (*r).cmd = cmd;
+        (*r).arg = arg;
+        (*r).ret = ret;
+        (*r).duration_ns = bpf_ktime_get_ns().wrapping_sub(st.enter_ktime);
+        (*r).nr = nr;
+        (*r).size = size;
+        (*r).data_ptr = ptr;
+        (*r).nested_ptr = 0;
+        (*r)._pad = 0;
+        (*r)._pad2 = 0;
+
+        if fl & flags::FAULT_XFER != 0 || !read_user_into((*r).main.as_mut_ptr(), IOCTL_MAIN_MAX as u32, main_len, ptr) {
+            fl |= flags::FAULT_MAIN;
+            main_len = 0;
+        }
+        (*r).main_len = main_len as u16;
+
+        let mut tail_len = 0u32;
+        let mut tail_off = 0u32;
+        let mut nested_len = 0u32;
+        if let Some(p) = plan {
+            if p.tail_len > 0 && fl & flags::FAULT_MAIN == 0 {
+                tail_off = p.tail_off;
+                tail_len = if p.tail_len > IOCTL_TAIL_MAX as u32 { IOCTL_TAIL_MAX as u32 } else { p.tail_len };
+                if !read_user_into((*r).tail.as_mut_ptr(), IOCTL_TAIL_MAX as u32, tail_len, ptr + tail_off as u64) {
+                    fl |= flags::FAULT_TAIL;
+                    tail_len = 0;
+                }
+            }
+            if p.nested_ptr_off != NO_NESTED && main_len >= p.nested_ptr_off + 8 {
+                // Re-read the pointer (and class) from user memory: fixed-size reads keep the
+                // verifier happy, and a racing writer shows up as a mismatch with `main`.
+                let nptr = bpf_probe_read_user((ptr + p.nested_ptr_off as u64) as *const u64).unwrap_or(0);
+                let want = if p.nested_by_class != 0 {
+                    match bpf_probe_read_user((ptr + p.class_off as u64) as *const u32) {
+                        Ok(class) => ALLOC_PARAM_SIZES.get(&class).copied().unwrap_or(0),
+                        Err(_) => 0,
+                    }
+                } else {
+                    p.nested_len
+                };
+                if want > 0 {
+                    (*r).nested_ptr = nptr;
+                    if nptr == 0 {
+                        fl |= flags::FAULT_NESTED;
+                    } else {
+                        nested_len = if want > IOCTL_NESTED_MAX as u32 { IOCTL_NESTED_MAX as u32 } else { want };
+                        if !read_user_into((*r).nested.as_mut_ptr(), IOCTL_NESTED_MAX as u32, nested_len, nptr) {
+                            fl |= flags::FAULT_NESTED;
+                            nested_len = 0;
+                        }
+                    }
+                }
+            }
+        }
+        (*r).tail_len = tail_len as u16;
+        (*r).tail_off = tail_off;
+        (*r).nested_len = nested_len as u16;
+        (*r).hdr.flags = fl;
+    }
+    emit::submit(probe::IOCTL, e);
+}
+
+enum PathMatch {
+    NotNvidia,
+    /// The path could not be read yet.
+    Unreadable,
+    Device(DeviceRef),
+}
+
+/// Does `path` (a user pointer) name an NVIDIA node under the configured device directory?
+#[inline(always)]
+fn match_device_path(path: u64) -> PathMatch {
+    let Some(cfg) = CONFIG.get(0) else { return PathMatch::NotNvidia };
+    let plen = cfg.dev_prefix_len as usize;
+    if plen == 0 || plen > cfg.dev_prefix.len() {
+        return PathMatch::NotNvidia;
+    }
+    let mut head = [0u8; tracer_common::DEV_PREFIX_MAX];
+    // SAFETY: bounded read into a stack buffer.
+    let Ok(s) = (unsafe { bpf_probe_read_user_str_bytes(path as *const u8, &mut head) }) else {
+        return PathMatch::Unreadable;
+    };
+    if s.len() < plen {
+        return PathMatch::NotNvidia;
+    }
+    let mut i = 0;
+    while i < tracer_common::DEV_PREFIX_MAX {
+        if i >= plen {
+            break;
+        }
+        if head[i] != cfg.dev_prefix[i] {
+            return PathMatch::NotNvidia;
+        }
+        i += 1;
+    }
+    // The suffix after ".../nvidia", read separately so it is parsed at fixed offsets.
+    let mut sfx = [0u8; 16];
+    // SAFETY: bounded read into a stack buffer.
+    if unsafe { bpf_probe_read_user_str_bytes((path + plen as u64) as *const u8, &mut sfx) }.is_err() {
+        return PathMatch::Unreadable;
+    }
+    let mut dev = DeviceRef::default();
+    if sfx[0] == b'c' && sfx[1] == b't' && sfx[2] == b'l' && sfx[3] == 0 {
+        dev.kind = device_kind::CTL;
+    } else if sfx[0] == b'-' && sfx[1] == b'u' && sfx[2] == b'v' && sfx[3] == b'm' {
+        if sfx[4] == 0 {
+            dev.kind = device_kind::UVM;
+        } else if sfx[4] == b'-' && sfx[5] == b't' && sfx[10] == 0 {
+            dev.kind = device_kind::UVM_TOOLS;
+        } else {
+            return PathMatch::NotNvidia;
+        }
+    } else if sfx[0] == b'-' && sfx[1] == b'm' && sfx[2] == b'o' && sfx[8] == 0 {
+        dev.kind = device_kind::MODESET;
+    } else if sfx[0] == b'-' && sfx[1] == b'c' && sfx[2] == b'a' && sfx[3] == b'p' && sfx[4] == b's' && sfx[5] == b'/' {
+        dev.kind = device_kind::CAPS;
+        // nvidia-caps/nvidia-cap<M>
+        dev.minor = parse_minor(&sfx, 16);
+    } else if sfx[0].is_ascii_digit() {
+        let mut minor = 0u32;
+        let mut k = 0;
+        while k < 4 {
+            let c = sfx[k];
+            if c == 0 {
+                break;
+            }
+            if !c.is_ascii_digit() {
+                return PathMatch::NotNvidia;
+            }
+            minor = minor * 10 + (c - b'0') as u32;
+            k += 1;
+        }
+        if k == 4 && sfx[4] != 0 {
+            return PathMatch::NotNvidia;
+        }
+        dev.kind = device_kind::GPU;
+        dev.minor = minor;
+    } else {
+        return PathMatch::NotNvidia;
+    }
+    PathMatch::Device(dev)
+}
+
+/// The trailing decimal number of a NUL-terminated suffix (caps nodes); 0 if none fits.
+#[inline(always)]
+fn parse_minor(s: &[u8; 16], _cap: usize) -> u32 {
+    let mut minor = 0u32;
+    let mut k = 6;
+    while k < 16 {
+        let c = s[k];
+        if c == 0 {
+            break;
+        }
+        if c.is_ascii_digit() {
+            minor = minor * 10 + (c - b'0') as u32;
+        } else {
+            minor = 0;
+        }
+        k += 1;
+    }
+    minor
+}

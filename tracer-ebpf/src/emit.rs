@@ -1,0 +1,73 @@
+//! The only module that writes to the ring buffer or touches the counters: every record that is
+//! not delivered is counted, so `seen == emitted + Σ dropped` holds per probe.
+use aya_ebpf::{
+    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    maps::ring_buf::RingBufEntry,
+};
+use tracer_common::{counter, EventHeader, Record};
+
+use crate::maps::{CONFIG, COUNTERS, EVENTS, WAKEUP_SEQ};
+
+/// Add one to `COUNTERS[probe][slot]` on this CPU.
+#[inline(always)]
+pub fn count(probe: u32, slot: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(probe * counter::SLOTS + slot) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while we run.
+        unsafe { *p += 1 };
+    }
+}
+
+/// Count `seen` and one drop reason for a probe (an event that never reached the ring buffer).
+#[inline(always)]
+pub fn drop_event(probe: u32, reason: u32) {
+    count(probe, counter::SEEN);
+    count(probe, reason);
+}
+
+/// Reserve a record of type `R` and fill its header. Counts `seen`, and `drop_ringbuf_full` when the
+/// ring buffer is full. The caller fills the body and calls [`submit`].
+#[inline(always)]
+pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEntry<R>> {
+    count(probe, counter::SEEN);
+    let Some(mut entry) = EVENTS.reserve::<R>(0) else {
+        count(probe, counter::DROP_RINGBUF_FULL);
+        return None;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let hdr = EventHeader {
+        kind: R::KIND,
+        flags,
+        size: core::mem::size_of::<R>() as u32,
+        // SAFETY: helpers without preconditions.
+        ktime_ns: unsafe { bpf_ktime_get_ns() },
+        tgid: (pid_tgid >> 32) as u32,
+        pid: pid_tgid as u32,
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+    };
+    // SAFETY: every record starts with an EventHeader (repr(C)); the entry is R-sized.
+    unsafe { core::ptr::write(entry.as_mut_ptr() as *mut EventHeader, hdr) };
+    Some(entry)
+}
+
+/// Submit a reserved record, waking user space only every `wakeup_every` records per CPU (user
+/// space also drains on a short timer), which saves a wake-up per event.
+#[inline(always)]
+pub fn submit<R: Record>(probe: u32, entry: RingBufEntry<R>) {
+    let every = match CONFIG.get(0) {
+        Some(c) => c.wakeup_every as u64,
+        None => 1,
+    };
+    let mut flags = BPF_RB_NO_WAKEUP as u64;
+    if let Some(seq) = WAKEUP_SEQ.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot.
+        unsafe {
+            *seq += 1;
+            if every <= 1 || *seq % every == 0 {
+                flags = BPF_RB_FORCE_WAKEUP as u64;
+            }
+        }
+    }
+    entry.submit(flags);
+    count(probe, counter::EMITTED);
+}

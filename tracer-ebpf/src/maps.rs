@@ -1,0 +1,53 @@
+//! Every map of the kernel side, in one place. Capacities come from `tracer_common::capacity`.
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use tracer_common::{
+    capacity, CaptureKey, CapturePlan, DeviceRef, FdKey, Inflight, TracerConfig, UvmMapKey,
+    COUNTER_ENTRIES,
+};
+
+/// All records to user space. Written only through `emit`.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(capacity::EVENTS_BYTES, 0);
+
+/// Per-CPU `seen`/`emitted`/`drop_*` counters per probe (see `tracer_common::counter`).
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_ENTRIES, 0);
+
+/// Per-CPU record count, for batching ring-buffer wake-ups.
+#[map]
+pub static WAKEUP_SEQ: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Known NVIDIA fds: (tgid, fd) → device. Filled at open exit, by dups, and by user space's
+/// `/proc` seed; bounded by LRU; user space removes a process's keys when it exits.
+#[map]
+pub static NV_FDS: LruHashMap<FdKey, DeviceRef> = LruHashMap::with_max_entries(capacity::NV_FDS, 0);
+
+/// Processes that hold (or held) NVIDIA fds: only these get exec/exit/fork records.
+#[map]
+pub static TRACKED_TGIDS: LruHashMap<u32, u32> =
+    LruHashMap::with_max_entries(capacity::TRACKED_TGIDS, 0);
+
+/// Syscall entry state, keyed by pid_tgid, consumed at exit.
+#[map]
+pub static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(capacity::INFLIGHT, 0);
+
+/// Live managed-memory mappings of UVM fds: (tgid, address) → length.
+#[map]
+pub static UVM_MAPS: LruHashMap<UvmMapKey, u64> = LruHashMap::with_max_entries(capacity::UVM_MAPS, 0);
+
+/// What to copy for each ioctl command, for the running driver version (written by user space).
+#[map]
+pub static CAPTURE_PLANS: HashMap<CaptureKey, CapturePlan> =
+    HashMap::with_max_entries(capacity::CAPTURE_PLANS, 0);
+
+/// RM_ALLOC nested parameter sizes by class (written by user space).
+#[map]
+pub static ALLOC_PARAM_SIZES: HashMap<u32, u32> =
+    HashMap::with_max_entries(capacity::ALLOC_PARAM_SIZES, 0);
+
+/// `CONFIG[0]`: agent tgid, device prefix, wake-up batching.
+#[map]
+pub static CONFIG: Array<TracerConfig> = Array::with_max_entries(1, 0);

@@ -1,0 +1,197 @@
+//! The agent's configuration: one typed struct, every field defaulted, loaded from TOML and
+//! overridden by command-line flags (flags > file > defaults). Unknown keys are warned about, not
+//! fatal. Host paths are configurable so tests can point the agent at fixtures and doubles.
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where the driver-family syscall probes attach. See `docs/ARCHITECTURE.md` for the costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttachMode {
+    /// Pick the cheapest mode this kernel offers.
+    #[default]
+    Auto,
+    /// The driver's own ioctl entry points (kprobe/fentry on `nvidia_unlocked_ioctl`): costs other
+    /// syscalls nothing. Needs kprobes or fentry and the nvidia module; detected, not yet implemented.
+    DriverEntry,
+    /// `tp_btf/sys_enter` + `sys_exit`, filtering by syscall number first.
+    BtfTracepoint,
+    /// `raw_tracepoint/sys_enter` + `sys_exit`, filtering by syscall number first.
+    RawTracepoint,
+    /// `syscalls:sys_{enter,exit}_<name>` for each traced syscall: only those syscalls pay, but each
+    /// pays the syscall tracepoint slow path.
+    SyscallTracepoint,
+}
+
+impl AttachMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachMode::Auto => "auto",
+            AttachMode::DriverEntry => "driver-entry",
+            AttachMode::BtfTracepoint => "btf-tracepoint",
+            AttachMode::RawTracepoint => "raw-tracepoint",
+            AttachMode::SyscallTracepoint => "syscall-tracepoint",
+        }
+    }
+}
+
+/// Which probe families to load. A family that fails to load or attach is reported; the others
+/// keep running.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Families {
+    /// exec/exit/fork of GPU processes, cgroup removal.
+    pub lifecycle: bool,
+    /// NVIDIA device fds, driver ioctls, UVM managed mmaps.
+    pub driver: bool,
+}
+
+impl Default for Families {
+    fn default() -> Self {
+        Self { lifecycle: true, driver: true }
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Directory holding the NVIDIA device nodes (`nvidiactl`, `nvidia0`, `nvidia-uvm`...).
+    /// Default `/dev`.
+    pub dev_dir: PathBuf,
+    /// procfs mount (host PID namespace). Default `/proc`.
+    pub proc_root: PathBuf,
+    /// cgroup v2 mount; found from `/proc/self/mountinfo` when unset.
+    pub cgroup_root: Option<PathBuf>,
+    /// Driver version (`535.261.03`) to choose struct layouts; read from `driver_version_file`
+    /// when unset, else the built-in default.
+    pub driver_version: Option<String>,
+    /// File the driver version is read from. Default `/proc/driver/nvidia/version`.
+    pub driver_version_file: PathBuf,
+    pub attach_mode: AttachMode,
+    pub families: Families,
+    /// Ring buffer size in bytes (a power of two, multiple of the page size). Default 8 MiB.
+    pub ring_buffer_bytes: u32,
+    /// Wake user space every N records per CPU; between wake-ups it drains on a timer. Default 64.
+    pub wakeup_every: u32,
+    /// How often the ring buffer is drained even without a wake-up, in ms. Default 10.
+    pub drain_interval_ms: u64,
+    /// How often a snapshot is published, in ms. Default 1000.
+    pub snapshot_interval_ms: u64,
+    /// Most processes kept in the state tables. Default 16384.
+    pub max_processes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            dev_dir: PathBuf::from("/dev"),
+            proc_root: PathBuf::from("/proc"),
+            cgroup_root: None,
+            driver_version: None,
+            driver_version_file: PathBuf::from("/proc/driver/nvidia/version"),
+            attach_mode: AttachMode::Auto,
+            families: Families::default(),
+            ring_buffer_bytes: tracer_common::capacity::EVENTS_BYTES,
+            wakeup_every: 64,
+            drain_interval_ms: 10,
+            snapshot_interval_ms: 1000,
+            max_processes: 16384,
+        }
+    }
+}
+
+/// Errors loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid TOML for gpu-tracer: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("invalid setting {key}: {why}")]
+    Invalid { key: &'static str, why: String },
+}
+
+impl Config {
+    /// Load a TOML file; unknown keys are returned as warnings.
+    pub fn from_file(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Self::from_toml(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+    }
+
+    /// Parse TOML text; unknown keys are returned as warnings.
+    pub fn from_toml(text: &str) -> Result<(Config, Vec<String>), toml::de::Error> {
+        let cfg: Config = toml::from_str(text)?;
+        let mut warnings = Vec::new();
+        if let Ok(toml::Value::Table(t)) = text.parse::<toml::Value>() {
+            let known = toml::Value::try_from(Config::default()).ok();
+            if let Some(toml::Value::Table(k)) = known {
+                for key in t.keys() {
+                    // Option fields that are None are not serialized; accept them explicitly.
+                    let optional = matches!(key.as_str(), "cgroup_root" | "driver_version");
+                    if !k.contains_key(key) && !optional {
+                        warnings.push(format!("unknown config key `{key}` ignored"));
+                    }
+                }
+            }
+        }
+        Ok((cfg, warnings))
+    }
+
+    /// Check settings that would fail later in a less clear way.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let rb = self.ring_buffer_bytes;
+        if !rb.is_power_of_two() || rb < 4096 {
+            return Err(ConfigError::Invalid {
+                key: "ring_buffer_bytes",
+                why: format!("{rb} is not a power of two of at least 4096"),
+            });
+        }
+        let prefix = self.dev_prefix();
+        if prefix.len() >= tracer_common::DEV_PREFIX_MAX {
+            return Err(ConfigError::Invalid {
+                key: "dev_dir",
+                why: format!(
+                    "{} is too long: the kernel matches at most {} bytes of `<dev_dir>/nvidia`",
+                    self.dev_dir.display(),
+                    tracer_common::DEV_PREFIX_MAX - 1
+                ),
+            });
+        }
+        if !self.dev_dir.is_absolute() {
+            return Err(ConfigError::Invalid { key: "dev_dir", why: "must be an absolute path".into() });
+        }
+        Ok(())
+    }
+
+    /// The path prefix the kernel matches opens against: `<dev_dir>/nvidia`.
+    pub fn dev_prefix(&self) -> String {
+        let d = self.dev_dir.to_string_lossy();
+        format!("{}/nvidia", d.trim_end_matches('/'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_round_trip_and_unknown_keys_warn() {
+        let (c, w) = Config::from_toml("dev_dir = \"/tmp/x\"\nbogus = 1\n[families]\ndriver = false\n").unwrap();
+        assert_eq!(c.dev_dir, PathBuf::from("/tmp/x"));
+        assert!(!c.families.driver);
+        assert!(c.families.lifecycle);
+        assert_eq!(w, vec!["unknown config key `bogus` ignored".to_string()]);
+        assert_eq!(c.dev_prefix(), "/tmp/x/nvidia");
+    }
+
+    #[test]
+    fn validate_rejects_bad_ring_size_and_long_dir() {
+        let c = Config { ring_buffer_bytes: 5000, ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("ring_buffer_bytes"));
+        let c = Config { dev_dir: PathBuf::from(format!("/{}", "a".repeat(80))), ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("too long"));
+        Config::default().validate().unwrap();
+    }
+}

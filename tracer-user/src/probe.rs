@@ -1,0 +1,291 @@
+//! Loading and attaching the kernel programs: feature detection, attach-mode choice, per-family
+//! attach with independent failure, and the initial map contents (config, capture plans).
+use std::path::Path;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{Array, HashMap as BpfHashMap, MapData},
+    programs::{BtfTracePoint, RawTracePoint, TracePoint},
+};
+use serde::Serialize;
+use tracer_common::{map_names, nv::DriverAbi, prog_names, sysno, CaptureKey, CapturePlan, TracerConfig};
+
+use crate::config::{AttachMode, Config};
+
+/// The compiled kernel programs, embedded at build time.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
+
+/// What the kernel offers, read once at start-up.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelFeatures {
+    pub release: String,
+    /// `/sys/kernel/btf/vmlinux` exists (needed by the btf-tracepoint mode).
+    pub btf: bool,
+    /// tracefs is mounted at `/sys/kernel/tracing` (needed for tracepoint ids).
+    pub tracefs: bool,
+    /// kprobes are built in (`/sys/bus/event_source/devices/kprobe`).
+    pub kprobes: bool,
+    /// The nvidia kernel module is loaded (`/sys/module/nvidia`).
+    pub nvidia_module: bool,
+    /// The `syscalls:*` per-syscall tracepoints exist.
+    pub syscall_tracepoints: bool,
+}
+
+impl KernelFeatures {
+    pub fn detect() -> Self {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        Self {
+            release,
+            btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
+            tracefs: Path::new("/sys/kernel/tracing/events").exists(),
+            kprobes: Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
+            nvidia_module: Path::new("/sys/module/nvidia").exists(),
+            syscall_tracepoints: Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_ioctl").exists(),
+        }
+    }
+}
+
+/// The attach mode to use, and why.
+pub fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, String) {
+    match requested {
+        AttachMode::Auto => {
+            let driver_entry_note = if f.nvidia_module && f.kprobes {
+                "driver-entry is possible on this node but not implemented yet; "
+            } else if !f.kprobes {
+                "driver-entry unavailable (no kprobes/fentry on this kernel); "
+            } else {
+                "driver-entry unavailable (nvidia module not loaded); "
+            };
+            if f.btf {
+                (AttachMode::BtfTracepoint, format!("{driver_entry_note}BTF present: tp_btf sys_enter/sys_exit"))
+            } else {
+                (AttachMode::RawTracepoint, format!("{driver_entry_note}no BTF: raw_tracepoint sys_enter/sys_exit"))
+            }
+        }
+        m => (m, "set by configuration".to_string()),
+    }
+}
+
+/// How one probe family fared.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum FamilyStatus {
+    Attached { programs: Vec<String> },
+    Disabled,
+    Failed { error: String },
+}
+
+/// What loading and attaching did; shown by `doctor` and logged by every command.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeReport {
+    pub features: KernelFeatures,
+    pub attach_mode: &'static str,
+    pub attach_reason: String,
+    pub driver_abi: String,
+    pub driver: FamilyStatus,
+    pub lifecycle: FamilyStatus,
+}
+
+/// Errors that stop the agent from tracing at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("loading the eBPF object failed: {0}\n  hint: the agent needs CAP_BPF and CAP_PERFMON (or root); `gpu-tracer doctor` says which is missing")]
+    Load(#[source] aya::EbpfError),
+    #[error("eBPF map {0} missing from the object (build mismatch)")]
+    MissingMap(&'static str),
+    #[error("writing eBPF map {map}: {source}")]
+    Map { map: &'static str, source: aya::maps::MapError },
+    #[error("every probe family failed or is disabled: driver: {driver}; lifecycle: {lifecycle}")]
+    NothingAttached { driver: String, lifecycle: String },
+}
+
+impl ProbeError {
+    /// A short label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProbeError::Load(_) => "load",
+            ProbeError::MissingMap(_) => "missing_map",
+            ProbeError::Map { .. } => "map",
+            ProbeError::NothingAttached { .. } => "nothing_attached",
+        }
+    }
+}
+
+/// The loaded programs and maps. Dropping it detaches everything.
+pub struct Probes {
+    pub ebpf: Ebpf,
+    pub report: ProbeReport,
+}
+
+/// Kernel config for the programs.
+pub fn tracer_config(cfg: &Config) -> TracerConfig {
+    let prefix = cfg.dev_prefix();
+    let mut tc = TracerConfig {
+        agent_tgid: std::process::id(),
+        dev_prefix_len: prefix.len() as u32,
+        wakeup_every: cfg.wakeup_every,
+        families: 0,
+        ..Default::default()
+    };
+    tc.dev_prefix[..prefix.len()].copy_from_slice(prefix.as_bytes());
+    tc
+}
+
+impl Probes {
+    /// Load the object, fill the maps, and attach the enabled families in the chosen mode.
+    pub fn load(
+        cfg: &Config,
+        abi: &DriverAbi,
+        plans: &[(CaptureKey, CapturePlan)],
+        alloc_sizes: &[(u32, u32)],
+    ) -> Result<Probes, ProbeError> {
+        let features = KernelFeatures::detect();
+        let (mode, attach_reason) = choose_mode(cfg.attach_mode, &features);
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(map_names::EVENTS, cfg.ring_buffer_bytes)
+            .load(EBPF_OBJECT)
+            .map_err(ProbeError::Load)?;
+
+        {
+            let m = ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
+            let mut a: Array<&mut MapData, TracerConfig> =
+                Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+            a.set(0, tracer_config(cfg), 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        }
+        {
+            let m = ebpf.map_mut(map_names::CAPTURE_PLANS).ok_or(ProbeError::MissingMap(map_names::CAPTURE_PLANS))?;
+            let mut h: BpfHashMap<&mut MapData, CaptureKey, CapturePlan> =
+                BpfHashMap::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
+            for (k, p) in plans {
+                h.insert(k, p, 0).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
+            }
+        }
+        {
+            let m = ebpf
+                .map_mut(map_names::ALLOC_PARAM_SIZES)
+                .ok_or(ProbeError::MissingMap(map_names::ALLOC_PARAM_SIZES))?;
+            let mut h: BpfHashMap<&mut MapData, u32, u32> = BpfHashMap::try_from(m)
+                .map_err(|source| ProbeError::Map { map: map_names::ALLOC_PARAM_SIZES, source })?;
+            for (class, len) in alloc_sizes {
+                h.insert(class, len, 0)
+                    .map_err(|source| ProbeError::Map { map: map_names::ALLOC_PARAM_SIZES, source })?;
+            }
+        }
+
+        let driver = if cfg.families.driver {
+            match attach_driver(&mut ebpf, mode) {
+                Ok(p) => FamilyStatus::Attached { programs: p },
+                Err(e) => FamilyStatus::Failed { error: e },
+            }
+        } else {
+            FamilyStatus::Disabled
+        };
+        let lifecycle = if cfg.families.lifecycle {
+            match attach_lifecycle(&mut ebpf) {
+                Ok(p) => FamilyStatus::Attached { programs: p },
+                Err(e) => FamilyStatus::Failed { error: e },
+            }
+        } else {
+            FamilyStatus::Disabled
+        };
+        let report = ProbeReport {
+            features,
+            attach_mode: mode.as_str(),
+            attach_reason,
+            driver_abi: format!(
+                "{}.{}.{:02}",
+                abi.version.major, abi.version.minor, abi.version.patch
+            ),
+            driver,
+            lifecycle,
+        };
+        if !matches!(report.driver, FamilyStatus::Attached { .. })
+            && !matches!(report.lifecycle, FamilyStatus::Attached { .. })
+        {
+            let s = |f: &FamilyStatus| match f {
+                FamilyStatus::Failed { error } => error.clone(),
+                FamilyStatus::Disabled => "disabled".into(),
+                FamilyStatus::Attached { .. } => "attached".into(),
+            };
+            return Err(ProbeError::NothingAttached { driver: s(&report.driver), lifecycle: s(&report.lifecycle) });
+        }
+        Ok(Probes { ebpf, report })
+    }
+}
+
+fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, String> {
+    let mut attached = Vec::new();
+    match mode {
+        AttachMode::SyscallTracepoint => {
+            for (prog, dir) in [(prog_names::SYS_ENTER_TP, "enter"), (prog_names::SYS_EXIT_TP, "exit")] {
+                let p: &mut TracePoint = ebpf
+                    .program_mut(prog)
+                    .ok_or_else(|| format!("program {prog} missing"))?
+                    .try_into()
+                    .map_err(|e| format!("{prog}: {e}"))?;
+                p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+                for (_, name) in sysno::TRACED {
+                    let tp = format!("sys_{dir}_{name}");
+                    p.attach("syscalls", &tp).map_err(|e| {
+                        format!("attaching syscalls:{tp}: {e:#} (is tracefs mounted at /sys/kernel/tracing?)")
+                    })?;
+                    attached.push(format!("tracepoint/syscalls/{tp}"));
+                }
+            }
+        }
+        AttachMode::RawTracepoint => {
+            for (prog, tp) in [(prog_names::SYS_ENTER_RAW, "sys_enter"), (prog_names::SYS_EXIT_RAW, "sys_exit")] {
+                let p: &mut RawTracePoint = ebpf
+                    .program_mut(prog)
+                    .ok_or_else(|| format!("program {prog} missing"))?
+                    .try_into()
+                    .map_err(|e| format!("{prog}: {e}"))?;
+                p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+                p.attach(tp).map_err(|e| format!("attaching raw_tracepoint/{tp}: {e:#}"))?;
+                attached.push(format!("raw_tracepoint/{tp}"));
+            }
+        }
+        AttachMode::BtfTracepoint => {
+            let btf = Btf::from_sys_fs().map_err(|e| {
+                format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}; use attach_mode = \"raw-tracepoint\"")
+            })?;
+            for (prog, tp) in [(prog_names::SYS_ENTER_BTF, "sys_enter"), (prog_names::SYS_EXIT_BTF, "sys_exit")] {
+                let p: &mut BtfTracePoint = ebpf
+                    .program_mut(prog)
+                    .ok_or_else(|| format!("program {prog} missing"))?
+                    .try_into()
+                    .map_err(|e| format!("{prog}: {e}"))?;
+                p.load(tp, &btf).map_err(|e| format!("loading {prog}: {e:#}"))?;
+                p.attach().map_err(|e| format!("attaching tp_btf/{tp}: {e:#}"))?;
+                attached.push(format!("tp_btf/{tp}"));
+            }
+        }
+        AttachMode::DriverEntry => {
+            return Err("attach mode driver-entry is not implemented yet (it needs kprobes or fentry on \
+                        nvidia_unlocked_ioctl); use auto, btf-tracepoint, raw-tracepoint or syscall-tracepoint"
+                .into());
+        }
+        AttachMode::Auto => unreachable!("resolved by choose_mode"),
+    }
+    Ok(attached)
+}
+
+fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
+    let mut attached = Vec::new();
+    for (prog, cat, name) in [
+        (prog_names::PROC_EXEC, "sched", "sched_process_exec"),
+        (prog_names::PROC_EXIT, "sched", "sched_process_exit"),
+        (prog_names::PROC_FORK, "sched", "sched_process_fork"),
+        (prog_names::CGROUP_RMDIR, "cgroup", "cgroup_rmdir"),
+    ] {
+        let p: &mut TracePoint = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("program {prog} missing"))?
+            .try_into()
+            .map_err(|e| format!("{prog}: {e}"))?;
+        p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+        p.attach(cat, name).map_err(|e| format!("attaching tracepoint/{cat}/{name}: {e:#}"))?;
+        attached.push(format!("tracepoint/{cat}/{name}"));
+    }
+    Ok(attached)
+}
