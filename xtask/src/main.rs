@@ -1,1 +1,60 @@
-fn main() {}
+//! `cargo xtask <command>`: setting up a machine, building and testing gpu-tracer.
+//!
+//! The alias lives in `.cargo/config.toml`. Every command that builds runs `setup` first, so a
+//! fresh Debian 12 machine (as root) needs nothing but rustup and this repository.
+
+mod apt_sources;
+mod bench;
+mod build;
+mod cmd;
+mod setup;
+mod sim;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "gpu-tracer project automation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what this machine lacks for building and testing (idempotent; fast when done).
+    Setup,
+    /// `setup`, then `cargo build --release` (the eBPF programs are built by tracer-user's build.rs).
+    Build,
+    /// `setup`, then every test (`cargo test --release`), privileged tests included, with a summary.
+    Test {
+        /// Extra arguments for `cargo test` (e.g. `-p tracer-user`, or `-- <filter>`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Simulation runs (not implemented yet).
+    Sim {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Benchmarks (not implemented yet).
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() {
+    let result = match Cli::parse().command {
+        Command::Setup => setup::run(),
+        Command::Build => build::run(),
+        Command::Test { args } => test::run(&args),
+        Command::Sim { args } => sim::run(&args),
+        Command::Bench { args } => bench::run(&args),
+    };
+    // The whole cause chain on one line; no backtrace (RUST_BACKTRACE is often set in CI).
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,367 @@
+//! `cargo xtask setup`: everything a fresh Debian 12 machine (as root) lacks to build and test.
+//!
+//! Each step checks first and changes nothing when the machine already has what it needs, so a
+//! second run only reads (it takes well under 2 s). Every step prints exactly one line:
+//! `setup: <thing> ok (already)`, `setup: <thing> installed`, or `setup: <thing> FAILED: <cause and fix>`.
+//! The recipe and its reasons are in docs/toolchain.md.
+
+use crate::{apt_sources, cmd};
+use anyhow::{Context, anyhow, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// bpf-linker release the project is built and tested with.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Debian packages the tests need: FUSE (fake /dev/nvidia*), bpftrace (overhead comparisons), and
+/// NVIDIA's real user-space libraries from non-free (they load without a GPU).
+const APT_PACKAGES: &[&str] = &["fuse3", "bpftrace", "libcuda1", "libnvidia-ml1"];
+/// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
+const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];
+/// The components [`NON_FREE_PACKAGES`] and their dependencies need.
+const COMPONENTS: &[&str] = &["contrib", "non-free"];
+const TRACEFS: &str = "/sys/kernel/tracing";
+/// The apt sources file setup writes (and may rewrite) when contrib or non-free is missing.
+const OUR_SOURCES: &str = "/etc/apt/sources.list.d/gpu-tracer-contrib-non-free.sources";
+
+/// What a step found.
+enum Outcome {
+    Already,
+    Installed,
+    /// Nothing to do, for the stated reason.
+    NotNeeded(String),
+}
+
+/// How nested builds must be run once setup is done.
+pub struct BuildEnv {
+    /// The toolchain aya-build uses for the eBPF crate (`AYA_EBPF_TOOLCHAIN`, default nightly).
+    pub ebpf_toolchain: String,
+}
+
+impl BuildEnv {
+    /// A `cargo` command in the workspace root, with bpf-linker on PATH and, for a non-nightly
+    /// eBPF toolchain, `RUSTC_BOOTSTRAP=1` (build-std needs unstable flags).
+    pub fn cargo(&self) -> Command {
+        let mut c = Command::new(cmd::cargo_program());
+        c.current_dir(cmd::workspace_root());
+        let bin = cmd::cargo_home().join("bin");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        if !std::env::split_paths(&path).any(|p| p == bin) {
+            let mut paths = vec![bin];
+            paths.extend(std::env::split_paths(&path));
+            c.env("PATH", std::env::join_paths(paths).expect("PATH entries contain no ':'"));
+        }
+        if self.ebpf_toolchain != "nightly" {
+            c.env("RUSTC_BOOTSTRAP", "1");
+        }
+        c
+    }
+}
+
+/// `cargo xtask setup`.
+pub fn run() -> anyhow::Result<()> {
+    run_setup().map(|_| ())
+}
+
+/// Runs every step, printing one line each; fails at the end if any step failed.
+pub fn run_setup() -> anyhow::Result<BuildEnv> {
+    let start = Instant::now();
+    let tc = std::env::var("AYA_EBPF_TOOLCHAIN").ok().filter(|t| !t.is_empty()).unwrap_or_else(|| "nightly".into());
+    let mut failed = Vec::new();
+    let mut step = |thing: &str, result: anyhow::Result<Outcome>| match result {
+        Ok(Outcome::Already) => println!("setup: {thing} ok (already)"),
+        Ok(Outcome::Installed) => println!("setup: {thing} installed"),
+        Ok(Outcome::NotNeeded(why)) => println!("setup: {thing} ok (not needed: {why})"),
+        Err(e) => {
+            println!("setup: {thing} FAILED: {e:#}");
+            failed.push(thing.to_string());
+        }
+    };
+
+    step(&format!("rust toolchain {tc}"), toolchain(&tc));
+    step(&format!("rust-src for {tc}"), rust_src(&tc));
+    step(&format!("bpf-linker {BPF_LINKER_VERSION} (against {tc}'s libLLVM)"), bpf_linker(&tc));
+    step(&format!("tracefs at {TRACEFS}"), tracefs());
+    apt(&mut step);
+
+    if !failed.is_empty() {
+        bail!("setup failed: {} (see the FAILED lines above)", failed.join(", "));
+    }
+    println!("setup: done in {:.1} s", start.elapsed().as_secs_f64());
+    Ok(BuildEnv { ebpf_toolchain: tc })
+}
+
+/// The eBPF toolchain must exist; install it (minimal profile) only when `rustup toolchain list`
+/// lacks it.
+fn toolchain(tc: &str) -> anyhow::Result<Outcome> {
+    let list = cmd::output(Command::new("rustup").args(["toolchain", "list"]))
+        .context("cause: rustup is needed to manage toolchains; fix: install rustup (https://rustup.rs) and rerun")?;
+    if toolchain_listed(&list, tc) {
+        return Ok(Outcome::Already);
+    }
+    cmd::run(Command::new("rustup").args(["toolchain", "install", tc, "--profile", "minimal"]))
+        .context("fix: check network access to the rustup dist server, then rerun")?;
+    Ok(Outcome::Installed)
+}
+
+/// Whether `rustup toolchain list` output names `tc`. Names look like
+/// `nightly-x86_64-unknown-linux-gnu (active)`; a dated `nightly-2026-05-19-…` is not `nightly`.
+fn toolchain_listed(list: &str, tc: &str) -> bool {
+    list.lines().filter_map(|l| l.split_whitespace().next()).any(|name| {
+        name == tc
+            || name
+                .strip_prefix(tc)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|host| host.starts_with(|c: char| c.is_ascii_alphabetic()))
+    })
+}
+
+fn sysroot(tc: &str) -> anyhow::Result<PathBuf> {
+    let out = cmd::output(Command::new("rustc").arg(format!("+{tc}")).args(["--print", "sysroot"]))
+        .with_context(|| format!("cause: toolchain {tc} is not usable; fix: `rustup toolchain install {tc}`"))?;
+    Ok(PathBuf::from(out.trim()))
+}
+
+/// `-Z build-std=core` for bpfel-unknown-none needs the toolchain's library sources.
+fn rust_src(tc: &str) -> anyhow::Result<Outcome> {
+    let core = sysroot(tc)?.join("lib/rustlib/src/rust/library/core/src/lib.rs");
+    if core.exists() {
+        return Ok(Outcome::Already);
+    }
+    cmd::run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", tc]))
+        .context("fix: check network access to the rustup dist server, then rerun")?;
+    if !core.exists() {
+        bail!(
+            "cause: rust-src was added but {} is missing; fix: `rustup component remove rust-src --toolchain {tc}` and rerun",
+            core.display()
+        );
+    }
+    Ok(Outcome::Installed)
+}
+
+/// bpf-linker built with `--no-default-features --features llvm-<major>` and linked against the
+/// toolchain's own libLLVM through a prefix of two symlinks (the link-time name and the soname,
+/// which the binary's rpath points at at run time). See docs/toolchain.md.
+fn bpf_linker(tc: &str) -> anyhow::Result<Outcome> {
+    let sysroot = sysroot(tc)?;
+    let lib = sysroot.join("lib");
+    let mut llvm_libs: Vec<String> = std::fs::read_dir(&lib)
+        .with_context(|| format!("listing {}", lib.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("libLLVM.so."))
+        .collect();
+    llvm_libs.sort();
+    let llvm_so = llvm_libs.into_iter().next().ok_or_else(|| {
+        anyhow!(
+            "cause: {} has no libLLVM.so.*; fix: reinstall the toolchain (`rustup toolchain install {tc} --force`)",
+            lib.display()
+        )
+    })?;
+    let verbose = cmd::output(Command::new("rustc").arg(format!("+{tc}")).arg("-vV"))?;
+    let major = verbose
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next())
+        .ok_or_else(|| anyhow!("cause: `rustc +{tc} -vV` names no LLVM version"))?
+        .to_string();
+
+    let prefix = cmd::cargo_home().join("bpf-linker-llvm").join(tc);
+    let mut changed = false;
+    std::fs::create_dir_all(prefix.join("lib")).with_context(|| format!("creating {}", prefix.display()))?;
+    for name in ["libLLVM.so", llvm_so.as_str()] {
+        changed |= symlink(&lib.join(&llvm_so), &prefix.join("lib").join(name))?;
+    }
+
+    let bl = cmd::cargo_home().join("bin/bpf-linker");
+    if !changed && bpf_linker_is_current(&bl, &llvm_so) {
+        return Ok(Outcome::Already);
+    }
+    let mut install = Command::new(cmd::cargo_program());
+    install
+        .args(["install", "--locked", "--force"])
+        .arg(format!("bpf-linker@{BPF_LINKER_VERSION}"))
+        .args(["--no-default-features", "--features"])
+        .arg(format!("llvm-{major}"))
+        .env("LLVM_PREFIX", &prefix)
+        // Build in a throw-away directory, not in the workspace's target dir.
+        .env_remove("CARGO_TARGET_DIR");
+    cmd::run(&mut install).context("fix: check access to crates.io; the install log above names the failing step")?;
+    if !bpf_linker_is_current(&bl, &llvm_so) {
+        bail!(
+            "cause: {} is not version {BPF_LINKER_VERSION} linked to {llvm_so} after installing; fix: remove it and rerun",
+            bl.display()
+        );
+    }
+    Ok(Outcome::Installed)
+}
+
+fn bpf_linker_is_current(bl: &Path, llvm_so: &str) -> bool {
+    let version = cmd::output(Command::new(bl).arg("--version")).unwrap_or_default();
+    if version.trim() != format!("bpf-linker {BPF_LINKER_VERSION}") {
+        return false;
+    }
+    // The libLLVM it needs must resolve (to a file, not "not found").
+    let ldd = cmd::output(Command::new("ldd").arg(bl)).unwrap_or_default();
+    ldd.lines().any(|l| l.contains(llvm_so) && l.contains("=> /"))
+}
+
+/// Points `link` at `target`; returns whether anything changed.
+fn symlink(target: &Path, link: &Path) -> anyhow::Result<bool> {
+    if std::fs::read_link(link).is_ok_and(|t| t == target) {
+        return Ok(false);
+    }
+    match std::fs::remove_file(link) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", link.display())),
+    }
+    std::os::unix::fs::symlink(target, link)
+        .with_context(|| format!("linking {} -> {}", link.display(), target.display()))?;
+    Ok(true)
+}
+
+/// aya looks up tracepoint ids under tracefs.
+fn tracefs() -> anyhow::Result<Outcome> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let mounted = mounts.lines().any(|l| {
+        let mut halves = l.split(" - ");
+        let (Some(left), Some(right)) = (halves.next(), halves.next()) else { return false };
+        left.split(' ').nth(4) == Some(TRACEFS) && right.split(' ').next() == Some("tracefs")
+    });
+    if mounted {
+        return Ok(Outcome::Already);
+    }
+    if !cmd::is_root() {
+        bail!("cause: not mounted and mounting needs root; fix: `sudo mount -t tracefs tracefs {TRACEFS}`");
+    }
+    cmd::run(Command::new("mount").args(["-t", "tracefs", "tracefs", TRACEFS]))
+        .context("cause: the kernel may lack CONFIG_TRACING; fix: use a kernel with tracefs")?;
+    Ok(Outcome::Installed)
+}
+
+/// Installed state of each package, from one `dpkg-query` call.
+fn installed_packages(packages: &[&str]) -> anyhow::Result<Vec<String>> {
+    // dpkg-query exits 1 when some name is unknown to dpkg, but still prints the known ones.
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Package} ${db:Status-Status}\\n"])
+        .args(packages)
+        .output()
+        .context("cause: dpkg-query not found (not a Debian machine?); fix: install fuse3, bpftrace, libcuda1 and libnvidia-ml1 by hand")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, status)| *status == "installed")
+        .map(|(name, _)| name.to_string())
+        .collect())
+}
+
+fn codename() -> anyhow::Result<String> {
+    let os = std::fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
+    os.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| anyhow!("cause: /etc/os-release has no VERSION_CODENAME (not Debian?)"))
+}
+
+/// Debian packages: enable contrib and non-free if a package from there is missing, then install
+/// only what dpkg says is missing (`apt-get update` only then).
+fn apt(step: &mut impl FnMut(&str, anyhow::Result<Outcome>)) {
+    let installed = match installed_packages(APT_PACKAGES) {
+        Ok(i) => i,
+        Err(e) => return step("Debian packages", Err(e)),
+    };
+    let missing: Vec<&str> = APT_PACKAGES.iter().copied().filter(|p| !installed.iter().any(|i| i == p)).collect();
+    let need_non_free = missing.iter().any(|p| NON_FREE_PACKAGES.contains(p));
+
+    let components = non_free_components(need_non_free);
+    let components_ok = components.is_ok();
+    step("Debian contrib and non-free components", components);
+
+    let result = if missing.is_empty() {
+        Ok(())
+    } else if need_non_free && !components_ok {
+        Err(anyhow!("cause: the contrib and non-free components could not be enabled (see above)"))
+    } else {
+        install(&missing)
+    };
+    let now = if missing.is_empty() { installed } else { installed_packages(APT_PACKAGES).unwrap_or_default() };
+    for p in APT_PACKAGES {
+        let outcome = if !missing.contains(p) {
+            Ok(Outcome::Already)
+        } else if now.iter().any(|i| i == p) {
+            Ok(Outcome::Installed)
+        } else {
+            Err(match &result {
+                Err(e) => anyhow!("{e:#}"),
+                Ok(()) => anyhow!(
+                    "cause: apt-get succeeded but dpkg does not list {p} as installed; fix: `apt-get install {p}`"
+                ),
+            })
+        };
+        step(&format!("package {p}"), outcome);
+    }
+}
+
+fn install(missing: &[&str]) -> anyhow::Result<()> {
+    let list = missing.join(" ");
+    if !cmd::is_root() {
+        bail!("cause: installing packages needs root; fix: `sudo apt-get install {list}`, or rerun as root");
+    }
+    cmd::run(apt_get().arg("update")).map_err(|e| {
+        anyhow!(
+            "{e:#}; cause: the package lists could not be fetched (apt's messages above say why); \
+             fix: check network access and /etc/apt/sources.list*, then rerun"
+        )
+    })?;
+    cmd::run(apt_get().args(["install", "-y", "--no-install-recommends"]).args(missing)).map_err(|e| {
+        anyhow!("{e:#}; cause: see apt's messages above; fix: resolve them, or run `apt-get install {list}` by hand")
+    })
+}
+
+fn apt_get() -> Command {
+    let mut c = Command::new("apt-get");
+    c.env("DEBIAN_FRONTEND", "noninteractive").args(["-q", "-o", "DPkg::Lock::Timeout=120"]);
+    c
+}
+
+/// libcuda1 and libnvidia-ml1 are in Debian's non-free component and depend on packages in
+/// contrib (nvidia-support, glx-alternative-nvidia); Debian images usually enable only main.
+fn non_free_components(needed: bool) -> anyhow::Result<Outcome> {
+    let codename = codename()?;
+    let entries = apt_sources::read_all(Path::new("/etc/apt"))?;
+    if COMPONENTS.iter().all(|c| apt_sources::component_enabled(&entries, &codename, c)) {
+        return Ok(Outcome::Already);
+    }
+    if !needed {
+        return Ok(Outcome::NotNeeded(format!("{} are installed", NON_FREE_PACKAGES.join(" and "))));
+    }
+    if !cmd::is_root() {
+        bail!(
+            "cause: enabling them needs root; fix: add `contrib non-free` to the Components of the {codename} \
+             entries in /etc/apt/sources.list.d/debian.sources (or sources.list), or rerun as root"
+        );
+    }
+    // Our own file is rewritten whole, so it must not count as a source of archives to mirror.
+    let others: Vec<_> = entries.into_iter().filter(|e| e.file != Path::new(OUR_SOURCES)).collect();
+    let text = apt_sources::stanzas_enabling(&others, &codename, COMPONENTS);
+    std::fs::write(OUR_SOURCES, text).with_context(|| format!("cause: could not write {OUR_SOURCES}"))?;
+    Ok(Outcome::Installed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toolchain_names_are_matched_exactly() {
+        let list = "stable-x86_64-unknown-linux-gnu (active, default)\n\
+                    nightly-2026-05-19-x86_64-unknown-linux-gnu\n\
+                    1.95.0-x86_64-unknown-linux-gnu\n";
+        assert!(toolchain_listed(list, "stable"));
+        assert!(toolchain_listed(list, "1.95.0"));
+        assert!(toolchain_listed(list, "nightly-2026-05-19"));
+        assert!(!toolchain_listed(list, "nightly"));
+        assert!(toolchain_listed("nightly-x86_64-unknown-linux-gnu\n", "nightly"));
+    }
+}

@@ -1,0 +1,186 @@
+//! `cargo xtask test`: setup, then every test of the default members in release mode, privileged
+//! tests included, then one closing summary line (`N passed, N failed`).
+//!
+//! Privileged tests must not skip silently: `GPU_TRACER_REQUIRE_PRIVILEGED=1` makes them panic
+//! when they lack root, BPF or FUSE, and any `ignored` test not listed in [`ALLOWED_IGNORED`]
+//! fails the run.
+
+use crate::{cmd, setup};
+use anyhow::Context;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+/// Tests that may be reported as `ignored`, with the reason. Names as libtest prints them
+/// (`module::test_name`, or `src/lib.rs - item (line N)` for doc tests).
+const ALLOWED_IGNORED: &[(&str, &str)] = &[];
+
+/// What libtest reported, summed over every test binary and the doc tests.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+    /// Names of the tests reported as ignored.
+    pub ignored_names: Vec<String>,
+    /// Number of `test result:` lines seen (one per test binary that ran).
+    pub results: u64,
+}
+
+impl Summary {
+    /// Takes one line of `cargo test` output.
+    pub fn feed(&mut self, line: &str) {
+        let line = line.trim_end();
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            // `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.00s`
+            self.results += 1;
+            for part in rest.split(['.', ';']) {
+                let mut words = part.split_whitespace();
+                let (Some(n), Some(what)) = (words.next(), words.next()) else { continue };
+                let Ok(n) = n.parse::<u64>() else { continue };
+                match what {
+                    "passed" => self.passed += n,
+                    "failed" => self.failed += n,
+                    "ignored" => self.ignored += n,
+                    _ => {}
+                }
+            }
+        } else if let Some(rest) = line.strip_prefix("test ") {
+            // `test path::name ... ignored` or `test path::name ... ignored, reason`
+            if let Some((name, outcome)) = rest.split_once(" ... ")
+                && (outcome == "ignored" || outcome.starts_with("ignored,"))
+            {
+                self.ignored_names.push(name.to_string());
+            }
+        }
+    }
+
+    /// Ignored tests that are not allowed to be.
+    pub fn unexpected_ignored(&self, allowed: &[(&str, &str)]) -> Vec<&str> {
+        self.ignored_names.iter().map(String::as_str).filter(|n| !allowed.iter().any(|(a, _)| a == n)).collect()
+    }
+
+    /// The closing line CI reads.
+    pub fn line(&self) -> String {
+        let mut s = format!("{} passed, {} failed", self.passed, self.failed);
+        if self.ignored > 0 {
+            s.push_str(&format!(", {} skipped", self.ignored));
+        }
+        s
+    }
+}
+
+/// Copies `from` to `to` line by line while feeding each line to `summary`.
+fn tee(from: impl Read, mut to: impl Write, summary: Arc<Mutex<Summary>>) {
+    let mut reader = BufReader::new(from);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let _ = to.write_all(&buf);
+                let _ = to.flush();
+                summary.lock().unwrap().feed(&String::from_utf8_lossy(&buf));
+            }
+        }
+    }
+}
+
+pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
+    let env = setup::run_setup()?;
+    let mut test = env.cargo();
+    test.args(["test", "--release", "--no-fail-fast"])
+        .args(extra_args)
+        .env("GPU_TRACER_REQUIRE_PRIVILEGED", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let line = cmd::display(&test);
+    println!("+ GPU_TRACER_REQUIRE_PRIVILEGED=1 {line}");
+    let mut child = test.spawn().with_context(|| format!("could not start `{line}`"))?;
+    let summary = Arc::new(Mutex::new(Summary::default()));
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    let (s1, s2) = (summary.clone(), summary.clone());
+    let t1 = std::thread::spawn(move || tee(out, std::io::stdout(), s1));
+    let t2 = std::thread::spawn(move || tee(err, std::io::stderr(), s2));
+    let status = child.wait().with_context(|| format!("waiting for `{line}`"))?;
+    let _ = (t1.join(), t2.join());
+    let summary = std::mem::take(&mut *summary.lock().unwrap());
+
+    let mut problems = Vec::new();
+    if !status.success() {
+        problems.push(format!("`{line}` failed ({status})"));
+    }
+    if summary.failed > 0 {
+        problems.push(format!("{} test(s) failed", summary.failed));
+    }
+    let unexpected = summary.unexpected_ignored(ALLOWED_IGNORED);
+    if !unexpected.is_empty() {
+        problems.push(format!(
+            "{} test(s) were ignored without being allowed (xtask/src/test.rs ALLOWED_IGNORED): {}",
+            unexpected.len(),
+            unexpected.join(", ")
+        ));
+    }
+    if summary.passed + summary.failed == 0 {
+        problems.push("no test ran".to_string());
+    }
+    for p in &problems {
+        println!("xtask test: {p}");
+    }
+    println!("{}", summary.line());
+    if !problems.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUTPUT: &str = "\
+running 3 tests
+test tests::a ... ok
+test tests::b ... ignored
+test root::needs_bpf ... ignored, needs root
+test tests::c ... FAILED
+
+test result: FAILED. 1 passed; 1 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s
+
+running 2 tests
+test src/lib.rs - read_stream (line 5) ... ok
+test src/lib.rs - x (line 9) ... ok
+
+test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.20s
+";
+
+    fn parse(text: &str) -> Summary {
+        let mut s = Summary::default();
+        text.lines().for_each(|l| s.feed(l));
+        s
+    }
+
+    #[test]
+    fn sums_result_lines_and_collects_ignored_names() {
+        let s = parse(OUTPUT);
+        assert_eq!((s.passed, s.failed, s.ignored, s.results), (3, 1, 2, 2));
+        assert_eq!(s.ignored_names, ["tests::b", "root::needs_bpf"]);
+        assert_eq!(s.line(), "3 passed, 1 failed, 2 skipped");
+    }
+
+    #[test]
+    fn allowed_ignored_tests_are_not_reported() {
+        let s = parse(OUTPUT);
+        assert_eq!(s.unexpected_ignored(&[("tests::b", "slow")]), ["root::needs_bpf"]);
+    }
+
+    #[test]
+    fn a_clean_run_has_a_plain_closing_line() {
+        let s =
+            parse("test result: ok. 12 passed; 0 failed; 0 ignored; 0 measured; 3 filtered out; finished in 1.5s\n");
+        assert_eq!(s.line(), "12 passed, 0 failed");
+        assert!(s.unexpected_ignored(ALLOWED_IGNORED).is_empty());
+    }
+}
