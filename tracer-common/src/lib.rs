@@ -36,6 +36,10 @@ pub mod prog_names {
     pub const PROC_EXIT: &str = "proc_exit";
     pub const PROC_FORK: &str = "proc_fork";
     pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
+    /// Empty programs for measuring each attach mechanism's floor (benchmark only).
+    pub const NOOP_TP: &str = "noop_tp";
+    pub const NOOP_RAW: &str = "noop_raw";
+    pub const NOOP_BTF: &str = "noop_btf";
 }
 
 /// x86_64 syscall numbers the driver family handles.

@@ -130,6 +130,23 @@ pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     0
 }
 
+// Empty programs, one per attach mechanism: the benchmark attaches them to measure each mechanism's
+// own floor, so the tracer's cost can be reported as "floor + our work".
+#[tracepoint]
+pub fn noop_tp(_ctx: TracePointContext) -> u32 {
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn noop_raw(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "sys_enter")]
+pub fn noop_btf(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
