@@ -14,7 +14,7 @@ mod test;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "gpu-tracer project automation")]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "gpu-tracer project automation")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
