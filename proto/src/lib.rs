@@ -2,7 +2,7 @@
 //! `proto/gputracer/v1/events.proto` (field meanings are documented there).
 //!
 //! A stream is a sequence of [`v1::Event`]s, each written with prost's
-//! [`Message::encode_length_delimited`](prost::Message::encode_length_delimited) (a varint length,
+//! [`Message::encode_length_delimited`] (a varint length,
 //! then the message). [`read_stream`] reads one back.
 
 /// Generated types of package `gputracer.v1`.
