@@ -2,8 +2,14 @@
 //!
 //! Modules follow the pipeline: `probe` (load, feature detection, attach) → `source` (ring buffer,
 //! counters, `/proc` seeding) → `decode` (pure: bytes → events) → `state` (fd table, RM handle
-//! ledger → live memory) → `aggregate` (immutable snapshot) → `export` (events stream, `top`).
+//! ledger → live memory) → `enrich` (cgroup paths, process identity) → `export` (event stream,
+//! `top`). `pipeline` wires the stages together; `doctor` reports what works on this node.
 pub mod config;
 pub mod decode;
+pub mod doctor;
+pub mod enrich;
+pub mod export;
+pub mod pipeline;
 pub mod probe;
+pub mod source;
 pub mod state;

@@ -1,10 +1,319 @@
-fn main() -> anyhow::Result<()> {
-    let cfg = tracer_user::config::Config::default();
-    let abi = tracer_common::nv::DriverAbi::for_version(tracer_common::nv::DEFAULT_DRIVER_VERSION);
-    for mode in [tracer_user::config::AttachMode::SyscallTracepoint, tracer_user::config::AttachMode::RawTracepoint, tracer_user::config::AttachMode::BtfTracepoint] {
-        let cfg = tracer_user::config::Config { attach_mode: mode, ..cfg.clone() };
-        let p = tracer_user::probe::Probes::load(&cfg, &abi, &[], &[])?;
-        println!("{}", serde_json::to_string_pretty(&p.report)?);
+//! `gpu-tracer`: per-container accounting of NVIDIA GPU usage, from eBPF probes on the driver.
+use std::{
+    io::Write,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use tracer_user::{
+    config::{AttachMode, Config},
+    doctor,
+    export::{
+        events::{EventFormat, EventWriter, to_proto},
+        top,
+    },
+    pipeline::{Agent, Identity},
+    probe::FamilyStatus,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "gpu-tracer",
+    version,
+    about = "Per-container accounting of NVIDIA GPU memory, from eBPF probes on the driver's ioctls.",
+    long_about = "gpu-tracer watches the NVIDIA driver interface (/dev/nvidia*) with eBPF and attributes every \
+GPU memory allocation to the process and cgroup (container) that made it. It needs root, or CAP_BPF + \
+CAP_PERFMON (+ CAP_SYS_PTRACE to scan processes that started before it).\n\n\
+Try:\n  gpu-tracer doctor            what works on this node, and why not\n  \
+gpu-tracer top               live GPU memory per container\n  \
+gpu-tracer events --json     the raw event stream as JSON lines\n\n\
+Without a GPU, `cargo xtask sim` runs a simulated node (a fake driver and three pod workloads)."
+)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct CommonArgs {
+    /// TOML config file (flags override it; see docs/configuration.md).
+    #[arg(long, global = true, env = "GPU_TRACER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Directory with the NVIDIA device nodes [default: /dev].
+    #[arg(long, global = true)]
+    dev_dir: Option<PathBuf>,
+    /// procfs of the host PID namespace [default: /proc].
+    #[arg(long, global = true)]
+    proc_root: Option<PathBuf>,
+    /// Where the driver probes attach [default: auto = the cheapest this kernel offers].
+    #[arg(long, global = true, value_enum)]
+    attach_mode: Option<AttachMode>,
+    /// Driver version for struct layouts (default: read /proc/driver/nvidia/version).
+    #[arg(long, global = true)]
+    driver_version: Option<String>,
+    /// Do not load the driver probe family (fds, ioctls, managed mmaps).
+    #[arg(long, global = true)]
+    no_driver: bool,
+    /// Do not load the lifecycle probe family (exec/exit/fork, cgroup removal).
+    #[arg(long, global = true)]
+    no_lifecycle: bool,
+    /// Log level filter (also RUST_LOG) [default: warn].
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Live table of GPU memory per cgroup (container), refreshed in place.
+    Top(TopArgs),
+    /// Stream every event (length-delimited protobuf `gputracer.v1.Event`, or JSON lines).
+    Events(EventsArgs),
+    /// Check what works on this node: kernel features, privileges, driver, probes.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args)]
+struct TopArgs {
+    /// Print one snapshot after --interval and exit (for scripts).
+    #[arg(long)]
+    once: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also list processes under each cgroup.
+    #[arg(long)]
+    per_process: bool,
+    /// Refresh interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    duration: Option<f64>,
+}
+
+#[derive(Args)]
+struct EventsArgs {
+    /// JSON lines instead of length-delimited protobuf.
+    #[arg(long)]
+    json: bool,
+    /// Write to this file instead of stdout.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Stop after this many events.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Print a summary (events, accounting identity) to stderr at the end.
+    #[arg(long)]
+    summary: bool,
+}
+
+#[derive(Args)]
+struct DoctorArgs {
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn build_config(c: &CommonArgs) -> Result<Config> {
+    let mut cfg = match &c.config {
+        Some(p) => {
+            let (cfg, warnings) = Config::from_file(p)?;
+            for w in warnings {
+                tracing::warn!("{w}");
+            }
+            cfg
+        }
+        None => Config::default(),
+    };
+    if let Some(d) = &c.dev_dir {
+        cfg.dev_dir = d.clone();
+    }
+    if let Some(p) = &c.proc_root {
+        cfg.proc_root = p.clone();
+    }
+    if let Some(m) = c.attach_mode {
+        cfg.attach_mode = m;
+    }
+    if let Some(v) = &c.driver_version {
+        cfg.driver_version = Some(v.clone());
+    }
+    if c.no_driver {
+        cfg.families.driver = false;
+    }
+    if c.no_lifecycle {
+        cfg.families.lifecycle = false;
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn log_report(agent: &Agent) {
+    let r = agent.report();
+    tracing::info!(mode = r.attach_mode, reason = %r.attach_reason, driver = %agent.driver_version.version_string(), "probes loaded");
+    for (name, st) in [("driver", &r.driver), ("lifecycle", &r.lifecycle)] {
+        if let FamilyStatus::Failed { error } = st {
+            tracing::warn!(family = name, %error, "probe family failed; the others keep running");
+        }
+    }
+}
+
+async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
+    let mut agent = Agent::start(cfg).context("starting the tracer")?;
+    log_report(&agent);
+    let start = Instant::now();
+    let interval = Duration::from_millis(a.interval_ms.max(50));
+    let mut next = Instant::now() + interval;
+    let tty = !a.once && !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut stdout = std::io::stdout();
+    loop {
+        let mut ignore = |_: &tracer_user::decode::Event, _: &Identity| {};
+        tokio::select! {
+            _ = agent.step(&mut ignore) => {}
+            _ = tokio::signal::ctrl_c() => break,
+        }
+        if Instant::now() < next {
+            continue;
+        }
+        next += interval;
+        agent.drain(&mut |_, _| {});
+        let snap = agent.snapshot();
+        let out = if a.json {
+            serde_json::to_string(&snap)? + "\n"
+        } else {
+            top::render(&snap, &top::RenderOptions { per_process: a.per_process, width: top::terminal_width() })
+        };
+        if tty {
+            // Redraw in place.
+            write!(stdout, "\x1b[H\x1b[2J{out}")?;
+        } else {
+            write!(stdout, "{out}")?;
+            if !a.once && !a.json {
+                writeln!(stdout)?;
+            }
+        }
+        stdout.flush()?;
+        if a.once || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
+            break;
+        }
     }
     Ok(())
+}
+
+async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
+    let fmt = if a.json { EventFormat::JsonLines } else { EventFormat::Protobuf };
+    let writer = EventWriter::to_path(a.output.as_deref(), fmt)
+        .with_context(|| format!("opening {}", a.output.as_ref().map(|p| p.display().to_string()).unwrap_or("stdout".into())))?;
+    let mut agent = Agent::start(cfg).context("starting the tracer")?;
+    log_report(&agent);
+    let start = Instant::now();
+    let mut out = StreamOut { writer, written: 0, limit: a.count.unwrap_or(u64::MAX), io_error: None };
+    // Events for processes found by the start-up scan were applied before the stream existed; the
+    // stream starts with what happens from now on.
+    loop {
+        let mut sink = |ev: &tracer_user::decode::Event, id: &Identity| out.write(ev, id);
+        tokio::select! {
+            _ = agent.step(&mut sink) => {}
+            _ = tokio::signal::ctrl_c() => break,
+        }
+        if out.io_error.is_some() || out.written >= out.limit || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
+            break;
+        }
+    }
+    agent.drain(&mut |ev, id| out.write(ev, id));
+    out.writer.flush()?;
+    if let Some(e) = out.io_error {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e).context("writing events");
+        }
+    }
+    let written = out.written;
+    if a.summary {
+        let (_, acc) = agent.accounting();
+        eprintln!(
+            "events written: {written}; kernel seen {} = received {} + dropped {} (in flight {}); decode errors {:?}",
+            acc.seen, acc.received, acc.dropped, acc.in_flight, agent.stats.decode_errors
+        );
+    }
+    Ok(())
+}
+
+/// The `events` command's output side.
+struct StreamOut {
+    writer: EventWriter<Box<dyn Write + Send>>,
+    written: u64,
+    limit: u64,
+    io_error: Option<std::io::Error>,
+}
+
+impl StreamOut {
+    fn write(&mut self, ev: &tracer_user::decode::Event, id: &Identity) {
+        if self.written >= self.limit || self.io_error.is_some() {
+            return;
+        }
+        match self.writer.write(&to_proto(ev, &id.to_enrichment())) {
+            Ok(()) => self.written += 1,
+            Err(e) => self.io_error = Some(e),
+        }
+    }
+}
+
+fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
+    let mut checks = doctor::static_checks(&cfg);
+    let probe_result = Agent::start(cfg.clone());
+    let report = match &probe_result {
+        Ok(agent) => Some(agent.report().clone()),
+        Err(e) => {
+            checks.push(doctor::Check { name: "probes", status: "fail", detail: format!("{e:#}") });
+            None
+        }
+    };
+    if let Some(r) = &report {
+        checks.push(doctor::Check {
+            name: "attach mode",
+            status: "ok",
+            detail: format!("{} ({})", r.attach_mode, r.attach_reason),
+        });
+        for (name, st) in [("driver family", &r.driver), ("lifecycle family", &r.lifecycle)] {
+            let (status, detail) = match st {
+                FamilyStatus::Attached { programs } => ("ok", format!("attached: {}", programs.join(", "))),
+                FamilyStatus::Disabled => ("warn", "disabled by configuration".to_string()),
+                FamilyStatus::Failed { error } => ("fail", error.clone()),
+            };
+            checks.push(doctor::Check { name, status, detail });
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "checks": checks, "probes": report }))?);
+    } else {
+        for c in &checks {
+            println!("{:<5} {:<20} {}", c.status, c.name, c.detail);
+        }
+    }
+    if checks.iter().any(|c| c.status == "fail") {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.common.log.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = build_config(&cli.common)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match cli.command {
+        Command::Top(a) => rt.block_on(run_top(cfg, a)),
+        Command::Events(a) => rt.block_on(run_events(cfg, a)),
+        Command::Doctor(a) => run_doctor(cfg, a),
+    }
 }

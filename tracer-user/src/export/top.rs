@@ -1,0 +1,183 @@
+//! `gpu-tracer top`: the snapshot as a table that reads well at 80 columns.
+use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
+
+use crate::{
+    pipeline::AgentSnapshot,
+    state::snapshot::{CgroupRow, Usage},
+};
+
+/// How to render.
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    /// List processes under their cgroup.
+    pub per_process: bool,
+    /// Terminal width in columns.
+    pub width: u16,
+}
+
+/// The terminal width, or 80 when not a terminal.
+pub fn terminal_width() -> u16 {
+    crossterm::terminal::size().map(|(w, _)| w).unwrap_or(80).max(60)
+}
+
+/// `1.5 GiB`-style sizes (binary units), `0` for zero.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b == 0 {
+        return "0".into();
+    }
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else if v >= 100.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A short name for a cgroup path: Kubernetes pod/container scopes become `pod <uid> / <ctr id>`,
+/// anything else its last components.
+pub fn short_cgroup(path: Option<&str>, id: u64) -> String {
+    let Some(p) = path else { return format!("cgroup #{id} (gone)") };
+    if p == "/" {
+        return "/ (root: not in a container)".into();
+    }
+    let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+    let pod = comps.iter().find_map(|c| {
+        let c = c.strip_suffix(".slice").unwrap_or(c);
+        c.rfind("-pod").map(|i| c[i + 4..].replace('_', "-")).or_else(|| c.strip_prefix("pod").map(str::to_string))
+    });
+    let ctr = comps.last().map(|c| {
+        let c = c.strip_suffix(".scope").unwrap_or(c);
+        let id = c.rsplit(['-', ':']).next().unwrap_or(c);
+        id.to_string()
+    });
+    match (pod, ctr) {
+        (Some(pod), Some(ctr)) if ctr.len() >= 12 => {
+            format!("pod {} / {}", &pod[..pod.len().min(8)], &ctr[..12])
+        }
+        _ => {
+            let tail = comps.iter().rev().take(2).rev().cloned().collect::<Vec<_>>().join("/");
+            if tail.len() > 40 { format!("…{}", &tail[tail.len() - 39..]) } else { tail }
+        }
+    }
+}
+
+fn usage_cells(u: &Usage) -> Vec<Cell> {
+    vec![
+        Cell::new(human_bytes(u.vidmem_bytes)).set_alignment(CellAlignment::Right),
+        Cell::new(human_bytes(u.sysmem_bytes)).set_alignment(CellAlignment::Right),
+        Cell::new(human_bytes(u.managed_bytes)).set_alignment(CellAlignment::Right),
+        Cell::new(format!("{}/{}", u.allocations, u.frees)).set_alignment(CellAlignment::Right),
+        Cell::new(u.ioctls).set_alignment(CellAlignment::Right),
+    ]
+}
+
+fn cgroup_sort_key(c: &CgroupRow) -> (std::cmp::Reverse<u64>, u64) {
+    (std::cmp::Reverse(c.usage.vidmem_bytes), c.cgroup_id)
+}
+
+/// Render one snapshot.
+pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
+    let mut out = String::new();
+    let t = &s.state.totals;
+    out.push_str(&format!(
+        "gpu-tracer — driver {} — attach {} — {} processes in {} cgroups — GPU memory {}\n",
+        s.driver_version,
+        s.attach_mode,
+        t.processes,
+        t.cgroups,
+        human_bytes(t.usage.vidmem_bytes)
+    ));
+
+    let mut table = Table::new();
+    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
+    table.set_width(o.width);
+    table.set_header(vec!["CGROUP / PROCESS", "PROCS", "GPU MEM", "SYSMEM", "MANAGED", "ALLOC/FREE", "IOCTLS"]);
+    let mut cgroups: Vec<&CgroupRow> = s.state.cgroups.iter().collect();
+    cgroups.sort_by_key(|c| cgroup_sort_key(c));
+    for c in cgroups {
+        let mut name = short_cgroup(c.path.as_deref(), c.cgroup_id);
+        if c.removed {
+            name.push_str(" (removed)");
+        }
+        let mut row = vec![Cell::new(name), Cell::new(c.processes).set_alignment(CellAlignment::Right)];
+        row.extend(usage_cells(&c.usage));
+        table.add_row(row);
+        if o.per_process {
+            for p in s.state.processes.iter().filter(|p| p.cgroup_id == c.cgroup_id) {
+                let gpus = if p.gpu_minors.is_empty() {
+                    String::new()
+                } else {
+                    format!(" gpu{}", p.gpu_minors.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","))
+                };
+                let mut row = vec![
+                    Cell::new(format!("  {} {}{}", p.tgid, p.comm.as_deref().unwrap_or("?"), gpus)),
+                    Cell::new(""),
+                ];
+                row.extend(usage_cells(&p.usage));
+                table.add_row(row);
+            }
+        }
+    }
+    if s.state.cgroups.is_empty() {
+        table.add_row(vec![Cell::new("(no process has an NVIDIA device open)")]);
+    }
+    out.push_str(&table.to_string());
+    out.push('\n');
+
+    let gpus: Vec<String> = s
+        .state
+        .gpus
+        .iter()
+        .map(|g| {
+            let name = g.minor.map(|m| format!("gpu{m}")).unwrap_or_else(|| "unknown-gpu".into());
+            format!("{name} {}", human_bytes(g.usage.vidmem_bytes))
+        })
+        .collect();
+    if !gpus.is_empty() {
+        out.push_str(&format!("per GPU: {}\n", gpus.join(" | ")));
+    }
+    let a = &s.accounting;
+    let decode_errors: u64 = s.pipeline.decode_errors.values().sum();
+    let malformed: u64 = s.state.counters.malformed_by_reason.values().sum();
+    out.push_str(&format!(
+        "events: seen {} = received {} + dropped {}{} | decode errors {} | malformed ioctls {}\n",
+        a.seen,
+        a.received,
+        a.dropped,
+        if a.in_flight != 0 { format!(" ({} in flight)", a.in_flight) } else { String::new() },
+        decode_errors,
+        malformed
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_human() {
+        assert_eq!(human_bytes(0), "0");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(human_bytes(1536 << 20), "1.5 GiB");
+        assert_eq!(human_bytes(200 << 20), "200 MiB");
+    }
+
+    #[test]
+    fn pod_cgroups_are_shortened() {
+        let p = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope";
+        assert_eq!(short_cgroup(Some(p), 1), "pod 1b2c3d4e / 0123456789ab");
+        assert_eq!(short_cgroup(Some("/user.slice/session-1.scope"), 1), "user.slice/session-1.scope");
+        assert_eq!(short_cgroup(None, 7), "cgroup #7 (gone)");
+        assert_eq!(short_cgroup(Some("/"), 1), "/ (root: not in a container)");
+    }
+}

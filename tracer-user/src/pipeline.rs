@@ -1,0 +1,355 @@
+//! The running pipeline: probes → ring buffer → decode → state, with identity enrichment and the
+//! kernel-map housekeeping that user space owns (seeding from `/proc`, forgetting exited processes).
+//!
+//! Everything runs on one task: a record is decoded and applied as soon as it is drained, so no
+//! queue sits between the stages and none can drop. What can be lost is lost in the kernel, where it
+//! is counted; [`Accounting`] checks `seen == received + dropped` for every probe.
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use serde::Serialize;
+use tracer_common::{map_names, nv::DriverAbi, record_as_bytes, DeviceRef, FdKey};
+
+use crate::{
+    config::{resolve_driver_version, Config, ResolvedDriverVersion},
+    decode::{self, Event},
+    enrich::{self, CgroupResolver, ProcessInfo},
+    probe::{ProbeError, ProbeReport, Probes},
+    source::{
+        counters::{self, KernelCounters},
+        procscan,
+        ringbuf::{RingSource, SourceError},
+    },
+    state::{Snapshot, TracerState},
+};
+
+/// Identity attached to an event after decoding.
+#[derive(Clone, Debug, Default)]
+pub struct Identity {
+    pub wall_time_unix_ns: u64,
+    pub process_start_time_ticks: u64,
+    pub comm: Option<String>,
+    pub cgroup_path: Option<String>,
+    /// Bytes an RM free / process exit released (from the state stage), when known.
+    pub released_bytes: Option<u64>,
+}
+
+impl Identity {
+    /// The event exporter's view of this identity.
+    pub fn to_enrichment(&self) -> crate::export::events::Enrichment {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        crate::export::events::Enrichment {
+            wall_time_unix_ns: self.wall_time_unix_ns,
+            process_start_time_ns: self.process_start_time_ticks.saturating_mul(1_000_000_000 / hz),
+            cgroup_path: self.cgroup_path.clone(),
+            comm: self.comm.clone(),
+            released_bytes: self.released_bytes,
+        }
+    }
+}
+
+/// Counters of the user-space stages.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PipelineStats {
+    /// Records taken out of the ring buffer.
+    pub received: u64,
+    /// Records decoded into events.
+    pub decoded: u64,
+    /// Records that failed to decode, by reason (never silently dropped: counted here).
+    pub decode_errors: BTreeMap<&'static str, u64>,
+    /// NVIDIA fds found by the start-up `/proc` scan (and for forked children).
+    pub seeded_fds: u64,
+    /// Processes whose `/proc/PID/fd` could not be read during a scan.
+    pub scan_unreadable: u64,
+    /// Kernel `NV_FDS` entries removed after process exit.
+    pub fd_map_cleanups: u64,
+    /// Failed kernel map updates from user space (seeding, cleanup).
+    pub fd_map_errors: u64,
+}
+
+/// `seen = received + dropped`, per probe and in total.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Accounting {
+    pub seen: u64,
+    pub received: u64,
+    pub dropped: u64,
+    /// Records emitted but not yet drained when the counters were read (0 when quiescent).
+    pub in_flight: i64,
+    /// Does the identity hold exactly (with nothing in flight)?
+    pub exact: bool,
+}
+
+/// Everything a user-facing command shows, computed once per interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentSnapshot {
+    pub state: Snapshot,
+    pub kernel: KernelCounters,
+    pub pipeline: PipelineStats,
+    pub accounting: Accounting,
+    pub attach_mode: &'static str,
+    pub driver_version: String,
+}
+
+/// Errors starting the pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+/// The running agent.
+pub struct Agent {
+    cfg: Config,
+    abi: DriverAbi,
+    pub driver_version: ResolvedDriverVersion,
+    probes: Probes,
+    ring: RingSource,
+    state: TracerState,
+    cgroups: CgroupResolver,
+    procs: HashMap<u32, ProcessInfo>,
+    /// Kernel `NV_FDS` keys per process, so they can be removed when it exits.
+    kernel_fds: HashMap<u32, BTreeSet<u32>>,
+    pub stats: PipelineStats,
+    /// Wall clock minus monotonic clock, to stamp events with wall time.
+    mono_to_wall_ns: i128,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Agent {
+    /// Load and attach the probes, then seed state from `/proc`.
+    pub fn start(cfg: Config) -> Result<Agent, StartError> {
+        cfg.validate()?;
+        let driver_version = resolve_driver_version(&cfg);
+        let abi = DriverAbi::for_version(driver_version.version);
+        let plans = decode::plan::capture_plans(&abi);
+        let sizes = decode::plan::alloc_param_sizes(&abi);
+        let mut probes = Probes::load(&cfg, &abi, &plans, &sizes)?;
+        let ring = RingSource::new(&mut probes.ebpf)?;
+        let cgroup_root =
+            cfg.cgroup_root.clone().or_else(|| procscan::cgroup2_mount(&cfg.proc_root.join("self/mountinfo")));
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i128;
+        let mut agent = Agent {
+            state: TracerState::new(cfg.max_processes),
+            cfg,
+            abi,
+            driver_version,
+            probes,
+            ring,
+            cgroups: CgroupResolver::new(cgroup_root),
+            procs: HashMap::new(),
+            kernel_fds: HashMap::new(),
+            stats: PipelineStats::default(),
+            mono_to_wall_ns: wall - monotonic_ns() as i128,
+        };
+        agent.seed_from_proc(None, &mut |_, _| {});
+        Ok(agent)
+    }
+
+    /// What loading and attaching did.
+    pub fn report(&self) -> &ProbeReport {
+        &self.probes.report
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Scan `/proc` (all processes, or one) for NVIDIA fds, register them with the kernel and feed
+    /// synthetic open events through the decoder.
+    fn seed_from_proc(&mut self, only: Option<u32>, sink: &mut dyn FnMut(&Event, &Identity)) {
+        let prefix = self.cfg.dev_prefix();
+        let (found, unreadable) = match only {
+            None => procscan::scan(&self.cfg.proc_root, &prefix, std::process::id()),
+            Some(pid) => procscan::scan_one(&self.cfg.proc_root, &prefix, pid),
+        };
+        self.stats.scan_unreadable += unreadable;
+        if found.is_empty() {
+            return;
+        }
+        let now = monotonic_ns();
+        for s in &found {
+            if let Err(e) = self.kernel_track(procscan::key(s), s.dev) {
+                tracing::warn!(tgid = s.tgid, fd = s.fd, error = %e, "cannot register seeded fd with the kernel");
+                self.stats.fd_map_errors += 1;
+            }
+            let cgroup_id = self.cgroup_id_of(s.tgid).unwrap_or(0);
+            let rec = procscan::seeded_record(s, cgroup_id, now);
+            self.stats.seeded_fds += 1;
+            self.handle_bytes(record_as_bytes(&rec), false, sink);
+        }
+        tracing::info!(fds = found.len(), processes = procscan::per_process(&found).len(), "seeded NVIDIA fds from /proc");
+    }
+
+    fn cgroup_id_of(&self, tgid: u32) -> Option<u64> {
+        let rel = procscan::process_cgroup_path(&self.cfg.proc_root, tgid)?;
+        let root = self.cgroups.root()?;
+        let p: PathBuf = root.join(rel.trim_start_matches('/'));
+        std::fs::metadata(p).ok().map(|m| m.ino())
+    }
+
+    fn kernel_track(&mut self, key: FdKey, dev: DeviceRef) -> Result<(), aya::maps::MapError> {
+        {
+            let m = self.probes.ebpf.map_mut(map_names::NV_FDS).ok_or(aya::maps::MapError::InvalidName {
+                name: map_names::NV_FDS.into(),
+            })?;
+            let mut h: BpfHashMap<&mut MapData, FdKey, DeviceRef> = BpfHashMap::try_from(m)?;
+            h.insert(key, dev, 0)?;
+        }
+        let m = self.probes.ebpf.map_mut(map_names::TRACKED_TGIDS).ok_or(aya::maps::MapError::InvalidName {
+            name: map_names::TRACKED_TGIDS.into(),
+        })?;
+        let mut t: BpfHashMap<&mut MapData, u32, u32> = BpfHashMap::try_from(m)?;
+        t.insert(key.tgid, 1, 0)?;
+        self.kernel_fds.entry(key.tgid).or_default().insert(key.fd);
+        Ok(())
+    }
+
+    /// Forget a process's fds in the kernel map (its files were closed by exit).
+    fn kernel_forget(&mut self, tgid: u32) {
+        let Some(fds) = self.kernel_fds.remove(&tgid) else { return };
+        let Some(m) = self.probes.ebpf.map_mut(map_names::NV_FDS) else { return };
+        let Ok(mut h) = BpfHashMap::<&mut MapData, FdKey, DeviceRef>::try_from(m) else { return };
+        for fd in fds {
+            if h.remove(&FdKey { tgid, fd }).is_ok() {
+                self.stats.fd_map_cleanups += 1;
+            }
+        }
+    }
+
+    /// Wait for records (a wake-up or the drain interval), then process everything waiting.
+    /// `sink` sees every event with its identity. Returns how many records were processed.
+    pub async fn step(&mut self, sink: &mut dyn FnMut(&Event, &Identity)) -> usize {
+        self.ring.wait(Duration::from_millis(self.cfg.drain_interval_ms.max(1))).await;
+        self.drain(sink)
+    }
+
+    /// Process everything waiting in the ring buffer now.
+    pub fn drain(&mut self, sink: &mut dyn FnMut(&Event, &Identity)) -> usize {
+        let mut total = 0;
+        loop {
+            let mut batch: Vec<Vec<u8>> = Vec::new();
+            let n = self.ring.drain(4096, |b| batch.push(b.to_vec()));
+            self.stats.received += n as u64;
+            for b in &batch {
+                self.handle_bytes(b, true, sink);
+            }
+            total += n;
+            if n < 4096 {
+                return total;
+            }
+        }
+    }
+
+    fn handle_bytes(&mut self, bytes: &[u8], _from_ring: bool, sink: &mut dyn FnMut(&Event, &Identity)) {
+        let ev = match decode::decode(bytes, &self.abi) {
+            Ok(ev) => ev,
+            Err(e) => {
+                *self.stats.decode_errors.entry(e.reason()).or_insert(0) += 1;
+                return;
+            }
+        };
+        self.stats.decoded += 1;
+        let h = *ev.header();
+        let info = match self.procs.get(&h.tgid) {
+            Some(i) => Some(i.clone()),
+            None => {
+                let i = enrich::process_info(&self.cfg.proc_root, h.tgid);
+                if let Some(i) = &i {
+                    self.procs.insert(h.tgid, i.clone());
+                }
+                i
+            }
+        };
+        let start_time = info.as_ref().map(|i| i.start_time_ticks).unwrap_or(0);
+        match &ev {
+            Event::FdOpened { fd, .. } if *fd >= 0 => {
+                self.kernel_fds.entry(h.tgid).or_default().insert(*fd as u32);
+            }
+            Event::FdDuped { new_fd, .. } if *new_fd >= 0 => {
+                self.kernel_fds.entry(h.tgid).or_default().insert(*new_fd as u32);
+            }
+            Event::FdClosed { fd, .. } if *fd >= 0 => {
+                if let Some(s) = self.kernel_fds.get_mut(&h.tgid) {
+                    s.remove(&(*fd as u32));
+                }
+            }
+            _ => {}
+        }
+        let released = self.state.apply(&ev, start_time);
+        let cgroup_path = self.cgroups.resolve(h.cgroup_id);
+        if let Some(p) = &cgroup_path {
+            self.state.set_cgroup_path(h.cgroup_id, p);
+        }
+        if let Some(i) = &info {
+            self.state.set_comm(h.tgid, &i.comm);
+        }
+        let id = Identity {
+            wall_time_unix_ns: (self.mono_to_wall_ns + h.ktime_ns as i128).max(0) as u64,
+            process_start_time_ticks: start_time,
+            comm: info.map(|i| i.comm),
+            cgroup_path,
+            released_bytes: released,
+        };
+        sink(&ev, &id);
+        match &ev {
+            Event::ProcessExit { .. } => {
+                self.kernel_forget(h.tgid);
+                self.procs.remove(&h.tgid);
+            }
+            Event::ProcessFork { child_pid, .. } => {
+                // A new process (not a thread) inherits the parent's NVIDIA fds: register them.
+                let child = *child_pid;
+                if enrich::tgid_of(&self.cfg.proc_root, child) == Some(child) {
+                    self.seed_from_proc(Some(child), sink);
+                }
+            }
+            Event::CgroupRemoved { cgroup_id, .. } => self.cgroups.forget(*cgroup_id),
+            _ => {}
+        }
+    }
+
+    /// Read the kernel counters and check the accounting identity.
+    pub fn accounting(&self) -> (KernelCounters, Accounting) {
+        let kc = counters::read(&self.probes.ebpf).unwrap_or_default();
+        let t = kc.total();
+        let in_flight = t.emitted as i64 - self.stats.received as i64;
+        let acc = Accounting {
+            seen: t.seen,
+            received: self.stats.received,
+            dropped: t.dropped(),
+            in_flight,
+            exact: t.seen == self.stats.received + t.dropped() && in_flight == 0,
+        };
+        (kc, acc)
+    }
+
+    /// The immutable snapshot of this moment.
+    pub fn snapshot(&mut self) -> AgentSnapshot {
+        let (kernel, accounting) = self.accounting();
+        AgentSnapshot {
+            state: self.state.snapshot(),
+            kernel,
+            pipeline: self.stats.clone(),
+            accounting,
+            attach_mode: self.probes.report.attach_mode,
+            driver_version: self.driver_version.version_string(),
+        }
+    }
+}

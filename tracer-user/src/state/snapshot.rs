@@ -1,0 +1,177 @@
+//! The immutable, serialisable view of the state at one moment.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// Live memory and cumulative counts of one row (a process, a cgroup, a GPU, or the total).
+///
+/// The byte fields are live (they go down on free); the counts are cumulative for the row's
+/// lifetime. Byte buckets are disjoint: device memory, system memory (including pinned host pages),
+/// GPU virtual-address reservations without backing, and managed (UVM `mmap`) ranges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Device (video) memory: RM memory classes in vidmem, VID_HEAP allocations, fabric memory.
+    pub vidmem_bytes: u64,
+    /// System memory allocated through RM, and pinned host pages (OS descriptors).
+    pub sysmem_bytes: u64,
+    /// GPU virtual-address reservations without backing (0x50a0, 0x70, VID_HEAP VIRTUAL).
+    pub va_reserved_bytes: u64,
+    /// Managed memory (`mmap` of `/dev/nvidia-uvm`): not device memory until touched.
+    pub managed_bytes: u64,
+    /// The part of `vidmem_bytes` whose GPU was inferred from the device instance (the process
+    /// had several or no `/dev/nvidiaN` open).
+    pub inferred_vidmem_bytes: u64,
+    /// Live RM memory allocations charged to this row.
+    pub live_allocations: u64,
+    /// Live managed mappings charged to this row.
+    pub managed_mappings: u64,
+    /// Successful memory allocations charged to this row (cumulative).
+    pub allocations: u64,
+    /// Memory allocations released while charged to this row, by any path (cumulative).
+    pub frees: u64,
+    /// Ioctls seen (cumulative).
+    pub ioctls: u64,
+    /// Ioctls whose syscall or status said failure (cumulative; malformed ones not included).
+    pub failed_calls: u64,
+}
+
+impl Usage {
+    /// Are all live fields zero?
+    pub fn is_idle(&self) -> bool {
+        self.vidmem_bytes == 0
+            && self.sysmem_bytes == 0
+            && self.va_reserved_bytes == 0
+            && self.managed_bytes == 0
+            && self.inferred_vidmem_bytes == 0
+            && self.live_allocations == 0
+            && self.managed_mappings == 0
+    }
+}
+
+/// One live process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessRow {
+    pub tgid: u32,
+    /// Start time in clock ticks since boot (`/proc/PID/stat` field 22), as given by the caller;
+    /// 0 when it was never known.
+    pub start_time_ticks: u64,
+    pub comm: Option<String>,
+    /// cgroup of its latest event.
+    pub cgroup_id: u64,
+    /// Open NVIDIA fds.
+    pub fds: usize,
+    /// Distinct `/dev/nvidiaN` minors open.
+    pub gpu_minors: Vec<u32>,
+    /// RM clients and handles tracked.
+    pub clients: usize,
+    pub handles: usize,
+    pub usage: Usage,
+}
+
+/// One cgroup with live processes or live memory (or recent activity).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CgroupRow {
+    pub cgroup_id: u64,
+    /// Filled by the caller's enrich step (`TracerState::set_cgroup_path`).
+    pub path: Option<String>,
+    /// Live processes whose latest event came from this cgroup.
+    pub processes: usize,
+    /// The cgroup directory was removed (the row stays until its memory is gone).
+    pub removed: bool,
+    pub usage: Usage,
+}
+
+/// One GPU bucket: a `/dev/nvidiaN` minor, or `None` for memory whose GPU is unknown (and all
+/// managed memory, which has no GPU until touched).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuRow {
+    pub minor: Option<u32>,
+    pub usage: Usage,
+}
+
+/// Counters of the state stage (cumulative since start).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StateCounters {
+    /// Events applied, by kind.
+    pub events: BTreeMap<&'static str, u64>,
+    /// Ioctls by decoded operation.
+    pub ioctls_by_op: BTreeMap<&'static str, u64>,
+    /// Ioctls by device kind.
+    pub ioctls_by_device: BTreeMap<&'static str, u64>,
+    /// Failed ioctls (syscall or status) by decoded operation.
+    pub failed_by_op: BTreeMap<&'static str, u64>,
+    /// RM_CONTROL calls by command (at most `max_control_cmds` distinct commands).
+    pub rm_control_by_cmd: BTreeMap<u32, u64>,
+    /// RM_CONTROL calls whose command did not fit the bounded table.
+    pub rm_control_other: u64,
+    /// Malformed ioctls by reason.
+    pub malformed_by_reason: BTreeMap<&'static str, u64>,
+    /// Successful UVM_MAP_EXTERNAL_ALLOCATION / UVM_UNMAP_EXTERNAL / UVM_FREE calls.
+    pub uvm_map_external: u64,
+    pub uvm_unmap_external: u64,
+    pub uvm_free: u64,
+    /// Successful memory allocations / allocations released.
+    pub allocations: u64,
+    pub frees: u64,
+    /// Allocations released, by cause (`free`, `parent_free`, `client_free`, `fd_release`,
+    /// `process_exit`, `pid_reuse`, `evicted`, `replaced`).
+    pub released_by: BTreeMap<&'static str, u64>,
+    /// RM_DUP_OBJECT references added to existing memory (not counted as new memory).
+    pub dup_references: u64,
+    /// RM_DUP_OBJECT whose source was not known (tracked as a placeholder without memory).
+    pub dup_unknown_source: u64,
+    /// Allocations whose charge moved to another process when the owner dropped its references.
+    pub ownership_transfers: u64,
+    /// Frees of handles that were not tracked.
+    pub unknown_handle_frees: u64,
+    /// Allocations of a handle that was still tracked (a missed free): the old one is released.
+    pub stale_handles_replaced: u64,
+    /// GPU attributions made from the device instance (inferred) or not made (unknown).
+    pub inferred_gpu_attributions: u64,
+    pub unknown_gpu_attributions: u64,
+    /// Objects not tracked because the process's handle table was full (and memory thereby missed).
+    pub handle_table_full: u64,
+    pub untracked_allocations: u64,
+    /// Fds not tracked because the fd table was full; closes of fds never seen opened.
+    pub fd_table_full: u64,
+    pub unknown_fd_closes: u64,
+    /// Opens of an fd number still tracked (a missed close).
+    pub stale_fds_replaced: u64,
+    /// Managed mappings not tracked (table full); unmaps of unknown addresses.
+    pub managed_table_full: u64,
+    pub unknown_munmaps: u64,
+    /// Processes evicted because the process table was full.
+    pub evicted_processes: u64,
+    /// Processes replaced by a new one with the same tgid and another start time.
+    pub pid_reuse: u64,
+    /// Fork events whose child is handled by the caller's `/proc` seeding.
+    pub forks: u64,
+    /// Cgroup rows dropped after their directory was removed; rows dropped for the table cap.
+    pub cgroups_removed: u64,
+    pub evicted_cgroups: u64,
+}
+
+/// Totals across all rows, and table sizes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub usage: Usage,
+    pub processes: usize,
+    pub cgroups: usize,
+    pub live_allocations: usize,
+}
+
+/// The state at one moment: per-cgroup, per-process and per-GPU rows, totals and counters.
+///
+/// For every byte bucket, Σ processes = Σ cgroups = Σ GPUs = totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    pub totals: Totals,
+    /// Sorted by cgroup id.
+    pub cgroups: Vec<CgroupRow>,
+    /// Sorted by tgid.
+    pub processes: Vec<ProcessRow>,
+    /// Sorted by minor, the unknown bucket last.
+    pub gpus: Vec<GpuRow>,
+    pub counters: StateCounters,
+}
