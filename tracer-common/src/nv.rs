@@ -349,3 +349,21 @@ impl DriverAbi {
 /// The driver version assumed when none can be read (the Debian bookworm user-space libraries'
 /// version, which is also what the fake driver reports).
 pub const DEFAULT_DRIVER_VERSION: DriverVersion = DriverVersion::new(535, 261, 3);
+
+// ---- UVM layout facts used by the user-space decoder (nvidia-abi.md §4.2). ----
+
+/// `UVM_MM_INITIALIZE_PARAMS` (8): uvmFd(i32)@0, rmStatus@4.
+pub const UVM_MM_INITIALIZE_FD: usize = 0;
+pub const UVM_MM_INITIALIZE_STATUS: usize = 4;
+/// `UVM_VALIDATE_VA_RANGE_PARAMS` (24): base@0, length@8, rmStatus@16.
+pub const UVM_VALIDATE_VA_RANGE_STATUS: usize = 16;
+/// `UVM_UNMAP_EXTERNAL_PARAMS` (40): base@0, length@8, gpuUuid@16, rmStatus@32.
+pub const UVM_UNMAP_EXTERNAL_UUID: usize = 16;
+pub const UVM_UNMAP_EXTERNAL_STATUS: usize = 32;
+/// `UVM_PAGEABLE_MEM_ACCESS_PARAMS` (8): pageableMemAccess(u8)@0, rmStatus@4.
+pub const UVM_PAGEABLE_MEM_ACCESS_STATUS: usize = 4;
+/// Fields of the UVM_MAP_EXTERNAL_ALLOCATION tail, relative to `DriverAbi::uvm_map_external_tail`.
+pub const UVM_MAP_EXTERNAL_TAIL_RM_CTRL_FD: usize = 0;
+pub const UVM_MAP_EXTERNAL_TAIL_H_CLIENT: usize = 4;
+pub const UVM_MAP_EXTERNAL_TAIL_H_MEMORY: usize = 8;
+pub const UVM_MAP_EXTERNAL_TAIL_STATUS: usize = 12;

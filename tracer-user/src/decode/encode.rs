@@ -7,17 +7,17 @@
 //! an `nr` are those listed by [`malformed_reasons`].
 
 use tracer_common::{
-    flags,
-    nv::{self, class, esc, iowr, ioc_size, off, size, uvm, DriverAbi},
-    record_as_bytes, CgroupRmdirRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord,
-    IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord, UvmMunmapRecord,
-    CGROUP_PATH_MAX, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
+    CGROUP_PATH_MAX, CgroupRmdirRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
+    IOCTL_NESTED_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord,
+    UvmMunmapRecord, flags,
+    nv::{self, DriverAbi, class, esc, ioc_size, iowr, off, size, uvm},
+    record_as_bytes,
 };
 
 use super::{
-    ioctl::{memory_class, MemLayout},
-    plan, Device, DeviceKind, Event, Header, IoctlEvent, IoctlOp, Location, MalformedReason, MemoryAlloc,
-    RmAllocForm,
+    Device, DeviceKind, Event, Header, IoctlEvent, IoctlOp, Location, MalformedReason, MemoryAlloc, RmAllocForm,
+    ioctl::{MemLayout, memory_class},
+    plan,
 };
 
 /// A user-space-looking address used for `arg`/`data_ptr` in encoded records.

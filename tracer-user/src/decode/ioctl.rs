@@ -6,9 +6,8 @@
 //! happen, and the accessors return 0 rather than panic if they ever did.
 
 use tracer_common::{
-    flags,
-    nv::{self, class, esc, off, size, uvm, DriverAbi},
-    IoctlRecord,
+    IoctlRecord, flags,
+    nv::{self, DriverAbi, class, esc, off, size, uvm},
 };
 
 use super::{CardInfoEntry, IoctlOp, Location, MalformedReason, MemoryAlloc, MemoryKind, RmAllocForm};
@@ -124,7 +123,9 @@ pub(crate) fn memory_class(c: u32) -> Option<(MemoryKind, MemLayout, Option<Loca
         class::NV50_MEMORY_VIRTUAL => (MemoryKind::VirtualOnly, MemLayout::MemParams, Some(Location::Unknown)),
         class::NV01_MEMORY_LOCAL_PHYSICAL => (MemoryKind::Physical, MemLayout::Physical, Some(Location::Vidmem)),
         class::NV_MEMORY_FABRIC => (MemoryKind::Fabric, MemLayout::Fabric, Some(Location::Vidmem)),
-        class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR => (MemoryKind::OsDescriptor, MemLayout::OsDesc, Some(Location::Sysmem)),
+        class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR => {
+            (MemoryKind::OsDescriptor, MemLayout::OsDesc, Some(Location::Sysmem))
+        }
         class::NV01_MEMORY_VIRTUAL => (MemoryKind::VirtualOnly, MemLayout::Virtual, Some(Location::Unknown)),
         _ => return None,
     })
@@ -197,7 +198,8 @@ pub(super) fn frontend(r: &IoctlRecord, abi: &DriverAbi) -> IoctlOp {
             if r.size < size::REGISTER_FD {
                 Err(MalformedReason::BadSize)
             } else {
-                readable(r, off::REGISTER_FD_CTL_FD + 4).map(|w| IoctlOp::RegisterFd { ctl_fd: w.i32(off::REGISTER_FD_CTL_FD) })
+                readable(r, off::REGISTER_FD_CTL_FD + 4)
+                    .map(|w| IoctlOp::RegisterFd { ctl_fd: w.i32(off::REGISTER_FD_CTL_FD) })
             }
         }
         esc::CARD_INFO => card_info(r),
@@ -334,7 +336,7 @@ fn alloc_memory(r: &IoctlRecord) -> Decoded {
 fn card_info(r: &IoctlRecord) -> Decoded {
     let entry = size::CARD_INFO_ENTRY;
     // The driver wants a whole number of entries.
-    if r.size == 0 || r.size % entry != 0 {
+    if r.size == 0 || !r.size.is_multiple_of(entry) {
         return Err(MalformedReason::BadSize);
     }
     let w = readable(r, entry as usize)?;
@@ -376,13 +378,13 @@ pub(super) fn uvm(r: &IoctlRecord, abi: &DriverAbi) -> IoctlOp {
         }),
         uvm::UNREGISTER_GPU => readable(r, uvm::UNREGISTER_GPU_STATUS + 4)
             .map(|w| IoctlOp::UvmUnregisterGpu { uuid: w.uuid(0), status: w.u32(uvm::UNREGISTER_GPU_STATUS) }),
-        uvm::CREATE_EXTERNAL_RANGE => readable(r, uvm::CREATE_EXTERNAL_RANGE_STATUS + 4).map(|w| {
-            IoctlOp::UvmCreateExternalRange {
+        uvm::CREATE_EXTERNAL_RANGE => {
+            readable(r, uvm::CREATE_EXTERNAL_RANGE_STATUS + 4).map(|w| IoctlOp::UvmCreateExternalRange {
                 base: w.u64(0),
                 length: w.u64(8),
                 status: w.u32(uvm::CREATE_EXTERNAL_RANGE_STATUS),
-            }
-        }),
+            })
+        }
         uvm::MAP_EXTERNAL_ALLOCATION => map_external(r, abi),
         uvm::UNMAP_EXTERNAL => readable(r, nv::UVM_UNMAP_EXTERNAL_STATUS + 4).map(|w| IoctlOp::UvmUnmapExternal {
             base: w.u64(0),
@@ -395,11 +397,13 @@ pub(super) fn uvm(r: &IoctlRecord, abi: &DriverAbi) -> IoctlOp {
         uvm::PAGEABLE_MEM_ACCESS => readable(r, nv::UVM_PAGEABLE_MEM_ACCESS_STATUS + 4).map(|w| {
             IoctlOp::UvmPageableMemAccess { enabled: w.u8(0) != 0, status: w.u32(nv::UVM_PAGEABLE_MEM_ACCESS_STATUS) }
         }),
-        uvm::VALIDATE_VA_RANGE => readable(r, nv::UVM_VALIDATE_VA_RANGE_STATUS + 4).map(|w| IoctlOp::UvmValidateVaRange {
-            base: w.u64(0),
-            length: w.u64(8),
-            status: w.u32(nv::UVM_VALIDATE_VA_RANGE_STATUS),
-        }),
+        uvm::VALIDATE_VA_RANGE => {
+            readable(r, nv::UVM_VALIDATE_VA_RANGE_STATUS + 4).map(|w| IoctlOp::UvmValidateVaRange {
+                base: w.u64(0),
+                length: w.u64(8),
+                status: w.u32(nv::UVM_VALIDATE_VA_RANGE_STATUS),
+            })
+        }
         _ => Ok(IoctlOp::UvmOther { cmd }),
     };
     decoded.unwrap_or_else(|reason| IoctlOp::Malformed { nr: cmd, reason })

@@ -18,10 +18,9 @@ pub mod plan;
 mod tests;
 
 use tracer_common::{
-    device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes, CgroupRmdirRecord,
-    EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IoctlRecord, ProcExecRecord, ProcExitRecord,
-    ProcForkRecord, Record, UvmMmapRecord, UvmMunmapRecord, CGROUP_PATH_MAX, IOCTL_MAIN_MAX,
-    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX,
+    CGROUP_PATH_MAX, CgroupRmdirRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
+    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record,
+    UvmMmapRecord, UvmMunmapRecord, device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes,
 };
 
 /// Why a record could not be decoded at all.
@@ -458,7 +457,15 @@ pub enum IoctlOp {
     /// `UVM_CREATE_EXTERNAL_RANGE`: a GPU VA range for external allocations.
     UvmCreateExternalRange { base: u64, length: u64, status: u32 },
     /// `UVM_MAP_EXTERNAL_ALLOCATION`: maps RM memory `memory_handle` of `client` into `[base, base+length)`.
-    UvmMapExternal { base: u64, length: u64, offset: u64, rm_ctrl_fd: i32, client: u32, memory_handle: u32, status: u32 },
+    UvmMapExternal {
+        base: u64,
+        length: u64,
+        offset: u64,
+        rm_ctrl_fd: i32,
+        client: u32,
+        memory_handle: u32,
+        status: u32,
+    },
     /// `UVM_UNMAP_EXTERNAL`.
     UvmUnmapExternal { base: u64, length: u64, uuid: [u8; 16], status: u32 },
     /// `UVM_FREE`: destroys the external/semaphore range at `base`.
@@ -501,8 +508,13 @@ impl IoctlOp {
             | UvmFree { status, .. }
             | UvmPageableMemAccess { status, .. }
             | UvmValidateVaRange { status, .. } => Some(status),
-            RegisterFd { .. } | CardInfo { .. } | CheckVersion { .. } | OtherFrontend { .. } | UvmOther { .. }
-            | OtherDevice { .. } | Malformed { .. } => None,
+            RegisterFd { .. }
+            | CardInfo { .. }
+            | CheckVersion { .. }
+            | OtherFrontend { .. }
+            | UvmOther { .. }
+            | OtherDevice { .. }
+            | Malformed { .. } => None,
         }
     }
 

@@ -9,8 +9,8 @@
 //! without a plan copy nothing (UVM commands do not encode their size).
 
 use tracer_common::{
-    nv::{class, esc, size, uvm, DriverAbi},
     CaptureKey, CapturePlan, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX, NO_NESTED, SPACE_FRONTEND, SPACE_UVM,
+    nv::{DriverAbi, class, esc, size, uvm},
 };
 
 /// A plan that copies the first `main_len` bytes and nothing else.
@@ -111,16 +111,24 @@ mod tests {
     use super::*;
     use crate::decode::ioctl::memory_class;
     use tracer_common::{
-        capacity,
-        nv::{off, DriverVersion},
-        IOCTL_TAIL_MAX,
+        IOCTL_TAIL_MAX, capacity,
+        nv::{DriverVersion, off},
     };
 
     fn versions() -> Vec<DriverAbi> {
-        [(530, 41, 3), (535, 43, 2), (535, 261, 3), (545, 23, 6), (550, 54, 15), (580, 65, 6), (590, 44, 1), (595, 45, 4)]
-            .into_iter()
-            .map(|(a, b, c)| DriverAbi::for_version(DriverVersion::new(a, b, c)))
-            .collect()
+        [
+            (530, 41, 3),
+            (535, 43, 2),
+            (535, 261, 3),
+            (545, 23, 6),
+            (550, 54, 15),
+            (580, 65, 6),
+            (590, 44, 1),
+            (595, 45, 4),
+        ]
+        .into_iter()
+        .map(|(a, b, c)| DriverAbi::for_version(DriverVersion::new(a, b, c)))
+        .collect()
     }
 
     #[test]
@@ -174,7 +182,8 @@ mod tests {
         let old = DriverAbi::for_version(DriverVersion::new(535, 261, 3));
         assert_eq!(alloc_param_size(&new, 0x40), 128);
         assert_eq!(alloc_param_size(&old, 0x40), 120);
-        for (c, n) in [(0xc2, 24), (0xf8, 48), (0x71, 40), (0x70, 24), (0x80, 56), (0x2080, 4), (0x3e, 120), (0x90ce, 120)]
+        for (c, n) in
+            [(0xc2, 24), (0xf8, 48), (0x71, 40), (0x70, 24), (0x80, 56), (0x2080, 4), (0x3e, 120), (0x90ce, 120)]
         {
             assert_eq!(alloc_param_size(&old, c), n, "class {c:#x}");
         }
