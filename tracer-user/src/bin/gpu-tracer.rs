@@ -314,6 +314,9 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Top(a) => rt.block_on(run_top(cfg, a)),
         Command::Events(a) => rt.block_on(run_events(cfg, a)),
-        Command::Doctor(a) => run_doctor(cfg, a),
+        Command::Doctor(a) => {
+            let _g = rt.enter();
+            run_doctor(cfg, a)
+        }
     }
 }

@@ -46,7 +46,7 @@ pub fn human_bytes(b: u64) -> String {
 pub fn short_cgroup(path: Option<&str>, id: u64) -> String {
     let Some(p) = path else { return format!("cgroup #{id} (gone)") };
     if p == "/" {
-        return "/ (root: not in a container)".into();
+        return "/ (host, no container)".into();
     }
     let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
     let pod = comps.iter().find_map(|c| {
@@ -178,6 +178,6 @@ mod tests {
         assert_eq!(short_cgroup(Some(p), 1), "pod 1b2c3d4e / 0123456789ab");
         assert_eq!(short_cgroup(Some("/user.slice/session-1.scope"), 1), "user.slice/session-1.scope");
         assert_eq!(short_cgroup(None, 7), "cgroup #7 (gone)");
-        assert_eq!(short_cgroup(Some("/"), 1), "/ (root: not in a container)");
+        assert_eq!(short_cgroup(Some("/"), 1), "/ (host, no container)");
     }
 }

@@ -33,11 +33,16 @@ pub enum SourceError {
     Map(#[from] aya::maps::MapError),
     #[error("registering the ring buffer with tokio: {0}")]
     Io(#[from] std::io::Error),
+    #[error("the ring buffer source must be created inside a tokio runtime (with I/O enabled)")]
+    NoRuntime,
 }
 
 impl RingSource {
     /// Take the ring buffer out of the loaded object.
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, SourceError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(SourceError::NoRuntime);
+        }
         let map = ebpf.take_map(map_names::EVENTS).ok_or(SourceError::MissingRing)?;
         let ring = RingBuf::try_from(map)?;
         // SAFETY: the fd is owned by `ring`, which the AsyncFd owns and drops after deregistering.
