@@ -50,6 +50,15 @@ pub mod esc {
     pub const SYS_PARAMS: u32 = 214;
     pub const NUMA_INFO: u32 = 215;
     pub const WAIT_OPEN_COMPLETE: u32 = 218;
+    pub const RM_I2C_ACCESS: u32 = 0x39;
+    pub const RM_IDLE_CHANNELS: u32 = 0x41;
+    pub const RM_ACCESS_REGISTRY: u32 = 0x4d;
+    pub const RM_ALLOC_CONTEXT_DMA2: u32 = 0x54;
+    pub const RM_BIND_CONTEXT_DMA: u32 = 0x59;
+    pub const RM_UPDATE_DEVICE_MAPPING_INFO: u32 = 0x5e;
+    pub const QUERY_DEVICE_INTR: u32 = 213;
+    pub const SET_NUMA_STATUS: u32 = 216;
+    pub const EXPORT_TO_DMABUF_FD: u32 = 217;
 }
 
 /// Parameter struct sizes (the `_IOC_SIZE` user space encodes).
@@ -76,6 +85,29 @@ pub mod size {
     pub const NV00F8_ALLOCATION_PARAMETERS: u32 = 48;
     pub const NV0080_ALLOC_PARAMETERS: u32 = 56;
     pub const NV2080_ALLOC_PARAMETERS: u32 = 4;
+    pub const NVOS05: u32 = 20; // RM_ALLOC_OBJECT
+    pub const NVOS57: u32 = 24; // RM_SHARE
+    pub const NVOS30: u32 = 56; // RM_IDLE_CHANNELS
+    pub const NVOS39: u32 = 56; // RM_ALLOC_CONTEXT_DMA2
+    pub const NVOS46: u32 = 64; // RM_MAP_MEMORY_DMA (580.65.06+)
+    pub const NVOS46_PRE580: u32 = 56;
+    pub const NVOS47: u32 = 48; // RM_UNMAP_MEMORY_DMA (550.54.04+)
+    pub const NVOS47_PRE550: u32 = 40;
+    pub const NVOS56: u32 = 40; // RM_UPDATE_DEVICE_MAPPING_INFO
+    pub const OS_EVENT: u32 = 16; // nv_ioctl_alloc_os_event_t / nv_ioctl_free_os_event_t
+    pub const STATUS_CODE: u32 = 12; // nv_ioctl_status_code_t
+    pub const RM_API_VERSION: u32 = 72; // nv_ioctl_rm_api_version_t (CHECK_VERSION_STR)
+    pub const SYS_PARAMS: u32 = 8;
+    pub const WAIT_OPEN_COMPLETE: u32 = 8;
+    pub const QUERY_DEVICE_INTR: u32 = 8;
+    pub const NUMA_INFO: u32 = 560;
+    pub const SET_NUMA_STATUS: u32 = 4;
+    /// ATTACH_GPUS_TO_FD takes an array of u32 GPU ids.
+    pub const ATTACH_GPUS_ENTRY: u32 = 4;
+    /// NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS.
+    pub const NV0000_CTRL_GPU_GET_ID_INFO_V2: u32 = 32;
+    /// NV2080_CTRL_GPU_GET_GID_INFO_PARAMS.
+    pub const NV2080_CTRL_GPU_GET_GID_INFO: u32 = 268;
 }
 
 /// Field offsets inside the frontend parameter structs.
@@ -180,6 +212,64 @@ pub mod off {
     pub const DEVICE_ID: usize = 0;
     // NV2080_ALLOC_PARAMETERS (0x2080)
     pub const SUBDEVICE_ID: usize = 0;
+    // NVOS34 (RM_UNMAP_MEMORY)
+    pub const UNMAP_H_CLIENT: usize = 0;
+    pub const UNMAP_H_DEVICE: usize = 4;
+    pub const UNMAP_H_MEMORY: usize = 8;
+    pub const UNMAP_P_LINEAR: usize = 16;
+    pub const UNMAP_STATUS: usize = 24;
+    // NVOS32 data.AllocSize / data.Free (VID_HEAP_CONTROL)
+    pub const VHC_ALLOC_OFFSET: usize = 104;
+    pub const VHC_ALLOC_LIMIT: usize = 112;
+    // Status fields of the other frontend structs.
+    pub const NVOS05_STATUS: usize = 16;
+    pub const NVOS57_STATUS: usize = 20;
+    pub const NVOS39_STATUS: usize = 48;
+    pub const NVOS46_STATUS: usize = 56; // 580.65.06+
+    pub const NVOS46_PRE580_STATUS: usize = 48;
+    pub const NVOS47_STATUS: usize = 40; // 550.54.04+
+    pub const NVOS47_PRE550_STATUS: usize = 32;
+    pub const NVOS56_STATUS: usize = 32;
+    // nv_ioctl_alloc_os_event_t / nv_ioctl_free_os_event_t
+    pub const OS_EVENT_H_CLIENT: usize = 0;
+    pub const OS_EVENT_H_DEVICE: usize = 4;
+    pub const OS_EVENT_FD: usize = 8;
+    pub const OS_EVENT_STATUS: usize = 12;
+    // nv_ioctl_status_code_t
+    pub const STATUS_CODE_STATUS: usize = 8;
+    // nv_ioctl_rm_api_version_t (CHECK_VERSION_STR)
+    pub const RM_API_VERSION_CMD: usize = 0;
+    pub const RM_API_VERSION_REPLY: usize = 4;
+    pub const RM_API_VERSION_STRING: usize = 8;
+    // nv_ioctl_register_fd_t
+    pub const REGISTER_FD_CTL_FD: usize = 0;
+    // nv_ioctl_card_info_t (72 bytes per GPU)
+    pub const CARD_INFO_VALID: usize = 0;
+    pub const CARD_INFO_PCI_DOMAIN: usize = 4;
+    pub const CARD_INFO_PCI_BUS: usize = 8;
+    pub const CARD_INFO_PCI_SLOT: usize = 9;
+    pub const CARD_INFO_PCI_FUNCTION: usize = 10;
+    pub const CARD_INFO_PCI_VENDOR_ID: usize = 12;
+    pub const CARD_INFO_PCI_DEVICE_ID: usize = 14;
+    pub const CARD_INFO_GPU_ID: usize = 16;
+    pub const CARD_INFO_INTERRUPT_LINE: usize = 20;
+    pub const CARD_INFO_REG_ADDRESS: usize = 24;
+    pub const CARD_INFO_REG_SIZE: usize = 32;
+    pub const CARD_INFO_FB_ADDRESS: usize = 40;
+    pub const CARD_INFO_FB_SIZE: usize = 48;
+    pub const CARD_INFO_MINOR_NUMBER: usize = 56;
+    pub const CARD_INFO_DEV_NAME: usize = 60;
+    // nv_ioctl_wait_open_complete_t
+    pub const WAIT_OPEN_COMPLETE_RC: usize = 0;
+    pub const WAIT_OPEN_COMPLETE_ADAPTER_STATUS: usize = 4;
+    // NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS
+    pub const GET_ID_INFO_V2_GPU_ID: usize = 0;
+    pub const GET_ID_INFO_V2_DEVICE_INSTANCE: usize = 8;
+    // NV2080_CTRL_GPU_GET_GID_INFO_PARAMS
+    pub const GET_GID_INFO_INDEX: usize = 0;
+    pub const GET_GID_INFO_FLAGS: usize = 4;
+    pub const GET_GID_INFO_LENGTH: usize = 8;
+    pub const GET_GID_INFO_DATA: usize = 12;
 }
 
 /// RM class ids (`hClass`).
@@ -206,6 +296,15 @@ pub mod class {
     /// Is `c` one of the RM client (root) classes?
     pub const fn is_root(c: u32) -> bool {
         matches!(c, NV01_ROOT | NV01_ROOT_NON_PRIV | NV01_ROOT_CLIENT)
+    }
+    pub const NV01_EVENT: u32 = 0x5;
+    pub const NV01_EVENT_KERNEL_CALLBACK: u32 = 0x78;
+    pub const NV01_EVENT_OS_EVENT: u32 = 0x79;
+    pub const NV01_EVENT_KERNEL_CALLBACK_EX: u32 = 0x7e;
+
+    /// Is `c` an event class (the only RM_ALLOC classes allowed on a `/dev/nvidiaN` fd)?
+    pub const fn is_event(c: u32) -> bool {
+        matches!(c, NV01_EVENT | NV01_EVENT_KERNEL_CALLBACK | NV01_EVENT_OS_EVENT | NV01_EVENT_KERNEL_CALLBACK_EX)
     }
 }
 
@@ -282,6 +381,14 @@ pub mod uvm {
     pub const PAGEABLE_MEM_ACCESS_SIZE: u32 = 8;
     pub const VALIDATE_VA_RANGE_SIZE: u32 = 24;
     pub const MM_INITIALIZE_SIZE: u32 = 8;
+    /// UVM_MAP_EXTERNAL_ALLOCATION_PARAMS: perGpuAttributes[] start at 24, 36 bytes each
+    /// (gpuUuid[16]@+0, gpuMappingType@+16, gpuCachingType@+20, gpuFormatType@+24, gpuElementBits@+28,
+    /// gpuCompressionType@+32); gpuAttributesCount (u64) sits 8 bytes before the tail.
+    pub const MAP_EXTERNAL_PER_GPU: usize = 24;
+    pub const MAP_EXTERNAL_PER_GPU_LEN: usize = 36;
+    pub const MAP_EXTERNAL_COUNT_BEFORE_TAIL: usize = 8;
+    /// UVM_CREATE_EXTERNAL_RANGE_PARAMS status.
+    pub const CREATE_EXTERNAL_RANGE_STATUS: usize = 16;
 }
 
 /// A driver version, `major.minor.patch` (e.g. 535.261.03).
@@ -349,6 +456,48 @@ impl DriverAbi {
 /// The driver version assumed when none can be read (the Debian bookworm user-space libraries'
 /// version, which is also what the fake driver reports).
 pub const DEFAULT_DRIVER_VERSION: DriverVersion = DriverVersion::new(535, 261, 3);
+
+/// `NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED`: `hMemory` is an input (else RM picks the handle).
+pub const NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED: u32 = 0x4000;
+/// `NVOS32_ATTR_LOCATION` field position (bits 26:25 of `attr`).
+pub const ATTR_LOCATION_SHIFT: u32 = 25;
+/// NVOS02 `flags` LOCATION field position (bits 11:8) and its PCI (system memory) value.
+pub const NVOS02_LOCATION_SHIFT: u32 = 8;
+pub const NVOS02_LOCATION_PCI: u32 = 0;
+
+/// `nv_ioctl_rm_api_version_t.cmd` / `.reply` values (CHECK_VERSION_STR).
+pub const NV_RM_API_VERSION_CMD_STRICT: u32 = 0;
+pub const NV_RM_API_VERSION_CMD_RELAXED: u32 = b'1' as u32;
+pub const NV_RM_API_VERSION_CMD_QUERY: u32 = b'2' as u32;
+pub const NV_RM_API_VERSION_REPLY_UNRECOGNIZED: u32 = 0;
+pub const NV_RM_API_VERSION_REPLY_RECOGNIZED: u32 = 1;
+pub const NV_RM_API_VERSION_STRING_LENGTH: usize = 64;
+
+/// More `NV_STATUS` values (OGKM `src/common/sdk/nvidia/inc/nvstatuscodes.h`).
+pub const NV_ERR_GENERIC: u32 = 0xffff;
+pub const NV_ERR_INSERT_DUPLICATE_NAME: u32 = 0x19;
+pub const NV_ERR_INVALID_ADDRESS: u32 = 0x1e;
+pub const NV_ERR_INVALID_CLASS: u32 = 0x22;
+pub const NV_ERR_INVALID_CLIENT: u32 = 0x23;
+pub const NV_ERR_INVALID_FUNCTION: u32 = 0x2a;
+pub const NV_ERR_INVALID_LIMIT: u32 = 0x2e;
+pub const NV_ERR_INVALID_OBJECT_HANDLE: u32 = 0x33;
+pub const NV_ERR_INVALID_OBJECT_NEW: u32 = 0x34;
+pub const NV_ERR_INVALID_OBJECT_PARENT: u32 = 0x36;
+pub const NV_ERR_INVALID_POINTER: u32 = 0x3d;
+pub const NV_ERR_NOT_SUPPORTED: u32 = 0x56;
+pub const NV_ERR_OBJECT_NOT_FOUND: u32 = 0x57;
+
+/// RM control commands (`NVOS54.cmd`) a CUDA-like client issues at start-up.
+pub mod ctrl {
+    pub const NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS: u32 = 0x201;
+    pub const NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2: u32 = 0x205;
+    pub const NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2: u32 = 0x0080_0292;
+    pub const NV2080_CTRL_CMD_GPU_GET_GID_INFO: u32 = 0x2080_014a;
+    pub const NV2080_CTRL_CMD_FB_GET_INFO_V2: u32 = 0x2080_1303;
+    /// NV2080_CTRL_GPU_GET_GID_INFO flags: FORMAT_BINARY (16-byte UUID).
+    pub const GID_INFO_FLAGS_FORMAT_BINARY: u32 = 2;
+}
 
 // ---- UVM layout facts used by the user-space decoder (nvidia-abi.md §4.2). ----
 
