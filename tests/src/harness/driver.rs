@@ -1,0 +1,203 @@
+//! [`FakeDriver`]: the `fake-nvidia-driver` binary on a fresh temp dir, unmounted on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{HarnessError, Result, eventually, fresh_temp_dir, locate_binary, signal};
+use crate::fake_driver::{DriverStats, STATS_FILE_NAME, detach, fake_driver_mounts, is_stale_mount};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings for [`FakeDriver`].
+#[derive(Debug, Clone)]
+pub struct FakeDriverBuilder {
+    gpus: u32,
+    gpu_memory_bytes: Option<u64>,
+    driver_version: Option<String>,
+    binary: Option<PathBuf>,
+    trace: bool,
+}
+
+impl FakeDriverBuilder {
+    /// Number of GPUs (default 1).
+    pub fn gpus(mut self, n: u32) -> Self {
+        self.gpus = n;
+        self
+    }
+
+    /// Video memory per GPU (default 80 GiB).
+    pub fn gpu_memory_bytes(mut self, b: u64) -> Self {
+        self.gpu_memory_bytes = Some(b);
+        self
+    }
+
+    /// Driver version to report, e.g. `550.54.14` (default `535.261.03`).
+    pub fn driver_version(mut self, v: &str) -> Self {
+        self.driver_version = Some(v.into());
+        self
+    }
+
+    /// Path of the `fake-nvidia-driver` binary (default: [`locate_binary`]).
+    pub fn binary(mut self, p: impl Into<PathBuf>) -> Self {
+        self.binary = Some(p.into());
+        self
+    }
+
+    /// Have the driver log every ioctl to stderr.
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
+    /// Mount it; returns once the mount answers.
+    pub fn start(self) -> Result<FakeDriver> {
+        cleanup_stale_mounts();
+        let binary = match self.binary {
+            Some(b) => b,
+            None => locate_binary("fake-nvidia-driver")?,
+        };
+        let root = fresh_temp_dir("gpu-tracer-fake-nvidia")?;
+        let dev = root.join("dev");
+        let ready = root.join("ready");
+        std::fs::create_dir(&dev).map_err(|e| HarnessError::io(format!("mkdir {}", dev.display()), e))?;
+        // mountinfo shows the canonical path (fuser canonicalizes the mount point).
+        let dev = dev.canonicalize().map_err(|e| HarnessError::io(format!("canonicalize {}", dev.display()), e))?;
+        let mut cmd = Command::new(&binary);
+        cmd.arg("--mount").arg(&dev).arg("--gpus").arg(self.gpus.to_string()).arg("--ready-file").arg(&ready);
+        if let Some(b) = self.gpu_memory_bytes {
+            cmd.arg("--gpu-memory-bytes").arg(b.to_string());
+        }
+        if let Some(v) = &self.driver_version {
+            cmd.arg("--driver-version").arg(v);
+        }
+        if self.trace {
+            cmd.arg("--trace");
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+        let child = cmd.spawn().map_err(|e| HarnessError::io(format!("spawn {}", binary.display()), e))?;
+        let mut driver = FakeDriver { child: Some(child), root, dev, gpus: self.gpus };
+        driver.wait_ready(&ready)?;
+        Ok(driver)
+    }
+}
+
+/// A running fake NVIDIA driver mounted on a fresh directory. Dropping it stops the server,
+/// unmounts (lazily, if files are still open) and removes the directory.
+#[derive(Debug)]
+pub struct FakeDriver {
+    child: Option<Child>,
+    root: PathBuf,
+    dev: PathBuf,
+    gpus: u32,
+}
+
+impl FakeDriver {
+    /// Settings, starting from one GPU with the defaults.
+    pub fn builder() -> FakeDriverBuilder {
+        FakeDriverBuilder { gpus: 1, gpu_memory_bytes: None, driver_version: None, binary: None, trace: false }
+    }
+
+    /// A driver with `gpus` GPUs and default settings.
+    pub fn start(gpus: u32) -> Result<Self> {
+        Self::builder().gpus(gpus).start()
+    }
+
+    /// The device directory (pass it to `nv-workload --dev-dir` or the tracer's `/dev` setting).
+    pub fn dev_dir(&self) -> &Path {
+        &self.dev
+    }
+
+    /// Path of a device file, e.g. `path("nvidiactl")`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dev.join(name)
+    }
+
+    /// Number of GPUs served.
+    pub fn gpus(&self) -> u32 {
+        self.gpus
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The driver's current view (reads `.fake-driver-stats`).
+    pub fn stats(&self) -> Result<DriverStats> {
+        let p = self.dev.join(STATS_FILE_NAME);
+        let text = std::fs::read_to_string(&p).map_err(|e| HarnessError::io(format!("read {}", p.display()), e))?;
+        serde_json::from_str(&text).map_err(|e| HarnessError::Protocol(format!("bad stats JSON: {e}")))
+    }
+
+    /// Poll the stats until `pred` holds (releases reach the driver asynchronously).
+    pub fn wait_for_stats(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&DriverStats) -> bool,
+    ) -> Result<DriverStats> {
+        eventually(what, timeout, || self.stats().ok().filter(|s| pred(s)))
+    }
+
+    fn wait_ready(&mut self, ready: &Path) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if ready.exists() && fake_driver_mounts().iter().any(|m| m == &self.dev) {
+                return Ok(());
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                return Err(HarnessError::Exited { what: "fake-nvidia-driver".into(), status });
+            }
+            if start.elapsed() > READY_TIMEOUT {
+                return Err(HarnessError::Timeout { what: "fake-nvidia-driver mount".into(), after: READY_TIMEOUT });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Stop the server and clean up now (also done on drop).
+    pub fn stop(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), libc::SIGTERM);
+            let start = Instant::now();
+            while child.try_wait().ok().flatten().is_none() {
+                if start.elapsed() > STOP_TIMEOUT {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        // The server detaches its own mount on SIGTERM; after a SIGKILL the mount is left behind
+        // with a dead connection.
+        if fake_driver_mounts().iter().any(|m| m == &self.dev) {
+            let _ = detach(&self.dev);
+        }
+        let _ = std::fs::remove_dir(&self.dev);
+        let _ = std::fs::remove_file(self.root.join("ready"));
+        std::fs::remove_dir(&self.root).map_err(|e| HarnessError::io(format!("rmdir {}", self.root.display()), e))
+    }
+}
+
+impl Drop for FakeDriver {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Detach fake-driver mounts left behind by crashed runs (their server is gone: `ENOTCONN`).
+/// Live mounts of concurrently running tests are left alone.
+pub fn cleanup_stale_mounts() {
+    for m in fake_driver_mounts() {
+        if is_stale_mount(&m) && detach(&m).is_ok() {
+            let _ = std::fs::remove_dir(&m);
+        }
+    }
+}

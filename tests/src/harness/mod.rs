@@ -1,0 +1,158 @@
+//! RAII guards and helpers for root integration tests, so that a failed test leaves the machine
+//! clean: [`FakeDriver`] (a FUSE mount), [`PodCgroup`] (a cgroup v2 directory named like a
+//! Kubernetes pod's), [`Workload`] (an `nv-workload` child driven line by line).
+
+mod cgroup;
+mod driver;
+mod workload;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+pub use cgroup::{PodCgroup, Qos, Runtime, cgroup2_mount};
+pub use driver::{FakeDriver, FakeDriverBuilder};
+pub use workload::{Answer, Workload, WorkloadBuilder};
+
+/// What can go wrong while setting up or driving the doubles.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// A system call or file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Something did not happen in time.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout { what: String, after: Duration },
+    /// A child process ended before it should have.
+    #[error("{what} exited early ({status})")]
+    Exited { what: String, status: ExitStatus },
+    /// A double answered something unexpected (e.g. the workload said `err ...`).
+    #[error("{0}")]
+    Protocol(String),
+    /// A test binary could not be found.
+    #[error("binary {name} not found (looked in {searched:?}); `cargo build -p gpu-tracer-tests` builds it")]
+    BinaryNotFound { name: String, searched: Vec<PathBuf> },
+}
+
+impl HarnessError {
+    /// A short, stable reason (for logs and assertions).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HarnessError::Io { .. } => "io",
+            HarnessError::Timeout { .. } => "timeout",
+            HarnessError::Exited { .. } => "exited",
+            HarnessError::Protocol(_) => "protocol",
+            HarnessError::BinaryNotFound { .. } => "binary_not_found",
+        }
+    }
+
+    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Self {
+        HarnessError::Io { what: what.into(), source }
+    }
+}
+
+/// Result of the harness helpers.
+pub type Result<T> = std::result::Result<T, HarnessError>;
+
+/// Panic unless this process can run the privileged tests: root, `/dev/fuse`, a cgroup v2 mount.
+///
+/// Privileged tests call this first. They must **fail**, not skip, where the machine cannot run
+/// them, so CI never reports a green run that tested nothing.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let mut missing = Vec::new();
+    if euid != 0 {
+        missing.push(format!("root (euid is {euid})"));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        missing.push("/dev/fuse (FUSE support)".to_string());
+    }
+    if cgroup2_mount().is_none() {
+        missing.push("a cgroup2 mount in /proc/self/mountinfo".to_string());
+    }
+    assert!(
+        missing.is_empty(),
+        "this test needs {}; run the privileged tests as root (e.g. `sudo -E cargo test -p gpu-tracer-tests`). \
+         It fails instead of skipping on purpose.",
+        missing.join(", ")
+    );
+}
+
+/// Find a binary of this package: `$GPU_TRACER_TEST_BIN_DIR/<name>`, else next to the running
+/// executable or one directory up (test executables live in `target/<profile>/deps/`). Integration
+/// tests of this package can pass `env!("CARGO_BIN_EXE_<name>")` to the builders instead.
+pub fn locate_binary(name: &str) -> Result<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("GPU_TRACER_TEST_BIN_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(d) = exe.parent()
+    {
+        dirs.push(d.to_path_buf());
+        dirs.extend(d.parent().map(Path::to_path_buf));
+    }
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(HarnessError::BinaryNotFound { name: name.into(), searched: dirs })
+}
+
+/// Poll `f` every 25 ms until it returns `Some`, for up to `timeout`.
+pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        if start.elapsed() >= timeout {
+            return Err(HarnessError::Timeout { what: what.into(), after: timeout });
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A fresh, empty directory under the system temp dir, named after `prefix`.
+pub(crate) fn fresh_temp_dir(prefix: &str) -> Result<PathBuf> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        "{prefix}.{}.{}.{nanos:x}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir(&dir).map_err(|e| HarnessError::io(format!("mkdir {}", dir.display()), e))?;
+    Ok(dir)
+}
+
+/// `n` random bytes from the kernel.
+pub(crate) fn random_bytes(n: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; n];
+    let mut filled = 0;
+    while filled < n {
+        // SAFETY: the destination is the unfilled tail of `buf`.
+        let r = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), n - filled, 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(HarnessError::io("getrandom", e));
+            }
+            continue;
+        }
+        filled += r as usize;
+    }
+    Ok(buf)
+}
+
+/// Send `sig` to `pid`, ignoring "no such process".
+pub(crate) fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
