@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::decode::{Device, DeviceKind};
 
-use super::{snapshot::Usage, ProcessKey};
+use super::{ProcessKey, snapshot::Usage};
 
 /// Id of a live allocation in [`super::TracerState`].
 pub(super) type AllocId = u64;
@@ -128,16 +128,19 @@ impl Process {
         if self.handles + need > max_handles {
             return false;
         }
-        if !c.objects.contains_key(&parent) {
-            let mut p = Object::new(Some(client), None);
-            p.children.insert(handle);
-            c.objects.insert(parent, p);
-            if let Some(root) = c.objects.get_mut(&client) {
-                root.children.insert(parent);
+        match c.objects.entry(parent) {
+            std::collections::hash_map::Entry::Occupied(mut p) => {
+                p.get_mut().children.insert(handle);
             }
-            self.handles += 1;
-        } else if let Some(p) = c.objects.get_mut(&parent) {
-            p.children.insert(handle);
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mut p = Object::new(Some(client), None);
+                p.children.insert(handle);
+                v.insert(p);
+                if let Some(root) = c.objects.get_mut(&client) {
+                    root.children.insert(parent);
+                }
+                self.handles += 1;
+            }
         }
         c.objects.insert(handle, Object { parent: Some(parent), ..obj });
         self.handles += 1;

@@ -455,7 +455,8 @@ impl TracerState {
                 return None;
             }
             while self.processes.len() >= self.cfg.max_processes.max(1) {
-                let Some(victim) = self.processes.values().min_by_key(|p| (p.last_ktime, p.key.tgid)).map(|p| p.key.tgid)
+                let Some(victim) =
+                    self.processes.values().min_by_key(|p| (p.last_ktime, p.key.tgid)).map(|p| p.key.tgid)
                 else {
                     break;
                 };
@@ -572,8 +573,7 @@ impl TracerState {
         if !last {
             return;
         }
-        let clients: Vec<u32> =
-            p.clients.iter().filter(|(_, c)| c.file_id == Some(file_id)).map(|(&h, _)| h).collect();
+        let clients: Vec<u32> = p.clients.iter().filter(|(_, c)| c.file_id == Some(file_id)).map(|(&h, _)| h).collect();
         for client in clients {
             self.free_in(tgid, client, client, Some(Cause::FdRelease));
         }
@@ -822,8 +822,11 @@ impl TracerState {
         self.charge(&a, true);
         self.allocs.insert(id, a);
         self.counters.allocations += 1;
-        if let Some(o) =
-            self.processes.get_mut(&tgid).and_then(|p| p.clients.get_mut(&client)).and_then(|c| c.objects.get_mut(&handle))
+        if let Some(o) = self
+            .processes
+            .get_mut(&tgid)
+            .and_then(|p| p.clients.get_mut(&client))
+            .and_then(|c| c.objects.get_mut(&handle))
         {
             o.alloc = Some(id);
         }
@@ -902,8 +905,11 @@ impl TracerState {
         if let Some(a) = self.allocs.get_mut(&id) {
             a.refs.push(ObjRef { tgid, client, handle });
         }
-        if let Some(o) =
-            self.processes.get_mut(&tgid).and_then(|p| p.clients.get_mut(&client)).and_then(|c| c.objects.get_mut(&handle))
+        if let Some(o) = self
+            .processes
+            .get_mut(&tgid)
+            .and_then(|p| p.clients.get_mut(&client))
+            .and_then(|c| c.objects.get_mut(&handle))
         {
             o.alloc = Some(id);
         }
