@@ -531,9 +531,8 @@ fn encode_malformed_frontend(r: &mut IoctlRecord, nr: u32, reason: MalformedReas
     r.size = valid_frontend_size(nr, abi);
     r.main_len = 0;
     match reason {
-        FaultXfer => {
-            r.hdr.flags |= flags::XFER | flags::FAULT_XFER;
-        }
+        // The XFER flag itself follows `IoctlEvent::xfer`.
+        FaultXfer => r.hdr.flags |= flags::FAULT_XFER,
         FaultMain => r.hdr.flags |= flags::FAULT_MAIN,
         BadSize => {
             // A size the driver rejects: one byte more than the struct (0 for the array escapes).

@@ -670,8 +670,14 @@ fn check_len(field: &'static str, len: u16, max: usize) -> Result<(), DecodeErro
     if len as usize > max { Err(DecodeError::BadLength { field, len: len as u32, max }) } else { Ok(()) }
 }
 
-/// A NUL-terminated (or full) byte array as text (lossy UTF-8).
+/// A NUL-terminated (or full) byte array as text. Bytes that are not UTF-8 become `?` one for one,
+/// so the text keeps the byte length of the original (and re-encodes to the same length).
 fn c_string(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    let mut s = String::with_capacity(end);
+    for chunk in b[..end].utf8_chunks() {
+        s.push_str(chunk.valid());
+        s.extend(std::iter::repeat_n('?', chunk.invalid().len()));
+    }
+    s
 }

@@ -524,6 +524,18 @@ fn record_errors() {
 }
 
 #[test]
+fn text_fields_keep_their_byte_length() {
+    let mut comm = [0u8; 16];
+    comm[..6].copy_from_slice(b"py\xffth\xc3");
+    let r =
+        tracer_common::ProcExecRecord { hdr: encode::wire_header::<tracer_common::ProcExecRecord>(&hdr(), 0), comm };
+    match decode(record_as_bytes(&r), &abi535()) {
+        Ok(Event::ProcessExec { comm, .. }) => assert_eq!(comm, "py?th?"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn cgroup_path_length_is_clamped() {
     let r = CgroupRmdirRecord {
         hdr: encode::wire_header::<CgroupRmdirRecord>(&hdr(), 0),
@@ -1033,10 +1045,15 @@ proptest! {
             let n = bytes.len();
             bytes.truncate(cut.index(n + 1));
         }
-        if let Ok(Event::Ioctl(e)) = decode(&bytes, &abi)
+        let decoded = decode(&bytes, &abi);
+        if let Ok(Event::Ioctl(e)) = &decoded
             && matches!(e.op, IoctlOp::Malformed { .. })
         {
             prop_assert!(!e.succeeded());
+        }
+        // Whatever decodes re-encodes to a record that decodes to the same event.
+        if let Ok(ev) = decoded {
+            prop_assert_eq!(decode(&encode::event(&ev, &abi), &abi), Ok(ev));
         }
     }
 }
@@ -1059,7 +1076,10 @@ proptest! {
         let declared = size.unwrap_or((body.len() + 8) as u32);
         bytes.extend_from_slice(&declared.to_le_bytes());
         bytes.extend_from_slice(&body);
-        let _ = decode(&bytes, &abi);
-        let _ = decode(&body, &abi);
+        for b in [&bytes[..], &body[..]] {
+            if let Ok(ev) = decode(b, &abi) {
+                prop_assert_eq!(decode(&encode::event(&ev, &abi), &abi), Ok(ev));
+            }
+        }
     }
 }
