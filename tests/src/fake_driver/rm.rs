@@ -366,7 +366,7 @@ impl RmServer {
             esc::RM_ALLOC_MEMORY => {
                 let Node::Gpu(minor) = node else { return Err(libc::EINVAL) };
                 require(sz == size::NVOS02_WITH_FD)?;
-                let status = match self.alloc_memory(minor, data, caller) {
+                let status = match self.alloc_memory(minor, data) {
                     Ok(h) => {
                         put_u32(data, off::NVOS02_H_NEW, h);
                         NV_OK
@@ -776,7 +776,7 @@ impl RmServer {
         result
     }
 
-    fn alloc_memory(&mut self, minor: u32, data: &[u8], _caller: &dyn Caller) -> RmResult<u32> {
+    fn alloc_memory(&mut self, minor: u32, data: &[u8]) -> RmResult<u32> {
         let h_root = u32_at(data, off::NVOS02_H_ROOT);
         let h_parent = u32_at(data, off::NVOS02_H_PARENT);
         let h_new = u32_at(data, off::NVOS02_H_NEW);

@@ -12,7 +12,7 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 pub use cgroup::{PodCgroup, Qos, Runtime, cgroup2_mount};
-pub use driver::{FakeDriver, FakeDriverBuilder};
+pub use driver::{FakeDriver, FakeDriverBuilder, cleanup_stale_mounts};
 pub use workload::{Answer, Workload, WorkloadBuilder};
 
 /// What can go wrong while setting up or driving the doubles.
