@@ -1,0 +1,363 @@
+//! End-to-end tests of the tracer: the real eBPF programs loaded into this kernel, real processes in
+//! real cgroup v2 directories named like Kubernetes pods, and the fake NVIDIA driver over FUSE.
+//! Every test needs root and fails (never skips) without it.
+//!
+//! The numbers asserted are exact: bytes live per cgroup and per process after each phase, counts
+//! per ioctl kind, and `seen = received + dropped` for every probe.
+use std::{
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use gpu_tracer_tests::{eventually, require_root, Answer, FakeDriver, PodCgroup, Workload};
+use tracer_user::{
+    config::{AttachMode, Config},
+    pipeline::{Agent, AgentSnapshot},
+    state::snapshot::{CgroupRow, Usage},
+};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// The probes are global kernel objects and the machine has two cores: run these tests one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Tracer {
+    agent: Agent,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Tracer {
+    fn start(driver: &FakeDriver, mode: AttachMode) -> Tracer {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let cfg = Config {
+            dev_dir: driver.dev_dir().to_path_buf(),
+            attach_mode: mode,
+            driver_version: Some("535.261.03".into()),
+            ..Config::default()
+        };
+        let agent = {
+            let _g = rt.enter();
+            Agent::start(cfg).expect("agent starts")
+        };
+        Tracer { agent, _rt: rt }
+    }
+
+    /// Drain until every record the kernel emitted has been received and applied. Records of a
+    /// completed syscall are in the ring buffer before the workload answers, so this is immediate
+    /// except for asynchronous events (process exit).
+    fn settle(&mut self) -> AgentSnapshot {
+        let mut last = None;
+        let r = eventually("tracer quiescent", Duration::from_secs(10), || {
+            self.agent.drain(&mut |_, _| {});
+            let s = self.agent.snapshot();
+            let done = s.accounting.exact;
+            last = Some(s.clone());
+            done.then_some(s)
+        });
+        r.unwrap_or_else(|e| panic!("{e}: accounting {:?}", last.map(|s| s.accounting)))
+    }
+
+    /// Settle, then wait until `pred` holds (for asynchronous effects such as a process exit).
+    fn wait_for(&mut self, what: &str, pred: impl Fn(&AgentSnapshot) -> bool) -> AgentSnapshot {
+        let start = Instant::now();
+        loop {
+            let s = self.settle();
+            if pred(&s) {
+                return s;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}: {:#?}", s.state.totals);
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+fn cgroup<'a>(s: &'a AgentSnapshot, id: u64) -> Option<&'a CgroupRow> {
+    s.state.cgroups.iter().find(|c| c.cgroup_id == id)
+}
+
+fn cg_usage(s: &AgentSnapshot, id: u64) -> Usage {
+    cgroup(s, id).map(|c| c.usage).unwrap_or_default()
+}
+
+fn proc_usage(s: &AgentSnapshot, tgid: u32) -> Usage {
+    s.state.processes.iter().find(|p| p.tgid == tgid).map(|p| p.usage).unwrap_or_default()
+}
+
+fn ok(w: &mut Workload, cmd: &str) -> Answer {
+    let line = w.cmd(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(line.starts_with("ok"), "{cmd} answered {line}");
+    Answer::parse(&line)
+}
+
+fn handle(w: &mut Workload, cmd: &str) -> u32 {
+    ok(w, cmd).handle("handle").unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
+/// The accounting identity, per probe and in total, with nothing lost on this quiet machine.
+fn assert_accounting(s: &AgentSnapshot) {
+    let a = &s.accounting;
+    assert!(a.exact, "seen {} != received {} + dropped {} ({:?})", a.seen, a.received, a.dropped, s.kernel);
+    for (name, c) in &s.kernel.probes {
+        assert_eq!(c.seen, c.emitted + c.dropped(), "probe {name}: {c:?}");
+    }
+    assert_eq!(a.dropped, 0, "nothing should be dropped at this rate: {:?}", s.kernel);
+    assert!(s.pipeline.decode_errors.is_empty(), "decode errors: {:?}", s.pipeline.decode_errors);
+}
+
+fn three_pods_one_gpu(mode: AttachMode) {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, mode);
+    let pods: Vec<PodCgroup> = (0..3).map(|_| PodCgroup::new().unwrap()).collect();
+    let mut w: Vec<Workload> = pods.iter().map(|p| Workload::spawn(driver.dev_dir(), Some(p)).unwrap()).collect();
+    for wl in w.iter_mut() {
+        ok(wl, "init 0");
+    }
+    let s0 = t.settle();
+    let ioctls0: Vec<u64> = pods.iter().map(|p| cg_usage(&s0, p.id()).ioctls).collect();
+    for (p, ioctls) in pods.iter().zip(&ioctls0) {
+        assert!(*ioctls > 0, "init issued ioctls in {}", p.relative_path());
+        assert_eq!(cg_usage(&s0, p.id()).vidmem_bytes, 0);
+    }
+
+    // Phase 1: allocations through RM_ALLOC (NVOS64 and NVOS21 forms) and VID_HEAP_CONTROL.
+    let a1 = handle(&mut w[0], "alloc-rm 1073741824");
+    let a2 = handle(&mut w[0], "alloc-vidheap 268435456");
+    let b1 = handle(&mut w[1], "alloc-rm21 536870912");
+    let c1 = handle(&mut w[2], "alloc-vidheap 2147483648");
+    let _c2 = handle(&mut w[2], "alloc-rm 67108864 sysmem");
+    let s1 = t.settle();
+    assert_eq!(cg_usage(&s1, pods[0].id()).vidmem_bytes, GIB + 256 * MIB);
+    assert_eq!(cg_usage(&s1, pods[1].id()).vidmem_bytes, 512 * MIB);
+    assert_eq!(cg_usage(&s1, pods[2].id()).vidmem_bytes, 2 * GIB);
+    assert_eq!(cg_usage(&s1, pods[2].id()).sysmem_bytes, 64 * MIB);
+    assert_eq!(proc_usage(&s1, w[0].pid()).vidmem_bytes, GIB + 256 * MIB);
+    assert_eq!(s1.state.totals.usage.vidmem_bytes, GIB + 256 * MIB + 512 * MIB + 2 * GIB);
+    // Each allocation is exactly one more ioctl in its cgroup.
+    assert_eq!(cg_usage(&s1, pods[0].id()).ioctls, ioctls0[0] + 2);
+    assert_eq!(cg_usage(&s1, pods[1].id()).ioctls, ioctls0[1] + 1);
+    assert_eq!(cg_usage(&s1, pods[2].id()).ioctls, ioctls0[2] + 2);
+    // The GPU row adds up.
+    let gpu0: u64 = s1.state.gpus.iter().filter(|g| g.minor == Some(0)).map(|g| g.usage.vidmem_bytes).sum();
+    assert_eq!(gpu0, s1.state.totals.usage.vidmem_bytes);
+    // Cgroup ids resolve to the pod paths.
+    assert_eq!(cgroup(&s1, pods[0].id()).unwrap().path.as_deref(), Some(pods[0].relative_path()));
+
+    // Phase 2: frees through RM_FREE and VID_HEAP_CONTROL FREE.
+    ok(&mut w[0], &format!("free {a1:#x}"));
+    ok(&mut w[1], &format!("free {b1:#x}"));
+    ok(&mut w[2], &format!("free-vidheap {c1:#x}"));
+    let s2 = t.settle();
+    assert_eq!(cg_usage(&s2, pods[0].id()).vidmem_bytes, 256 * MIB);
+    assert_eq!(cg_usage(&s2, pods[1].id()).vidmem_bytes, 0);
+    assert_eq!(cg_usage(&s2, pods[2].id()).vidmem_bytes, 0);
+    assert_eq!(cg_usage(&s2, pods[2].id()).sysmem_bytes, 64 * MIB);
+
+    // Phase 3: freeing the whole client releases what is left.
+    ok(&mut w[0], "free-client");
+    ok(&mut w[2], "free-client");
+    let s3 = t.settle();
+    assert_eq!(s3.state.totals.usage.vidmem_bytes, 0);
+    assert_eq!(s3.state.totals.usage.sysmem_bytes, 0);
+    let _ = a2;
+    // Counts by ioctl kind across the run.
+    let by_op = &s3.state.counters.ioctls_by_op;
+    assert_eq!(by_op.get("vid_heap_alloc"), Some(&2));
+    assert_eq!(by_op.get("vid_heap_free"), Some(&1));
+    assert!(by_op.get("rm_free").copied().unwrap_or(0) >= 4, "{by_op:?}");
+    assert_accounting(&s3);
+    // The driver agrees nothing is left.
+    drop(w);
+}
+
+#[test]
+fn three_pods_one_gpu_btf_tracepoint() {
+    three_pods_one_gpu(AttachMode::BtfTracepoint);
+}
+
+#[test]
+fn three_pods_one_gpu_raw_tracepoint() {
+    three_pods_one_gpu(AttachMode::RawTracepoint);
+}
+
+#[test]
+fn three_pods_one_gpu_syscall_tracepoint() {
+    three_pods_one_gpu(AttachMode::SyscallTracepoint);
+}
+
+#[test]
+fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    let _before = handle(&mut w, "alloc-rm 1073741824");
+    let fds = ok(&mut w, "fds");
+
+    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let s0 = t.settle();
+    // ctl, gpu and uvm fds were seeded; the memory allocated before start is unknowable.
+    assert_eq!(s0.pipeline.seeded_fds, 3, "fds: {fds:?}");
+    let row = s0.state.processes.iter().find(|p| p.tgid == w.pid()).expect("seeded process listed");
+    assert_eq!(row.fds, 3);
+    assert_eq!(row.cgroup_id, pod.id());
+
+    // Ioctls on the seeded fds are traced from now on and land in the pod's cgroup.
+    let h = handle(&mut w, "alloc-vidheap 536870912");
+    let s1 = t.settle();
+    assert_eq!(cg_usage(&s1, pod.id()).vidmem_bytes, 512 * MIB);
+    ok(&mut w, &format!("free-vidheap {h:#x}"));
+    let s2 = t.settle();
+    assert_eq!(cg_usage(&s2, pod.id()).vidmem_bytes, 0);
+    assert_accounting(&s2);
+}
+
+#[test]
+fn a_process_killed_without_freeing_releases_its_memory_at_exit() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    handle(&mut w, "alloc-rm 2147483648");
+    handle(&mut w, "alloc-vidheap 1073741824");
+    let s = t.settle();
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 3 * GIB);
+    let pid = w.pid();
+    drop(w); // SIGKILL: no frees, no closes
+    let s = t.wait_for("process exit", |s| !s.state.processes.iter().any(|p| p.tgid == pid));
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 0);
+    assert_eq!(s.state.totals.usage.vidmem_bytes, 0);
+    assert_eq!(s.state.counters.released_by.get("process_exit"), Some(&2), "{:?}", s.state.counters.released_by);
+    assert_accounting(&s);
+}
+
+#[test]
+fn a_dup_fd_is_still_traced_and_fd_release_frees_clients() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    // Use a dup of the ctl fd for everything from now on, and close the original.
+    ok(&mut w, "dup ctl");
+    ok(&mut w, "close-orig ctl");
+    let h = handle(&mut w, "alloc-rm 805306368");
+    let s = t.settle();
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 768 * MIB, "allocation through the dup is seen");
+    assert!(s.state.counters.events.get("fd_duped").copied().unwrap_or(0) >= 1);
+    ok(&mut w, &format!("free {h:#x}"));
+    handle(&mut w, "alloc-vidheap 134217728");
+    let s = t.settle();
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 128 * MIB);
+    // Closing every fd makes the driver release the client: so does the ledger.
+    ok(&mut w, "close-all");
+    let s = t.settle();
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 0);
+    assert_eq!(s.state.counters.released_by.get("fd_release"), Some(&1), "{:?}", s.state.counters.released_by);
+    assert_accounting(&s);
+}
+
+#[test]
+fn pid_reuse_is_a_new_process() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let pod = PodCgroup::new().unwrap();
+    let mut first = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut first, "init 0");
+    handle(&mut first, "alloc-rm 1073741824");
+    let pid = first.pid();
+    let s = t.settle();
+    let start1 = s.state.processes.iter().find(|p| p.tgid == pid).unwrap().start_time_ticks;
+    drop(first);
+    t.wait_for("first exit", |s| !s.state.processes.iter().any(|p| p.tgid == pid));
+
+    // Make the kernel hand out the same PID again (ns_last_pid), retrying if another fork races us.
+    let mut second = None;
+    for _ in 0..50 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1)).unwrap();
+        let w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+        if w.pid() == pid {
+            second = Some(w);
+            break;
+        }
+    }
+    let mut second = second.expect("could not get the same PID back in 50 tries");
+    // Let the clock tick so the start time differs (it has 10 ms resolution).
+    std::thread::sleep(Duration::from_millis(20));
+    ok(&mut second, "init 0");
+    handle(&mut second, "alloc-vidheap 268435456");
+    let s = t.settle();
+    let row = s.state.processes.iter().find(|p| p.tgid == pid).unwrap();
+    assert_ne!(row.start_time_ticks, start1, "a reused PID is a different process");
+    assert_eq!(row.usage.vidmem_bytes, 256 * MIB, "nothing carried over from the first process");
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 256 * MIB);
+    assert_accounting(&s);
+}
+
+#[test]
+fn bad_ioctl_arguments_become_malformed_events_not_crashes() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    let s0 = t.settle();
+    for cmd in ["bad-null", "bad-unmapped", "bad-guard", "bad-size", "bad-unknown", "bad-nested-null", "bad-race 300"] {
+        let line = w.cmd(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
+        assert!(line.starts_with("ok"), "{cmd}: {line}");
+    }
+    let s = t.settle();
+    let m = &s.state.counters.malformed_by_reason;
+    let total_malformed: u64 = m.values().sum();
+    let before: u64 = s0.state.counters.malformed_by_reason.values().sum();
+    // NULL, unmapped and guard-page arguments fault; a NULL nested pointer is flagged; a wrong size
+    // is rejected by the decoder as the driver rejects it.
+    assert!(total_malformed - before >= 4, "malformed by reason: {m:?}");
+    assert!(m.keys().any(|k| k.contains("fault")), "{m:?}");
+    // Nothing was lost and nothing failed to decode: every bad call is a counted, well-formed event.
+    assert_accounting(&s);
+    // The ledger stayed consistent: the race allocations were either counted with a size or flagged.
+    let u = cg_usage(&s, pod.id());
+    assert_eq!(u.vidmem_bytes, s.state.totals.usage.vidmem_bytes);
+    // The workload is still usable and the tracer still traces.
+    let h = handle(&mut w, "alloc-rm 1048576");
+    let s2 = t.settle();
+    assert_eq!(cg_usage(&s2, pod.id()).vidmem_bytes, u.vidmem_bytes + MIB);
+    ok(&mut w, &format!("free {h:#x}"));
+}
+
+#[test]
+fn uvm_map_external_and_managed_memory_are_tracked() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    let h = handle(&mut w, "alloc-rm 67108864");
+    ok(&mut w, &format!("uvm-map-external {h:#x} 67108864"));
+    let addr = ok(&mut w, "managed-mmap 33554432").number("addr").unwrap();
+    let s = t.settle();
+    let u = cg_usage(&s, pod.id());
+    assert_eq!(u.vidmem_bytes, 64 * MIB);
+    assert_eq!(u.managed_bytes, 32 * MIB);
+    assert_eq!(s.state.counters.uvm_map_external, 1);
+    ok(&mut w, &format!("managed-munmap {addr:#x}"));
+    let s = t.settle();
+    assert_eq!(cg_usage(&s, pod.id()).managed_bytes, 0);
+    assert_accounting(&s);
+}
