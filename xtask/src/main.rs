@@ -32,12 +32,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Simulation runs (not implemented yet).
+    /// `setup`, release build, then a simulated GPU node (fake driver, three pods) watched by
+    /// `gpu-tracer top`. Arguments go to `gpu-tracer-sim` (e.g. `--duration 60`; see `-- --help`).
     Sim {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Benchmarks (not implemented yet).
+    /// `setup`, then `cargo run --release -p gpu-tracer-bench -- --write docs/benchmarks.md [ARGS]`.
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
