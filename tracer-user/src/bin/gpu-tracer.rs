@@ -40,7 +40,7 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct CommonArgs {
-    /// TOML config file (flags override it; see docs/configuration.md).
+    /// TOML config file (flags override it; every key is listed in docs/configuration.md).
     #[arg(long, global = true, env = "GPU_TRACER_CONFIG")]
     config: Option<PathBuf>,
     /// Directory with the NVIDIA device nodes [default: /dev].

@@ -1,5 +1,5 @@
 //! `gpu-tracer top`: the snapshot as a table that reads well at 80 columns.
-use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
+use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table, TableComponent};
 
 use crate::{
     pipeline::AgentSnapshot,
@@ -59,8 +59,8 @@ pub fn short_cgroup(path: Option<&str>, id: u64) -> String {
         id.to_string()
     });
     match (pod, ctr) {
-        (Some(pod), Some(ctr)) if ctr.len() >= 12 => {
-            format!("pod {} / {}", &pod[..pod.len().min(8)], &ctr[..12])
+        (Some(pod), Some(ctr)) if ctr.len() >= 8 => {
+            format!("pod {}/{}", &pod[..pod.len().min(8)], &ctr[..8])
         }
         _ => {
             let tail = comps.iter().rev().take(2).rev().cloned().collect::<Vec<_>>().join("/");
@@ -88,18 +88,26 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     let mut out = String::new();
     let t = &s.state.totals;
     out.push_str(&format!(
-        "gpu-tracer — driver {} — attach {} — {} processes in {} cgroups — GPU memory {}\n",
-        s.driver_version,
-        s.attach_mode,
+        "gpu-tracer: {} processes in {} cgroups hold {} of GPU memory\n(driver {}, attach mode {})\n",
         t.processes,
         t.cgroups,
-        human_bytes(t.usage.vidmem_bytes)
+        human_bytes(t.usage.vidmem_bytes),
+        s.driver_version,
+        s.attach_mode,
     ));
 
     let mut table = Table::new();
     table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
+    // One line per row: no separator between rows (a 30-pod node stays readable).
+    table.remove_style(TableComponent::HorizontalLines);
+    table.remove_style(TableComponent::MiddleIntersections);
+    table.remove_style(TableComponent::LeftBorderIntersections);
+    table.remove_style(TableComponent::RightBorderIntersections);
     table.set_width(o.width);
     table.set_header(vec!["CGROUP / PROCESS", "PROCS", "GPU MEM", "SYSMEM", "MANAGED", "ALLOC/FREE", "IOCTLS"]);
+    for col in table.column_iter_mut() {
+        col.set_padding((1, 0));
+    }
     let mut cgroups: Vec<&CgroupRow> = s.state.cgroups.iter().collect();
     cgroups.sort_by_key(|c| cgroup_sort_key(c));
     for c in cgroups {
@@ -112,14 +120,15 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
         table.add_row(row);
         if o.per_process {
             for p in s.state.processes.iter().filter(|p| p.cgroup_id == c.cgroup_id) {
+                // The PROCS column of a process row names the GPUs it has open.
                 let gpus = if p.gpu_minors.is_empty() {
                     String::new()
                 } else {
-                    format!(" gpu{}", p.gpu_minors.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","))
+                    format!("gpu{}", p.gpu_minors.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","))
                 };
                 let mut row = vec![
-                    Cell::new(format!("  {} {}{}", p.tgid, p.comm.as_deref().unwrap_or("?"), gpus)),
-                    Cell::new(""),
+                    Cell::new(format!("  {} {}", p.tgid, p.comm.as_deref().unwrap_or("?"))),
+                    Cell::new(gpus).set_alignment(CellAlignment::Right),
                 ];
                 row.extend(usage_cells(&p.usage));
                 table.add_row(row);
@@ -148,7 +157,7 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     let decode_errors: u64 = s.pipeline.decode_errors.values().sum();
     let malformed: u64 = s.state.counters.malformed_by_reason.values().sum();
     out.push_str(&format!(
-        "events: seen {} = received {} + dropped {}{} | decode errors {} | malformed ioctls {}\n",
+        "events: seen {} = received {} + dropped {}{}\n        decode errors {}, malformed ioctls {}\n",
         a.seen,
         a.received,
         a.dropped,
@@ -175,9 +184,71 @@ mod tests {
     #[test]
     fn pod_cgroups_are_shortened() {
         let p = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope";
-        assert_eq!(short_cgroup(Some(p), 1), "pod 1b2c3d4e / 0123456789ab");
+        assert_eq!(short_cgroup(Some(p), 1), "pod 1b2c3d4e/01234567");
         assert_eq!(short_cgroup(Some("/user.slice/session-1.scope"), 1), "user.slice/session-1.scope");
         assert_eq!(short_cgroup(None, 7), "cgroup #7 (gone)");
         assert_eq!(short_cgroup(Some("/"), 1), "/ (host, no container)");
+    }
+}
+
+#[cfg(test)]
+mod width_tests {
+    use super::*;
+    use crate::{
+        pipeline::{Accounting, PipelineStats},
+        source::counters::KernelCounters,
+        state::snapshot::{CgroupRow, ProcessRow, Snapshot},
+    };
+
+    fn snapshot(pods: usize) -> AgentSnapshot {
+        let mut state = Snapshot::default();
+        for i in 0..pods {
+            let id = 1000 + i as u64;
+            let usage = Usage { vidmem_bytes: (i as u64 + 1) * 3 << 29, allocations: 123, frees: 45, ioctls: 98765, ..Default::default() };
+            state.cgroups.push(CgroupRow {
+                cgroup_id: id,
+                path: Some(format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{i:08x}_aaaa_bbbb_cccc_dddddddddddd.slice/cri-containerd-{i:064x}.scope"
+                )),
+                processes: 1,
+                removed: false,
+                usage,
+            });
+            state.processes.push(ProcessRow {
+                tgid: 4_000_000 + i as u32,
+                start_time_ticks: 1,
+                comm: Some("python3.11-worker".into()),
+                cgroup_id: id,
+                fds: 3,
+                gpu_minors: vec![i as u32 % 8],
+                clients: 1,
+                handles: 10,
+                usage,
+            });
+        }
+        AgentSnapshot {
+            state,
+            kernel: KernelCounters::default(),
+            pipeline: PipelineStats::default(),
+            accounting: Accounting { seen: 123456789, received: 123456000, dropped: 789, in_flight: 0, exact: true },
+            attach_mode: "btf-tracepoint",
+            driver_version: "535.261.03".into(),
+        }
+    }
+
+    #[test]
+    fn thirty_pods_fit_in_80_columns_one_line_per_row() {
+        let out = render(&snapshot(30), &RenderOptions { per_process: true, width: 80 });
+        if std::env::var_os("SHOW_TOP").is_some() {
+            println!("{out}");
+        }
+        for line in out.lines() {
+            assert!(line.chars().count() <= 80, "too wide ({}): {line}", line.chars().count());
+        }
+        // One line per cgroup and per process (no wrapping, no separators), plus 3 border/header
+        // lines, 2 title lines and 3 footer lines.
+        let rows = out.lines().filter(|l| l.contains("pod ") || l.contains("python3")).count();
+        assert_eq!(rows, 60, "{out}");
+        assert_eq!(out.lines().count(), 60 + 4 + 2 + 2, "{out}");
     }
 }
