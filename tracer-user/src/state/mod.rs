@@ -50,6 +50,11 @@ pub use snapshot::{CgroupRow, GpuRow, ProcessRow, Snapshot, StateCounters, Total
 use crate::decode::{Device, DeviceKind, Event, Header, IoctlEvent, IoctlOp, Location, MemoryAlloc, MemoryKind};
 use ledger::{AllocId, FdEntry, ManagedMapping, Object, Process};
 
+
+/// Allocations larger than this (256 TiB, more than any GPU or host has) are garbage sizes read
+/// from user memory: counted in `implausible_sizes` and charged as zero bytes.
+pub const MAX_PLAUSIBLE_ALLOCATION_BYTES: u64 = 1 << 48;
+
 /// A process incarnation: a reused pid with another start time is a different process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ProcessKey {
@@ -804,7 +809,13 @@ impl TracerState {
             }
             return;
         }
-        let Some(m) = memory else { return };
+        let Some(mut m) = memory else { return };
+        if m.bytes > MAX_PLAUSIBLE_ALLOCATION_BYTES {
+            // The size read back from user memory is garbage (e.g. rewritten by another thread
+            // during the call): keep the object so its free matches, but charge nothing.
+            self.counters.implausible_sizes += 1;
+            m.bytes = 0;
+        }
         let deviceless = class == Some(class::NV01_MEMORY_DEVICELESS);
         let (gpu, inferred) = self.attribute(tgid, client, handle, deviceless);
         let cgroup_id = self.processes.get(&tgid).map_or(0, |p| p.cgroup_id);

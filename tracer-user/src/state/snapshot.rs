@@ -123,6 +123,8 @@ pub struct StateCounters {
     pub dup_unknown_source: u64,
     /// Allocations whose charge moved to another process when the owner dropped its references.
     pub ownership_transfers: u64,
+    /// Successful allocations whose size exceeded `MAX_PLAUSIBLE_ALLOCATION_BYTES` (charged as 0).
+    pub implausible_sizes: u64,
     /// Frees of handles that were not tracked.
     pub unknown_handle_frees: u64,
     /// Allocations of a handle that was still tracked (a missed free): the old one is released.

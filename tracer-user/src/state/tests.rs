@@ -816,3 +816,19 @@ proptest! {
         prop_assert_eq!(s.counters.allocations, s.counters.frees);
     }
 }
+
+#[test]
+fn implausible_sizes_are_counted_and_charged_as_zero() {
+    let mut w = World::new();
+    let ctl = w.cuda_init(10, 1, 1, Some(0), CLIENT);
+    // A size no machine has (a racing writer's garbage): tracked as an object, charged nothing.
+    w.ioctl(10, 1, ctl, vidmem(CLIENT, DEVICE, 0xcaf0_0100, u64::MAX - 5));
+    w.ioctl(10, 1, ctl, vidmem(CLIENT, DEVICE, 0xcaf0_0101, 4 * MIB));
+    assert_eq!(w.totals().vidmem_bytes, 4 * MIB);
+    assert_eq!(w.snap().counters.implausible_sizes, 1);
+    // Its free matches the tracked handle (not an unknown-handle free).
+    w.ioctl(10, 1, ctl, free(CLIENT, 0xcaf0_0100));
+    assert_eq!(w.snap().counters.unknown_handle_frees, 0);
+    assert_eq!(w.totals().vidmem_bytes, 4 * MIB);
+    w.st.check_invariants().unwrap();
+}
