@@ -89,6 +89,16 @@ fn tee(from: impl Read, mut to: impl Write, summary: Arc<Mutex<Summary>>) {
 
 pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     let env = setup::run_setup()?;
+    // The root tests run the real binaries (gpu-tracer, fake-nvidia-driver, nv-workload): build them
+    // first, since `cargo test` only builds a package's binaries for its own integration tests.
+    let mut build = env.cargo();
+    build.args(["build", "--release"]);
+    let bline = cmd::display(&build);
+    println!("+ {bline}");
+    let st = build.status().with_context(|| format!("could not start `{bline}`"))?;
+    if !st.success() {
+        anyhow::bail!("`{bline}` failed ({st}); 0 passed, 1 failed");
+    }
     let mut test = env.cargo();
     test.args(["test", "--release", "--no-fail-fast"])
         .args(extra_args)
