@@ -213,16 +213,23 @@ impl Probes {
     }
 }
 
+/// The program `name` of the object, as its concrete type.
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object (build mismatch)"))?
+        .try_into()
+        .map_err(|e| format!("{name}: {e}"))
+}
+
 fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, String> {
     let mut attached = Vec::new();
     match mode {
         AttachMode::SyscallTracepoint => {
             for (prog, dir) in [(prog_names::SYS_ENTER_TP, "enter"), (prog_names::SYS_EXIT_TP, "exit")] {
-                let p: &mut TracePoint = ebpf
-                    .program_mut(prog)
-                    .ok_or_else(|| format!("program {prog} missing"))?
-                    .try_into()
-                    .map_err(|e| format!("{prog}: {e}"))?;
+                let p: &mut TracePoint = program(ebpf, prog)?;
                 p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
                 for (_, name) in sysno::TRACED {
                     let tp = format!("sys_{dir}_{name}");
@@ -235,11 +242,7 @@ fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, Strin
         }
         AttachMode::RawTracepoint => {
             for (prog, tp) in [(prog_names::SYS_ENTER_RAW, "sys_enter"), (prog_names::SYS_EXIT_RAW, "sys_exit")] {
-                let p: &mut RawTracePoint = ebpf
-                    .program_mut(prog)
-                    .ok_or_else(|| format!("program {prog} missing"))?
-                    .try_into()
-                    .map_err(|e| format!("{prog}: {e}"))?;
+                let p: &mut RawTracePoint = program(ebpf, prog)?;
                 p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
                 p.attach(tp).map_err(|e| format!("attaching raw_tracepoint/{tp}: {e:#}"))?;
                 attached.push(format!("raw_tracepoint/{tp}"));
@@ -250,11 +253,7 @@ fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, Strin
                 format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}; use attach_mode = \"raw-tracepoint\"")
             })?;
             for (prog, tp) in [(prog_names::SYS_ENTER_BTF, "sys_enter"), (prog_names::SYS_EXIT_BTF, "sys_exit")] {
-                let p: &mut BtfTracePoint = ebpf
-                    .program_mut(prog)
-                    .ok_or_else(|| format!("program {prog} missing"))?
-                    .try_into()
-                    .map_err(|e| format!("{prog}: {e}"))?;
+                let p: &mut BtfTracePoint = program(ebpf, prog)?;
                 p.load(tp, &btf).map_err(|e| format!("loading {prog}: {e:#}"))?;
                 p.attach().map_err(|e| format!("attaching tp_btf/{tp}: {e:#}"))?;
                 attached.push(format!("tp_btf/{tp}"));
@@ -278,11 +277,7 @@ fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
         (prog_names::PROC_FORK, "sched", "sched_process_fork"),
         (prog_names::CGROUP_RMDIR, "cgroup", "cgroup_rmdir"),
     ] {
-        let p: &mut TracePoint = ebpf
-            .program_mut(prog)
-            .ok_or_else(|| format!("program {prog} missing"))?
-            .try_into()
-            .map_err(|e| format!("{prog}: {e}"))?;
+        let p: &mut TracePoint = program(ebpf, prog)?;
         p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
         p.attach(cat, name).map_err(|e| format!("attaching tracepoint/{cat}/{name}: {e:#}"))?;
         attached.push(format!("tracepoint/{cat}/{name}"));

@@ -317,27 +317,6 @@ fn spawn_app(mut ctx: AppCtx) -> JoinHandle<(Workload, Option<anyhow::Error>)> {
 
 // ----- output -------------------------------------------------------------------------------------
 
-/// `1.5 GiB`-style sizes, as `gpu-tracer top` prints them.
-fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    if b == 0 {
-        return "0".into();
-    }
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 /// Parse a size as `top` prints it (`0`, `512 B`, `1.5 GiB`) into bytes and the rounding
 /// error its printed precision allows.
 fn parse_human(s: &str) -> Option<(f64, f64)> {
@@ -377,7 +356,7 @@ fn per_gpu(frame: &[String]) -> Option<Vec<(String, f64, f64)>> {
 /// Returns the report line and whether they agree.
 fn check_against_driver(frame: &[String], driver_used: &[u64]) -> (String, bool) {
     let truth: Vec<String> =
-        driver_used.iter().enumerate().map(|(i, b)| format!("gpu{i} {}", human_bytes(*b))).collect();
+        driver_used.iter().enumerate().map(|(i, b)| format!("gpu{i} {}", tracer_user::export::top::human_bytes(*b))).collect();
     let truth = truth.join(" | ");
     let Some(seen) = per_gpu(frame) else {
         let agree = driver_used.iter().all(|b| *b == 0);
