@@ -1,11 +1,8 @@
 //! The `driver` family: NVIDIA fd tracking (open/close/dup), ioctls on NVIDIA fds, and
 //! managed-memory mmap/munmap of UVM fds. One handler for every attach mode: the entry points in
 //! `main.rs` only extract the syscall number and arguments.
-use aya_ebpf::{
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
-        generated,
-    },
+use aya_ebpf::helpers::{
+    bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated,
 };
 use tracer_common::{
     counter, device_kind, flags, nv, probe, sysno, CaptureKey, DeviceRef, FdCloseRecord, FdDupRecord,
@@ -380,12 +377,25 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
                     tail_len = 0;
                 }
             }
-            if p.nested_ptr_off != NO_NESTED && main_len >= p.nested_ptr_off + 8 {
-                // Re-read the pointer (and class) from user memory: fixed-size reads keep the
-                // verifier happy, and a racing writer shows up as a mismatch with `main`.
-                let nptr = bpf_probe_read_user((ptr + p.nested_ptr_off as u64) as *const u64).unwrap_or(0);
+            let noff = p.nested_ptr_off;
+            if noff != NO_NESTED && main_len >= noff.saturating_add(8) {
+                // RM_ALLOC (pointer @16, class @12, the only nested plan today): take both from the
+                // copy just made — constant offsets the verifier can check — so the nested block is
+                // read through exactly the pointer user space sees in `main`. Other layouts re-read
+                // the fields from user memory.
+                let main = (*r).main.as_ptr();
+                let nptr = if noff == 16 {
+                    core::ptr::read_unaligned(main.add(16) as *const u64)
+                } else {
+                    bpf_probe_read_user((ptr + noff as u64) as *const u64).unwrap_or(0)
+                };
                 let want = if p.nested_by_class != 0 {
-                    match bpf_probe_read_user((ptr + p.class_off as u64) as *const u32) {
+                    let class = if p.class_off == 12 {
+                        Ok(core::ptr::read_unaligned(main.add(12) as *const u32))
+                    } else {
+                        bpf_probe_read_user((ptr + p.class_off as u64) as *const u32)
+                    };
+                    match class {
                         Ok(class) => ALLOC_PARAM_SIZES.get(&class).copied().unwrap_or(0),
                         Err(_) => 0,
                     }

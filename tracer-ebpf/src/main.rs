@@ -97,8 +97,9 @@ pub fn sys_enter_btf(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
-    // SAFETY: orig_ax of the saved registers is the syscall number.
-    let nr = unsafe { bpf_probe_read_kernel(regs.add(PT_REGS_ORIG_AX) as *const u64) }.unwrap_or(u64::MAX) as u32;
+    // SAFETY: `regs` is a BTF-typed `struct pt_regs *`: the verifier allows a direct load of
+    // `orig_ax` (the syscall number), which is cheaper than a probe-read helper call.
+    let nr = unsafe { core::ptr::read_volatile(regs.add(PT_REGS_ORIG_AX) as *const u64) } as u32;
     if driver::interesting(nr) {
         let ret: i64 = ctx.arg(1);
         driver::on_exit(nr, ret);

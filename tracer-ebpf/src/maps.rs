@@ -30,9 +30,11 @@ pub static NV_FDS: LruHashMap<FdKey, DeviceRef> = LruHashMap::with_max_entries(c
 pub static TRACKED_TGIDS: LruHashMap<u32, u32> =
     LruHashMap::with_max_entries(capacity::TRACKED_TGIDS, 0);
 
-/// Syscall entry state, keyed by pid_tgid, consumed at exit.
+/// Syscall entry state, keyed by pid_tgid, consumed at exit. A plain (preallocated) hash: an LRU
+/// update costs far more on this hot path. Entries of threads that died inside a syscall (no exit)
+/// are swept by user space (`Agent::sweep_inflight`).
 #[map]
-pub static INFLIGHT: LruHashMap<u64, Inflight> = LruHashMap::with_max_entries(capacity::INFLIGHT, 0);
+pub static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(capacity::INFLIGHT, 0);
 
 /// Live managed-memory mappings of UVM fds: (tgid, address) → length.
 #[map]

@@ -71,6 +71,8 @@ pub struct PipelineStats {
     pub fd_map_cleanups: u64,
     /// Failed kernel map updates from user space (seeding, cleanup).
     pub fd_map_errors: u64,
+    /// `INFLIGHT` entries of threads that died inside a traced syscall, removed by the sweep.
+    pub inflight_swept: u64,
 }
 
 /// `seen = received + dropped`, per probe and in total.
@@ -122,6 +124,7 @@ pub struct Agent {
     pub stats: PipelineStats,
     /// Wall clock minus monotonic clock, to stamp events with wall time.
     mono_to_wall_ns: i128,
+    last_sweep: std::time::Instant,
 }
 
 fn monotonic_ns() -> u64 {
@@ -156,6 +159,7 @@ impl Agent {
             kernel_fds: HashMap::new(),
             stats: PipelineStats::default(),
             mono_to_wall_ns: wall - monotonic_ns() as i128,
+            last_sweep: std::time::Instant::now(),
         };
         agent.seed_from_proc(None, &mut |_, _| {});
         Ok(agent)
@@ -237,7 +241,34 @@ impl Agent {
     /// `sink` sees every event with its identity. Returns how many records were processed.
     pub async fn step(&mut self, sink: &mut dyn FnMut(&Event, &Identity)) -> usize {
         self.ring.wait(Duration::from_millis(self.cfg.drain_interval_ms.max(1))).await;
+        if self.last_sweep.elapsed() >= Duration::from_secs(5) {
+            self.sweep_inflight();
+        }
         self.drain(sink)
+    }
+
+    /// Remove `INFLIGHT` entries (syscall entry state) of threads that no longer exist: a thread
+    /// killed inside a traced syscall never reaches its exit. Returns how many were removed.
+    pub fn sweep_inflight(&mut self) -> u64 {
+        self.last_sweep = std::time::Instant::now();
+        let Some(m) = self.probes.ebpf.map_mut(map_names::INFLIGHT) else { return 0 };
+        let Ok(mut h) = BpfHashMap::<&mut MapData, u64, tracer_common::Inflight>::try_from(m) else { return 0 };
+        let dead: Vec<u64> = h
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| {
+                let (tgid, tid) = ((k >> 32) as u32, *k as u32);
+                !self.cfg.proc_root.join(format!("{tgid}/task/{tid}")).exists()
+            })
+            .collect();
+        let mut n = 0;
+        for k in dead {
+            if h.remove(&k).is_ok() {
+                n += 1;
+            }
+        }
+        self.stats.inflight_swept += n;
+        n
     }
 
     /// Process everything waiting in the ring buffer now.
