@@ -39,6 +39,27 @@ impl SyscallArgs for RegsArgs {
     }
 }
 
+/// The same registers through a BTF-typed `struct pt_regs *` (tp_btf): direct loads, which the
+/// verifier checks against the type, instead of a helper call per argument.
+struct BtfRegsArgs(*const u8);
+impl SyscallArgs for BtfRegsArgs {
+    #[inline(always)]
+    fn arg(&self, i: usize) -> u64 {
+        // SAFETY: constant offsets of `struct pt_regs` fields, validated by the verifier via BTF.
+        unsafe {
+            match i {
+                0 => core::ptr::read_volatile(self.0.add(112) as *const u64),
+                1 => core::ptr::read_volatile(self.0.add(104) as *const u64),
+                2 => core::ptr::read_volatile(self.0.add(96) as *const u64),
+                3 => core::ptr::read_volatile(self.0.add(56) as *const u64),
+                4 => core::ptr::read_volatile(self.0.add(72) as *const u64),
+                5 => core::ptr::read_volatile(self.0.add(64) as *const u64),
+                _ => 0,
+            }
+        }
+    }
+}
+
 #[tracepoint]
 pub fn sys_enter_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: format offset.
@@ -89,7 +110,7 @@ pub fn sys_enter_btf(ctx: BtfTracePointContext) -> i32 {
     let nr = nr as u32;
     if driver::interesting(nr) {
         let regs: *const u8 = ctx.arg(0);
-        driver::on_enter(nr, &RegsArgs(regs));
+        driver::on_enter(nr, &BtfRegsArgs(regs));
     }
     0
 }
