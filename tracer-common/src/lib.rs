@@ -461,10 +461,18 @@ pub mod probe {
 /// Entries of the `COUNTERS` per-CPU array.
 pub const COUNTER_ENTRIES: u32 = probe::COUNT * counter::SLOTS;
 
+/// Tgids per `TRACKED_TGIDS` entry (one byte each; one page per entry).
+pub const TRACKED_TGIDS_PER_ENTRY: usize = 4096;
+
+/// `BPF_F_MMAPABLE`: an array user space can mmap.
+pub const BPF_F_MMAPABLE: u32 = 1 << 10;
+
 /// Capacities of the kernel maps.
 pub mod capacity {
     pub const NV_FDS: u32 = 65536;
-    pub const TRACKED_TGIDS: u32 = 16384;
+    /// Entries of the tracked-tgid map by default (covers pid_max 4194304); the loader sizes it
+    /// from `/proc/sys/kernel/pid_max`.
+    pub const TRACKED_TGID_ENTRIES: u32 = 4194304 / super::TRACKED_TGIDS_PER_ENTRY as u32;
     pub const INFLIGHT: u32 = 16384;
     pub const UVM_MAPS: u32 = 16384;
     pub const CAPTURE_PLANS: u32 = 256;

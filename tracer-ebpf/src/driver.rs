@@ -60,11 +60,36 @@ fn stash(probe_id: u32, pid_tgid: u64, state: &Inflight) {
     }
 }
 
+/// Does `tgid` hold (or has it held) NVIDIA fds? An inlined array lookup and a byte test.
+#[inline(always)]
+pub fn tracked(tgid: u32) -> bool {
+    const PER: u32 = tracer_common::TRACKED_TGIDS_PER_ENTRY as u32;
+    match TRACKED_TGIDS.get(tgid / PER) {
+        Some(page) => page[(tgid % PER) as usize] != 0,
+        // Beyond the map (pid_max grew after load): treat as tracked, the hash lookups decide.
+        None => true,
+    }
+}
+
+/// Mark or unmark `tgid` as tracked.
+#[inline(always)]
+pub fn set_tracked(tgid: u32, on: bool) {
+    const PER: u32 = tracer_common::TRACKED_TGIDS_PER_ENTRY as u32;
+    if let Some(page) = TRACKED_TGIDS.get_ptr_mut(tgid / PER) {
+        // SAFETY: a byte inside the map value; single-byte store.
+        unsafe { (*page)[(tgid % PER) as usize] = on as u8 };
+    }
+}
+
 /// Syscall entry.
 #[inline(always)]
 pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = tgid_of(pid_tgid);
+    // Only opens can make an untracked process interesting.
+    if nr != sysno::OPENAT && nr != sysno::OPEN && !tracked(tgid) {
+        return;
+    }
     match nr {
         sysno::OPENAT | sysno::OPEN => {
             let Some(cfg) = CONFIG.get(0) else { return };
@@ -168,6 +193,9 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
 pub fn on_exit(nr: u32, ret: i64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = tgid_of(pid_tgid);
+    if nr != sysno::OPENAT && nr != sysno::OPEN && !tracked(tgid) {
+        return;
+    }
     // SAFETY: copied out immediately.
     let st = unsafe { INFLIGHT.get(&pid_tgid) }.copied();
     let Some(st) = st else {
@@ -175,7 +203,7 @@ pub fn on_exit(nr: u32, ret: i64) {
         // an NVIDIA node (e.g. after close_range, which we do not trace): forget the stale entry.
         if (nr == sysno::OPENAT || nr == sysno::OPEN) && ret >= 0 {
             // SAFETY: presence check only.
-            if unsafe { TRACKED_TGIDS.get(&tgid) }.is_some() {
+            if tracked(tgid) {
                 let _ = NV_FDS.remove(&FdKey { tgid, fd: ret as u32 });
             }
         }
@@ -214,7 +242,7 @@ fn exit_open(st: &Inflight, pid_tgid: u64, ret: i64) {
         emit::drop_event(probe::OPEN, counter::DROP_FD_MAP);
         return;
     }
-    let _ = TRACKED_TGIDS.insert(&tgid, &1, 0);
+    set_tracked(tgid, true);
     if let Some(mut e) = emit::reserve::<FdOpenRecord>(probe::OPEN, 0) {
         let r = e.as_mut_ptr();
         // SAFETY: r points at a reserved FdOpenRecord.

@@ -7,13 +7,10 @@ use aya_ebpf::{
 };
 use tracer_common::{probe, CgroupRmdirRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, CGROUP_PATH_MAX};
 
-use crate::{emit, maps::TRACKED_TGIDS};
-
-#[inline(always)]
-fn tracked(tgid: u32) -> bool {
-    // SAFETY: presence check only.
-    unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
-}
+use crate::{
+    driver::{set_tracked, tracked},
+    emit,
+};
 
 pub fn exec(_ctx: &TracePointContext) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
@@ -36,7 +33,7 @@ pub fn exit(ctx: &TracePointContext) {
     if group_dead == 0 || !tracked(tgid) {
         return;
     }
-    let _ = TRACKED_TGIDS.remove(&tgid);
+    set_tracked(tgid, false);
     if let Some(mut e) = emit::reserve::<ProcExitRecord>(probe::EXIT, 0) {
         let r = e.as_mut_ptr();
         // SAFETY: r points at a reserved record.

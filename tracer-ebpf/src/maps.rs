@@ -25,10 +25,15 @@ pub static WAKEUP_SEQ: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static NV_FDS: LruHashMap<FdKey, DeviceRef> = LruHashMap::with_max_entries(capacity::NV_FDS, 0);
 
-/// Processes that hold (or held) NVIDIA fds: only these get exec/exit/fork records.
+/// Processes that hold (or held) NVIDIA fds: one byte per possible tgid, in pages of 4096 (the
+/// loader sizes it from `pid_max`). Bytes, not bits, so every update is a plain one-byte store
+/// that cannot clobber a neighbour (BPF has no portable atomic or/and from Rust). Checked first on every traced syscall, so processes
+/// that never touched the GPU pay an inlined array lookup instead of hash lookups, and only tracked
+/// processes get exec/exit/fork records. Memory-mapped by user space, which sets bits for the
+/// processes its `/proc` scan finds with atomic operations too.
 #[map]
-pub static TRACKED_TGIDS: LruHashMap<u32, u32> =
-    LruHashMap::with_max_entries(capacity::TRACKED_TGIDS, 0);
+pub static TRACKED_TGIDS: Array<[u8; tracer_common::TRACKED_TGIDS_PER_ENTRY]> =
+    Array::with_max_entries(capacity::TRACKED_TGID_ENTRIES, tracer_common::BPF_F_MMAPABLE);
 
 /// Syscall entry state, keyed by pid_tgid, consumed at exit. A plain (preallocated) hash: an LRU
 /// update costs far more on this hot path. Entries of threads that died inside a syscall (no exit)

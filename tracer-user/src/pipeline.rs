@@ -125,6 +125,8 @@ pub struct Agent {
     /// Wall clock minus monotonic clock, to stamp events with wall time.
     mono_to_wall_ns: i128,
     last_sweep: std::time::Instant,
+    /// The kernel's tracked-process map, memory-mapped.
+    tracked: crate::source::tracked::TrackedTgids,
 }
 
 fn monotonic_ns() -> u64 {
@@ -144,6 +146,8 @@ impl Agent {
         let sizes = decode::plan::alloc_param_sizes(&abi);
         let mut probes = Probes::load(&cfg, &abi, &plans, &sizes)?;
         let ring = RingSource::new(&mut probes.ebpf)?;
+        let tracked = crate::source::tracked::TrackedTgids::map(&probes.ebpf, probes.tracked_entries)
+            .map_err(SourceError::Io)?;
         let cgroup_root =
             cfg.cgroup_root.clone().or_else(|| procscan::cgroup2_mount(&cfg.proc_root.join("self/mountinfo")));
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i128;
@@ -160,6 +164,7 @@ impl Agent {
             stats: PipelineStats::default(),
             mono_to_wall_ns: wall - monotonic_ns() as i128,
             last_sweep: std::time::Instant::now(),
+            tracked,
         };
         agent.seed_from_proc(None, &mut |_, _| {});
         Ok(agent)
@@ -216,11 +221,7 @@ impl Agent {
             let mut h: BpfHashMap<&mut MapData, FdKey, DeviceRef> = BpfHashMap::try_from(m)?;
             h.insert(key, dev, 0)?;
         }
-        let m = self.probes.ebpf.map_mut(map_names::TRACKED_TGIDS).ok_or(aya::maps::MapError::InvalidName {
-            name: map_names::TRACKED_TGIDS.into(),
-        })?;
-        let mut t: BpfHashMap<&mut MapData, u32, u32> = BpfHashMap::try_from(m)?;
-        t.insert(key.tgid, 1, 0)?;
+        self.tracked.set(key.tgid, true);
         self.kernel_fds.entry(key.tgid).or_default().insert(key.fd);
         Ok(())
     }

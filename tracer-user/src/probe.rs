@@ -115,6 +115,8 @@ impl ProbeError {
 pub struct Probes {
     pub ebpf: Ebpf,
     pub report: ProbeReport,
+    /// Entries `TRACKED_TGIDS` was created with (from `pid_max`).
+    pub tracked_entries: u32,
 }
 
 /// Kernel config for the programs.
@@ -141,8 +143,10 @@ impl Probes {
     ) -> Result<Probes, ProbeError> {
         let features = KernelFeatures::detect();
         let (mode, attach_reason) = choose_mode(cfg.attach_mode, &features);
+        let tracked_entries = crate::source::tracked::entries_for_pid_max();
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(map_names::EVENTS, cfg.ring_buffer_bytes)
+            .map_max_entries(map_names::TRACKED_TGIDS, tracked_entries)
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 
@@ -209,7 +213,7 @@ impl Probes {
             };
             return Err(ProbeError::NothingAttached { driver: s(&report.driver), lifecycle: s(&report.lifecycle) });
         }
-        Ok(Probes { ebpf, report })
+        Ok(Probes { ebpf, report, tracked_entries })
     }
 }
 

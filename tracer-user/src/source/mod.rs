@@ -3,3 +3,4 @@
 pub mod counters;
 pub mod procscan;
 pub mod ringbuf;
+pub mod tracked;
