@@ -915,12 +915,15 @@ impl Report<'_> {
              drift. On a 2-vCPU VM shared with other work, differences of a few tens of ns are within the noise.\n\
              - The floor is what the kernel charges to run *any* program at that hook (the syscall slow path that tracing \
              turns on, plus the program dispatch); nothing the tracer does can go below it. \"agent − floor\" is the \
-             tracer's own work on a call it does not care about: reading the syscall number and, for a foreign ioctl, one \
-             `NV_FDS` hash lookup at entry and one `INFLIGHT` lookup at exit.\n\
+             tracer's own work on a call it does not care about: reading the syscall number and its arguments and, for a \
+             foreign ioctl of a process that never opened an NVIDIA device, one byte of the `TRACKED_TGIDS` array at \
+             entry and at exit (a process that holds NVIDIA fds also pays an `NV_FDS` hash lookup for its other \
+             ioctls). The raw-tracepoint mode reads the arguments through a helper call, tp_btf by direct loads.\n\
              - raw and btf tracepoints sit on `sys_enter`/`sys_exit` of *every* syscall, so `getppid` pays their floor \
-             too; the syscall-tracepoint mode charges other syscalls only the slow path (¹) but more per traced call.\n\
+             too; the syscall-tracepoint mode attaches nothing to `getppid` (its agent row is within noise of no probe, \
+             so "agent over floor" is negative there) but charges the ten traced syscalls the slow path and more per call.\n\
              - bpftrace's program runs at entry only and bumps a per-cgroup counter; the agent runs at entry and exit, \
-             keeps per-call state in an LRU map, copies 48 + 128 bytes of user memory, writes a {RECORD_IN_RING}-byte \
+             keeps per-call state in a hash map, copies 48 + 128 bytes of user memory, writes a {RECORD_IN_RING}-byte \
              ring-buffer record and has it decoded and applied by user space; its Δ includes what the consumer thread \
              costs the machine while the calls run (2b separates the in-program part).\n\
              - In 3b loss is expected once the consumer is slower than the producers, or when a burst outruns a small \
