@@ -921,7 +921,7 @@ impl Report<'_> {
              ioctls). The raw-tracepoint mode reads the arguments through a helper call, tp_btf by direct loads.\n\
              - raw and btf tracepoints sit on `sys_enter`/`sys_exit` of *every* syscall, so `getppid` pays their floor \
              too; the syscall-tracepoint mode attaches nothing to `getppid` (its agent row is within noise of no probe, \
-             so "agent over floor" is negative there) but charges the ten traced syscalls the slow path and more per call.\n\
+             so \"agent over floor\" is negative there) but charges the ten traced syscalls the slow path and more per call.\n\
              - bpftrace's program runs at entry only and bumps a per-cgroup counter; the agent runs at entry and exit, \
              keeps per-call state in a hash map, copies 48 + 128 bytes of user memory, writes a {RECORD_IN_RING}-byte \
              ring-buffer record and has it decoded and applied by user space; its Δ includes what the consumer thread \
