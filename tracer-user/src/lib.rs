@@ -5,6 +5,7 @@
 //! ledger → live memory) → `enrich` (cgroup paths, process identity) → `export` (event stream,
 //! `top`). `pipeline` wires the stages together; `doctor` reports what works on this node.
 pub mod config;
+pub mod cuda;
 pub mod decode;
 pub mod doctor;
 pub mod enrich;
