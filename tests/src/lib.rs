@@ -3,17 +3,21 @@
 //! * [`fake_driver`]: a fake NVIDIA kernel driver served over FUSE (`fake-nvidia-driver`), which
 //!   answers the frontend ioctls like the real driver and keeps inspectable per-mount state.
 //! * [`workload`]: `nv-workload`, a program that issues a CUDA application's ioctl sequences one
-//!   phase per stdin command.
+//!   phase per stdin command, and (`--libcuda`) its driver-API calls.
+//! * [`fake_libcuda`]: where the fake `libcuda.so.1` builds are ([`fake_libcuda()`]), one per
+//!   prologue variant.
 //! * [`harness`] (re-exported here): RAII guards — [`FakeDriver`], [`PodCgroup`], [`Workload`] —
 //!   and [`require_root`], so privileged tests fail (never skip) where they cannot run and leave
 //!   the machine clean when they fail.
 
 pub mod fake_driver;
+pub mod fake_libcuda;
 pub mod harness;
 pub mod le;
 pub mod workload;
 
 pub use fake_driver::DriverStats;
+pub use fake_libcuda::fake_libcuda;
 pub use harness::{
     Answer, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime, Workload, WorkloadBuilder,
     cgroup2_mount, eventually, locate_binary, require_root,
