@@ -31,6 +31,9 @@ struct Args {
     /// With --loop: pause between iterations, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     loop_sleep_ms: u64,
+    /// dlopen this libcuda.so.1 at start-up for the cuda-* commands.
+    #[arg(long)]
+    libcuda: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,6 +41,9 @@ fn main() -> anyhow::Result<()> {
     let driver_version = parse_version(&args.driver_version)
         .with_context(|| format!("--driver-version {:?} is not major.minor.patch", args.driver_version))?;
     let mut client = CudaLikeClient::new(WorkloadOptions { dev_dir: args.dev_dir, driver_version });
+    if let Some(lib) = &args.libcuda {
+        client.load_libcuda(lib).map_err(anyhow::Error::msg).context("--libcuda")?;
+    }
     let stdout = std::io::stdout();
 
     let Some(script) = args.script else {

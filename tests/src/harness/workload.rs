@@ -99,6 +99,12 @@ impl WorkloadBuilder {
         self
     }
 
+    /// `dlopen` this `libcuda.so.1` at start-up for the `cuda-*` commands (`--libcuda`).
+    pub fn libcuda(mut self, path: impl AsRef<Path>) -> Self {
+        self.args.extend(["--libcuda".into(), path.as_ref().display().to_string()]);
+        self
+    }
+
     /// How long to wait for each answer (default 30 s).
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;

@@ -7,7 +7,11 @@
 //! `err [key=value ...]` (errors carry `op=<ioctl/syscall>` and `status=0x..` for an RM status or
 //! `errno=N` for a failed syscall). Numbers accept decimal or `0x` hex; sizes also accept
 //! `K`/`M`/`G`/`T` (binary, optionally followed by `iB`). See [`HELP`] for the command list.
+//!
+//! With a `libcuda.so.1` loaded ([`CudaLikeClient::load_libcuda`], `nv-workload --libcuda PATH`)
+//! the `cuda-*` commands ([`cuda`]) call the CUDA driver API as well.
 
+pub mod cuda;
 pub mod encode;
 pub mod sys;
 
@@ -25,7 +29,8 @@ use crate::le::{put_u32, put_u64, u32_at};
 use encode::{MemLocation, RmAllocArgs};
 
 /// The command reference printed by `help` and `nv-workload --help`.
-pub const HELP: &str = "\
+pub const HELP: &str = concat!(
+    "\
 init <gpu>                       open nvidiactl, CHECK_VERSION_STR, CARD_INFO, RM_ALLOC client (NVOS64),
                                  open nvidia<gpu> + REGISTER_FD, RM_ALLOC device (0x80) + subdevice (0x2080),
                                  RM_CONTROLs, open nvidia-uvm + UVM_INITIALIZE + UVM_REGISTER_GPU
@@ -64,7 +69,10 @@ bad-unknown                      an unknown escape nr (0x99) -> ok ret=R [errno=
 bad-nested-null                  RM_ALLOC class 0x40 with pAllocParms=NULL -> ok ret=R status=0x..
 bad-race [calls]                 a second thread rewrites the struct and nested params during <calls>
                                  (default 500) RM_ALLOCs -> ok ret=R calls=N nonzero=M
-help                             this text (one line: ok followed by the command names)";
+",
+    cuda::cuda_help!(),
+    "help                             this text (one line: ok followed by the command names)"
+);
 
 /// Every command name, in the order of [`HELP`].
 pub const COMMANDS: &[&str] = &[
@@ -103,6 +111,7 @@ pub const COMMANDS: &[&str] = &[
     "bad-race",
     "help",
 ];
+// The `cuda-*` names are in [`cuda::COMMANDS`].
 
 /// The answer to one command: `Ok(payload)` prints `ok payload`, `Err(payload)` prints
 /// `err payload`.
@@ -222,6 +231,8 @@ pub struct CudaLikeClient {
     managed: BTreeMap<u64, usize>,
     /// UVM external ranges: base -> length.
     external: BTreeMap<u64, u64>,
+    /// The CUDA driver library the `cuda-*` commands call, once loaded.
+    cuda: Option<cuda::CudaSession>,
     exit_requested: bool,
 }
 
@@ -241,8 +252,15 @@ impl CudaLikeClient {
             gpu_uuid: [0; 16],
             managed: BTreeMap::new(),
             external: BTreeMap::new(),
+            cuda: None,
             exit_requested: false,
         }
+    }
+
+    /// `dlopen` the CUDA driver library at `path` for the `cuda-*` commands.
+    pub fn load_libcuda(&mut self, path: &std::path::Path) -> Result<(), String> {
+        self.cuda = Some(cuda::CudaSession::open(path)?);
+        Ok(())
     }
 
     /// Whether the last command was `exit`.
@@ -335,7 +353,11 @@ impl CudaLikeClient {
             "bad-unknown" => self.bad_unknown(),
             "bad-nested-null" => self.bad_nested_null(),
             "bad-race" => self.bad_race(if args.is_empty() { 500 } else { number(0)? }),
-            "help" => Ok(COMMANDS.join(" ")),
+            "help" => Ok(COMMANDS.iter().chain(cuda::COMMANDS).copied().collect::<Vec<_>>().join(" ")),
+            c if cuda::COMMANDS.contains(&c) => match self.cuda.as_mut() {
+                Some(session) => session.execute(c, args),
+                None => Err("state: no libcuda loaded (start nv-workload with --libcuda PATH)".into()),
+            },
             other => Err(format!("usage: unknown command {other}")),
         }
     }
