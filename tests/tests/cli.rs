@@ -19,7 +19,7 @@ fn gpu_tracer() -> PathBuf {
 /// Start `gpu-tracer <args>` and wait until its probes are attached (it logs "probes loaded").
 fn start(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
     let mut child = Command::new(gpu_tracer())
-        .args(["--log", "info"])
+        .args(["--log", "info", "--no-cuda"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -135,6 +135,8 @@ fn doctor_reports_every_family_attached() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["probes"]["driver"]["state"], "attached");
     assert_eq!(v["probes"]["lifecycle"]["state"], "attached");
+    // The real libcuda (installed by `cargo xtask setup`) is found and probed past its thunks.
+    assert_eq!(v["probes"]["cuda"]["state"], "attached", "{v:#}");
     // Turning a family off is reported, and the other keeps running.
     let out = Command::new(gpu_tracer()).args(["--no-driver", "doctor", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -21,6 +21,8 @@ pub mod map_names {
     pub const CAPTURE_PLANS: &str = "CAPTURE_PLANS";
     pub const ALLOC_PARAM_SIZES: &str = "ALLOC_PARAM_SIZES";
     pub const CONFIG: &str = "CONFIG";
+    pub const CUDA_COUNTS: &str = "CUDA_COUNTS";
+    pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
 }
 
 /// Program names, as they appear in the eBPF object.
@@ -36,6 +38,11 @@ pub mod prog_names {
     pub const PROC_EXIT: &str = "proc_exit";
     pub const PROC_FORK: &str = "proc_fork";
     pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
+    /// libcuda uprobes (the attach cookie is the `cuda_entry` id).
+    pub const CUDA_COUNT: &str = "cuda_count";
+    pub const CUDA_ALLOC_ENTER: &str = "cuda_alloc_enter";
+    pub const CUDA_ALLOC_RETURN: &str = "cuda_alloc_return";
+    pub const CUDA_FREE: &str = "cuda_free";
     /// Empty programs for measuring each attach mechanism's floor (benchmark only).
     pub const NOOP_TP: &str = "noop_tp";
     pub const NOOP_RAW: &str = "noop_raw";
@@ -102,6 +109,8 @@ pub mod kind {
     pub const PROC_EXIT: u16 = 8;
     pub const PROC_FORK: u16 = 9;
     pub const CGROUP_RMDIR: u16 = 10;
+    pub const CUDA_ALLOC: u16 = 11;
+    pub const CUDA_FREE: u16 = 12;
 }
 
 /// `EventHeader::flags` bits.
@@ -334,6 +343,137 @@ impl Default for CgroupRmdirRecord {
     }
 }
 
+/// libcuda entry points the `cuda` family probes. The id is the uprobe's attach cookie.
+pub mod cuda_entry {
+    /// What the kernel does when an entry point is called.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Action {
+        /// Count calls per (cgroup, tgid, entry point) in `CUDA_COUNTS`.
+        Count,
+        /// `(T *out, size_t bytes, ...)`: count calls and bytes; at return, report the pointer.
+        Alloc,
+        /// `cuMemAllocPitch_v2(dptr*, pitch*, width, height, elem)`: bytes = width × height.
+        AllocPitch,
+        /// `(T ptr_or_handle, ...)`: report the pointer.
+        Free,
+    }
+    pub const LAUNCH_KERNEL: u32 = 0;
+    pub const LAUNCH_KERNEL_PTSZ: u32 = 1;
+    pub const LAUNCH_KERNEL_EX: u32 = 2;
+    pub const LAUNCH_KERNEL_EX_PTSZ: u32 = 3;
+    pub const LAUNCH_COOPERATIVE_KERNEL: u32 = 4;
+    pub const LAUNCH_COOPERATIVE_KERNEL_PTSZ: u32 = 5;
+    pub const GRAPH_LAUNCH: u32 = 6;
+    pub const GRAPH_LAUNCH_PTSZ: u32 = 7;
+    pub const MEM_ALLOC: u32 = 8;
+    pub const MEM_ALLOC_ASYNC: u32 = 9;
+    pub const MEM_ALLOC_ASYNC_PTSZ: u32 = 10;
+    pub const MEM_ALLOC_MANAGED: u32 = 11;
+    pub const MEM_ALLOC_PITCH: u32 = 12;
+    pub const MEM_CREATE: u32 = 13;
+    pub const MEM_ALLOC_HOST: u32 = 14;
+    pub const MEM_FREE: u32 = 15;
+    pub const MEM_FREE_ASYNC: u32 = 16;
+    pub const MEM_FREE_ASYNC_PTSZ: u32 = 17;
+    pub const MEM_RELEASE: u32 = 18;
+    pub const MEM_FREE_HOST: u32 = 19;
+    pub const CTX_CREATE: u32 = 20;
+    pub const PRIMARY_CTX_RETAIN: u32 = 21;
+    pub const MODULE_GET_FUNCTION: u32 = 22;
+    pub const LIBRARY_GET_KERNEL: u32 = 23;
+    pub const KERNEL_GET_FUNCTION: u32 = 24;
+    pub const COUNT: u32 = 25;
+    /// (id, exported symbol, action), in id order.
+    pub const ALL: [(u32, &str, Action); COUNT as usize] = [
+        (LAUNCH_KERNEL, "cuLaunchKernel", Action::Count),
+        (LAUNCH_KERNEL_PTSZ, "cuLaunchKernel_ptsz", Action::Count),
+        (LAUNCH_KERNEL_EX, "cuLaunchKernelEx", Action::Count),
+        (LAUNCH_KERNEL_EX_PTSZ, "cuLaunchKernelEx_ptsz", Action::Count),
+        (LAUNCH_COOPERATIVE_KERNEL, "cuLaunchCooperativeKernel", Action::Count),
+        (LAUNCH_COOPERATIVE_KERNEL_PTSZ, "cuLaunchCooperativeKernel_ptsz", Action::Count),
+        (GRAPH_LAUNCH, "cuGraphLaunch", Action::Count),
+        (GRAPH_LAUNCH_PTSZ, "cuGraphLaunch_ptsz", Action::Count),
+        (MEM_ALLOC, "cuMemAlloc_v2", Action::Alloc),
+        (MEM_ALLOC_ASYNC, "cuMemAllocAsync", Action::Alloc),
+        (MEM_ALLOC_ASYNC_PTSZ, "cuMemAllocAsync_ptsz", Action::Alloc),
+        (MEM_ALLOC_MANAGED, "cuMemAllocManaged", Action::Alloc),
+        (MEM_ALLOC_PITCH, "cuMemAllocPitch_v2", Action::AllocPitch),
+        (MEM_CREATE, "cuMemCreate", Action::Alloc),
+        (MEM_ALLOC_HOST, "cuMemAllocHost_v2", Action::Alloc),
+        (MEM_FREE, "cuMemFree_v2", Action::Free),
+        (MEM_FREE_ASYNC, "cuMemFreeAsync", Action::Free),
+        (MEM_FREE_ASYNC_PTSZ, "cuMemFreeAsync_ptsz", Action::Free),
+        (MEM_RELEASE, "cuMemRelease", Action::Free),
+        (MEM_FREE_HOST, "cuMemFreeHost", Action::Free),
+        (CTX_CREATE, "cuCtxCreate_v2", Action::Count),
+        (PRIMARY_CTX_RETAIN, "cuDevicePrimaryCtxRetain", Action::Count),
+        (MODULE_GET_FUNCTION, "cuModuleGetFunction", Action::Count),
+        (LIBRARY_GET_KERNEL, "cuLibraryGetKernel", Action::Count),
+        (KERNEL_GET_FUNCTION, "cuKernelGetFunction", Action::Count),
+    ];
+    /// Is this entry point a kernel launch (graph launches included)?
+    pub const fn is_launch(id: u32) -> bool {
+        id <= GRAPH_LAUNCH_PTSZ
+    }
+    /// Is this a graph launch?
+    pub const fn is_graph_launch(id: u32) -> bool {
+        id == GRAPH_LAUNCH || id == GRAPH_LAUNCH_PTSZ
+    }
+}
+
+/// `CUDA_COUNTS` key: calls of one libcuda entry point by one process in one cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CudaCountKey {
+    pub cgroup_id: u64,
+    pub tgid: u32,
+    /// `cuda_entry` id.
+    pub entry: u32,
+}
+
+/// `CUDA_COUNTS` value (per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaCount {
+    pub calls: u64,
+    /// Bytes requested (allocation entry points).
+    pub bytes: u64,
+}
+
+/// `CUDA_INFLIGHT` value: an allocation between entry and return (keyed by pid_tgid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaAllocInflight {
+    /// The out-parameter (where the pointer or handle will be written).
+    pub out: u64,
+    pub bytes: u64,
+    pub entry: u32,
+    pub _pad: u32,
+}
+
+/// A libcuda allocation returned (successfully or not).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaAllocRecord {
+    pub hdr: EventHeader,
+    pub entry: u32,
+    /// CUresult.
+    pub result: u32,
+    /// The device pointer / handle written to the out-parameter (0 if unreadable).
+    pub ptr: u64,
+    pub bytes: u64,
+}
+
+/// A libcuda free was called.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaFreeRecord {
+    pub hdr: EventHeader,
+    pub entry: u32,
+    pub _pad: u32,
+    pub ptr: u64,
+}
+
 /// Per-syscall state kept from entry to exit (`INFLIGHT`, keyed by pid_tgid).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -434,11 +574,16 @@ pub mod counter {
     pub const DROP_FD_MAP: u32 = 4;
     /// The exit was seen but its entry state was gone (evicted).
     pub const DROP_NO_ENTRY: u32 = 5;
+    /// The in-kernel aggregation map could not take a new key.
+    pub const DROP_COUNT_MAP: u32 = 6;
+    /// Counted in an in-kernel aggregate (`CUDA_COUNTS`) instead of a ring-buffer record.
+    pub const AGGREGATED: u32 = 7;
     pub const SLOTS: u32 = 8;
     pub const DROP_FIRST: u32 = DROP_RINGBUF_FULL;
-    pub const DROP_LAST: u32 = DROP_NO_ENTRY;
+    pub const DROP_LAST: u32 = DROP_COUNT_MAP;
     /// Names used for metric labels, by slot.
-    pub const NAMES: [&str; 6] = ["seen", "emitted", "ringbuf_full", "inflight_full", "fd_map_full", "no_entry"];
+    pub const NAMES: [&str; 8] =
+        ["seen", "emitted", "ringbuf_full", "inflight_full", "fd_map_full", "no_entry", "count_map_full", "aggregated"];
 }
 
 /// Probe ids (rows of the counter table).
@@ -453,9 +598,28 @@ pub mod probe {
     pub const EXIT: u32 = 7;
     pub const FORK: u32 = 8;
     pub const CGROUP_RMDIR: u32 = 9;
-    pub const COUNT: u32 = 10;
-    pub const NAMES: [&str; 10] =
-        ["open", "close", "dup", "ioctl", "mmap", "munmap", "exec", "exit", "fork", "cgroup_rmdir"];
+    /// libcuda entry points counted in the kernel (launches, contexts, modules).
+    pub const CUDA_CALL: u32 = 10;
+    /// libcuda allocations (entry + return).
+    pub const CUDA_ALLOC: u32 = 11;
+    /// libcuda frees.
+    pub const CUDA_FREE: u32 = 12;
+    pub const COUNT: u32 = 13;
+    pub const NAMES: [&str; 13] = [
+        "open",
+        "close",
+        "dup",
+        "ioctl",
+        "mmap",
+        "munmap",
+        "exec",
+        "exit",
+        "fork",
+        "cgroup_rmdir",
+        "cuda_call",
+        "cuda_alloc",
+        "cuda_free",
+    ];
 }
 
 /// Entries of the `COUNTERS` per-CPU array.
@@ -477,6 +641,8 @@ pub mod capacity {
     pub const UVM_MAPS: u32 = 16384;
     pub const CAPTURE_PLANS: u32 = 256;
     pub const ALLOC_PARAM_SIZES: u32 = 64;
+    pub const CUDA_COUNTS: u32 = 65536;
+    pub const CUDA_INFLIGHT: u32 = 16384;
     /// Default ring buffer size (bytes, power of two).
     pub const EVENTS_BYTES: u32 = 8 << 20;
 }
@@ -500,6 +666,11 @@ const _: () = {
     assert!(core::mem::size_of::<CaptureKey>() == 8);
     assert!(core::mem::size_of::<CapturePlan>() == 32);
     assert!(core::mem::size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX);
+    assert!(core::mem::size_of::<CudaCountKey>() == 16);
+    assert!(core::mem::size_of::<CudaCount>() == 16);
+    assert!(core::mem::size_of::<CudaAllocInflight>() == 24);
+    assert!(core::mem::size_of::<CudaAllocRecord>() == 56);
+    assert!(core::mem::size_of::<CudaFreeRecord>() == 48);
 };
 
 #[cfg(feature = "user")]
@@ -513,6 +684,9 @@ mod pod {
     unsafe impl aya::Pod for CaptureKey {}
     unsafe impl aya::Pod for CapturePlan {}
     unsafe impl aya::Pod for TracerConfig {}
+    unsafe impl aya::Pod for CudaCountKey {}
+    unsafe impl aya::Pod for CudaCount {}
+    unsafe impl aya::Pod for CudaAllocInflight {}
 }
 
 /// Read a record's header from raw ring-buffer bytes (user space helper; no allocation).
@@ -560,6 +734,12 @@ unsafe impl Record for ProcForkRecord {
 }
 unsafe impl Record for CgroupRmdirRecord {
     const KIND: u16 = kind::CGROUP_RMDIR;
+}
+unsafe impl Record for CudaAllocRecord {
+    const KIND: u16 = kind::CUDA_ALLOC;
+}
+unsafe impl Record for CudaFreeRecord {
+    const KIND: u16 = kind::CUDA_FREE;
 }
 
 /// Read a whole record of type `R` from raw bytes; `None` if too short.

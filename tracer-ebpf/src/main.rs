@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod cuda;
 mod driver;
 mod emit;
 mod lifecycle;
@@ -10,8 +11,8 @@ mod maps;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
-    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, raw_tracepoint, tracepoint, uprobe, uretprobe},
+    programs::{BtfTracePointContext, ProbeContext, RawTracePointContext, RetProbeContext, TracePointContext},
 };
 use driver::SyscallArgs;
 
@@ -149,6 +150,30 @@ pub fn proc_fork(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     lifecycle::cgroup_rmdir(&ctx);
+    0
+}
+
+#[uprobe]
+pub fn cuda_count(ctx: ProbeContext) -> u32 {
+    cuda::on_call(&ctx);
+    0
+}
+
+#[uprobe]
+pub fn cuda_alloc_enter(ctx: ProbeContext) -> u32 {
+    cuda::on_alloc_enter(&ctx);
+    0
+}
+
+#[uretprobe]
+pub fn cuda_alloc_return(ctx: RetProbeContext) -> u32 {
+    cuda::on_alloc_return(&ctx);
+    0
+}
+
+#[uprobe]
+pub fn cuda_free(ctx: ProbeContext) -> u32 {
+    cuda::on_free(&ctx);
     0
 }
 

@@ -1,10 +1,11 @@
 //! Every map of the kernel side, in one place. Capacities come from `tracer_common::capacity`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    capacity, CaptureKey, CapturePlan, DeviceRef, FdKey, Inflight, TracerConfig, UvmMapKey,
+    capacity, CaptureKey, CapturePlan, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight,
+    TracerConfig, UvmMapKey,
     COUNTER_ENTRIES,
 };
 
@@ -58,3 +59,13 @@ pub static ALLOC_PARAM_SIZES: HashMap<u32, u32> =
 /// `CONFIG[0]`: agent tgid, device prefix, wake-up batching.
 #[map]
 pub static CONFIG: Array<TracerConfig> = Array::with_max_entries(1, 0);
+
+/// libcuda calls per (cgroup, tgid, entry point), per CPU: launches are counted here, never sent one
+/// by one. User space reads and sums it each interval and removes the keys of exited processes.
+#[map]
+pub static CUDA_COUNTS: LruPerCpuHashMap<CudaCountKey, CudaCount> =
+    LruPerCpuHashMap::with_max_entries(capacity::CUDA_COUNTS, 0);
+
+/// libcuda allocations between entry and return, keyed by pid_tgid.
+#[map]
+pub static CUDA_INFLIGHT: HashMap<u64, CudaAllocInflight> = HashMap::with_max_entries(capacity::CUDA_INFLIGHT, 0);

@@ -45,11 +45,13 @@ pub struct Families {
     pub lifecycle: bool,
     /// NVIDIA device fds, driver ioctls, UVM managed mmaps.
     pub driver: bool,
+    /// uprobes on libcuda.so.1: kernel launches (counted in the kernel), allocations and frees.
+    pub cuda: bool,
 }
 
 impl Default for Families {
     fn default() -> Self {
-        Self { lifecycle: true, driver: true }
+        Self { lifecycle: true, driver: true, cuda: true }
     }
 }
 
@@ -81,6 +83,8 @@ pub struct Config {
     pub snapshot_interval_ms: u64,
     /// Most processes kept in the state tables. Default 16384.
     pub max_processes: usize,
+    /// libcuda.so.1 copies to probe; empty: search the usual places (`cuda::attach::SEARCH_PATHS`).
+    pub cuda_libraries: Vec<PathBuf>,
 }
 
 impl Default for Config {
@@ -98,6 +102,7 @@ impl Default for Config {
             drain_interval_ms: 10,
             snapshot_interval_ms: 1000,
             max_processes: 16384,
+            cuda_libraries: Vec::new(),
         }
     }
 }

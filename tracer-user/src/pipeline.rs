@@ -39,6 +39,21 @@ pub struct Identity {
     pub released_bytes: Option<u64>,
 }
 
+/// Remove the entries of a pid_tgid-keyed map whose thread no longer exists.
+fn sweep_dead<V: aya::Pod>(ebpf: &mut aya::Ebpf, map: &str, proc_root: &std::path::Path) -> u64 {
+    let Some(m) = ebpf.map_mut(map) else { return 0 };
+    let Ok(mut h) = BpfHashMap::<&mut MapData, u64, V>::try_from(m) else { return 0 };
+    let dead: Vec<u64> = h
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| {
+            let (tgid, tid) = ((k >> 32) as u32, *k as u32);
+            !proc_root.join(format!("{tgid}/task/{tid}")).exists()
+        })
+        .collect();
+    dead.iter().filter(|k| h.remove(k).is_ok()).count() as u64
+}
+
 impl Identity {
     /// The event exporter's view of this identity.
     pub fn to_enrichment(&self) -> crate::export::events::Enrichment {
@@ -75,11 +90,13 @@ pub struct PipelineStats {
     pub inflight_swept: u64,
 }
 
-/// `seen = received + dropped`, per probe and in total.
+/// `seen = received + aggregated + dropped`, per probe and in total.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Accounting {
     pub seen: u64,
     pub received: u64,
+    /// Calls counted in an in-kernel aggregate (libcuda launches) rather than sent as records.
+    pub aggregated: u64,
     pub dropped: u64,
     /// Records emitted but not yet drained when the counters were read (0 when quiescent).
     pub in_flight: i64,
@@ -91,6 +108,8 @@ pub struct Accounting {
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentSnapshot {
     pub state: Snapshot,
+    /// libcuda-level numbers (the `cuda` family): launches, CUDA allocations.
+    pub cuda: crate::cuda::ledger::CudaSnapshot,
     pub kernel: KernelCounters,
     pub pipeline: PipelineStats,
     pub accounting: Accounting,
@@ -127,6 +146,7 @@ pub struct Agent {
     last_sweep: std::time::Instant,
     /// The kernel's tracked-process map, memory-mapped.
     tracked: crate::source::tracked::TrackedTgids,
+    cuda: crate::cuda::ledger::CudaLedger,
 }
 
 fn monotonic_ns() -> u64 {
@@ -165,6 +185,7 @@ impl Agent {
             mono_to_wall_ns: wall - monotonic_ns() as i128,
             last_sweep: std::time::Instant::now(),
             tracked,
+            cuda: Default::default(),
         };
         agent.seed_from_proc(None, &mut |_, _| {});
         Ok(agent)
@@ -252,22 +273,9 @@ impl Agent {
     /// killed inside a traced syscall never reaches its exit. Returns how many were removed.
     pub fn sweep_inflight(&mut self) -> u64 {
         self.last_sweep = std::time::Instant::now();
-        let Some(m) = self.probes.ebpf.map_mut(map_names::INFLIGHT) else { return 0 };
-        let Ok(mut h) = BpfHashMap::<&mut MapData, u64, tracer_common::Inflight>::try_from(m) else { return 0 };
-        let dead: Vec<u64> = h
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| {
-                let (tgid, tid) = ((k >> 32) as u32, *k as u32);
-                !self.cfg.proc_root.join(format!("{tgid}/task/{tid}")).exists()
-            })
-            .collect();
-        let mut n = 0;
-        for k in dead {
-            if h.remove(&k).is_ok() {
-                n += 1;
-            }
-        }
+        let proc_root = self.cfg.proc_root.clone();
+        let n = sweep_dead::<tracer_common::Inflight>(&mut self.probes.ebpf, map_names::INFLIGHT, &proc_root)
+            + sweep_dead::<tracer_common::CudaAllocInflight>(&mut self.probes.ebpf, map_names::CUDA_INFLIGHT, &proc_root);
         self.stats.inflight_swept += n;
         n
     }
@@ -324,7 +332,14 @@ impl Agent {
             }
             _ => {}
         }
-        let released = self.state.apply(&ev, start_time);
+        let mut released = self.state.apply(&ev, start_time);
+        match &ev {
+            Event::CudaAlloc { entry, result, ptr, bytes, .. } => {
+                self.cuda.alloc(h.tgid, h.cgroup_id, *entry, *result, *ptr, *bytes)
+            }
+            Event::CudaFree { ptr, .. } => released = self.cuda.free(h.tgid, *ptr),
+            _ => {}
+        }
         let cgroup_path = self.cgroups.resolve(h.cgroup_id);
         if let Some(p) = &cgroup_path {
             self.state.set_cgroup_path(h.cgroup_id, p);
@@ -344,6 +359,10 @@ impl Agent {
             Event::ProcessExit { .. } => {
                 self.kernel_forget(h.tgid);
                 self.procs.remove(&h.tgid);
+                // Fold the process's final launch counts into its cgroup, then drop its rows.
+                self.cuda.update_counts(crate::source::cuda_counts::read(&self.probes.ebpf));
+                self.cuda.process_exit(h.tgid);
+                crate::source::cuda_counts::forget(&mut self.probes.ebpf, h.tgid);
             }
             Event::ProcessFork { child_pid, .. } => {
                 // A new process (not a thread) inherits the parent's NVIDIA fds: register them.
@@ -365,9 +384,10 @@ impl Agent {
         let acc = Accounting {
             seen: t.seen,
             received: self.stats.received,
+            aggregated: t.aggregated,
             dropped: t.dropped(),
             in_flight,
-            exact: t.seen == self.stats.received + t.dropped() && in_flight == 0,
+            exact: t.seen == self.stats.received + t.aggregated + t.dropped() && in_flight == 0,
         };
         (kc, acc)
     }
@@ -375,8 +395,12 @@ impl Agent {
     /// The immutable snapshot of this moment.
     pub fn snapshot(&mut self) -> AgentSnapshot {
         let (kernel, accounting) = self.accounting();
+        self.cuda.update_counts(crate::source::cuda_counts::read(&self.probes.ebpf));
+        let cgroups = &mut self.cgroups;
+        let cuda = self.cuda.snapshot(&mut |id| cgroups.resolve(id));
         AgentSnapshot {
             state: self.state.snapshot(),
+            cuda,
             kernel,
             pipeline: self.stats.clone(),
             accounting,

@@ -84,6 +84,9 @@ pub struct ProbeReport {
     pub driver_abi: String,
     pub driver: FamilyStatus,
     pub lifecycle: FamilyStatus,
+    pub cuda: FamilyStatus,
+    /// Per libcuda copy: which entry points are probed, and where.
+    pub cuda_libraries: Vec<crate::cuda::attach::LibraryReport>,
 }
 
 /// Errors that stop the agent from tracing at all.
@@ -95,8 +98,8 @@ pub enum ProbeError {
     MissingMap(&'static str),
     #[error("writing eBPF map {map}: {source}")]
     Map { map: &'static str, source: aya::maps::MapError },
-    #[error("every probe family failed or is disabled: driver: {driver}; lifecycle: {lifecycle}")]
-    NothingAttached { driver: String, lifecycle: String },
+    #[error("every probe family failed or is disabled: driver: {driver}; lifecycle: {lifecycle}; cuda: {cuda}")]
+    NothingAttached { driver: String, lifecycle: String, cuda: String },
 }
 
 impl ProbeError {
@@ -192,6 +195,23 @@ impl Probes {
         } else {
             FamilyStatus::Disabled
         };
+        let mut cuda_libraries = Vec::new();
+        let cuda = if cfg.families.cuda {
+            let libs = crate::cuda::attach::library_candidates(&cfg.cuda_libraries);
+            match crate::cuda::attach::attach_all(&mut ebpf, &libs) {
+                Ok(reports) => {
+                    let programs = reports
+                        .iter()
+                        .map(|r| format!("uprobe/{} ({} entry points)", r.path, r.attached()))
+                        .collect();
+                    cuda_libraries = reports;
+                    FamilyStatus::Attached { programs }
+                }
+                Err(e) => FamilyStatus::Failed { error: e },
+            }
+        } else {
+            FamilyStatus::Disabled
+        };
         let report = ProbeReport {
             features,
             attach_mode: mode.as_str(),
@@ -202,16 +222,23 @@ impl Probes {
             ),
             driver,
             lifecycle,
+            cuda,
+            cuda_libraries,
         };
         if !matches!(report.driver, FamilyStatus::Attached { .. })
             && !matches!(report.lifecycle, FamilyStatus::Attached { .. })
+            && !matches!(report.cuda, FamilyStatus::Attached { .. })
         {
             let s = |f: &FamilyStatus| match f {
                 FamilyStatus::Failed { error } => error.clone(),
                 FamilyStatus::Disabled => "disabled".into(),
                 FamilyStatus::Attached { .. } => "attached".into(),
             };
-            return Err(ProbeError::NothingAttached { driver: s(&report.driver), lifecycle: s(&report.lifecycle) });
+            return Err(ProbeError::NothingAttached {
+                driver: s(&report.driver),
+                lifecycle: s(&report.lifecycle),
+                cuda: s(&report.cuda),
+            });
         }
         Ok(Probes { ebpf, report, tracked_entries })
     }

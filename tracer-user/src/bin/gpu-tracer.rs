@@ -61,6 +61,12 @@ struct CommonArgs {
     /// Do not load the lifecycle probe family (exec/exit/fork, cgroup removal).
     #[arg(long, global = true)]
     no_lifecycle: bool,
+    /// Do not load the cuda probe family (uprobes on libcuda.so.1).
+    #[arg(long, global = true)]
+    no_cuda: bool,
+    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths).
+    #[arg(long = "libcuda", global = true)]
+    libcuda: Vec<PathBuf>,
     /// Log level filter (also RUST_LOG) [default: warn].
     #[arg(long, global = true, default_value = "warn")]
     log: String,
@@ -150,6 +156,12 @@ fn build_config(c: &CommonArgs) -> Result<Config> {
     if c.no_lifecycle {
         cfg.families.lifecycle = false;
     }
+    if c.no_cuda {
+        cfg.families.cuda = false;
+    }
+    if !c.libcuda.is_empty() {
+        cfg.cuda_libraries = c.libcuda.clone();
+    }
     cfg.validate()?;
     Ok(cfg)
 }
@@ -157,7 +169,7 @@ fn build_config(c: &CommonArgs) -> Result<Config> {
 fn log_report(agent: &Agent) {
     let r = agent.report();
     tracing::info!(mode = r.attach_mode, reason = %r.attach_reason, driver = %agent.driver_version.version_string(), "probes loaded");
-    for (name, st) in [("driver", &r.driver), ("lifecycle", &r.lifecycle)] {
+    for (name, st) in [("driver", &r.driver), ("lifecycle", &r.lifecycle), ("cuda", &r.cuda)] {
         if let FamilyStatus::Failed { error } = st {
             tracing::warn!(family = name, %error, "probe family failed; the others keep running");
         }
@@ -280,10 +292,15 @@ fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
             status: "ok",
             detail: format!("{} ({})", r.attach_mode, r.attach_reason),
         });
-        for (name, st) in [("driver family", &r.driver), ("lifecycle family", &r.lifecycle)] {
+        for (name, st) in [("driver family", &r.driver), ("lifecycle family", &r.lifecycle), ("cuda family", &r.cuda)] {
             let (status, detail) = match st {
                 FamilyStatus::Attached { programs } => ("ok", format!("attached: {}", programs.join(", "))),
                 FamilyStatus::Disabled => ("warn", "disabled by configuration".to_string()),
+                // A node without libcuda has nothing for the cuda family to probe: worth a warning,
+                // not a failure (the driver family still attributes memory).
+                FamilyStatus::Failed { error } if name == "cuda family" && error.starts_with("no libcuda.so.1 found") => {
+                    ("warn", error.clone())
+                }
                 FamilyStatus::Failed { error } => ("fail", error.clone()),
             };
             checks.push(doctor::Check { name, status, detail });

@@ -7,6 +7,7 @@
 //! an `nr` are those listed by [`malformed_reasons`].
 
 use tracer_common::{
+    CudaAllocRecord, CudaFreeRecord,
     CGROUP_PATH_MAX, CgroupRmdirRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
     IOCTL_NESTED_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord,
     UvmMunmapRecord, flags,
@@ -82,6 +83,19 @@ pub fn event(ev: &Event, abi: &DriverAbi) -> Vec<u8> {
             hdr: wire_header::<ProcForkRecord>(header, 0),
             child_pid: *child_pid,
             _pad: 0,
+        }),
+        Event::CudaAlloc { header, entry, result, ptr, bytes } => record_bytes(&CudaAllocRecord {
+            hdr: wire_header::<CudaAllocRecord>(header, 0),
+            entry: *entry,
+            result: *result,
+            ptr: *ptr,
+            bytes: *bytes,
+        }),
+        Event::CudaFree { header, entry, ptr } => record_bytes(&CudaFreeRecord {
+            hdr: wire_header::<CudaFreeRecord>(header, 0),
+            entry: *entry,
+            _pad: 0,
+            ptr: *ptr,
         }),
         Event::CgroupRemoved { header, cgroup_id, level, path } => {
             let path: [u8; CGROUP_PATH_MAX] = fixed(path);

@@ -18,7 +18,7 @@ pub mod plan;
 mod tests;
 
 use tracer_common::{
-    CGROUP_PATH_MAX, CgroupRmdirRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
+    CGROUP_PATH_MAX, CgroupRmdirRecord, CudaAllocRecord, CudaFreeRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
     IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record,
     UvmMmapRecord, UvmMunmapRecord, device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes,
 };
@@ -184,6 +184,11 @@ pub enum Event {
     ProcessExit { header: Header, comm: String },
     /// A tracked process forked or cloned; `child_pid` may be a thread of the same process.
     ProcessFork { header: Header, child_pid: u32 },
+    /// A libcuda allocation returned (`cuda` family): `ptr` is what was written to the
+    /// out-parameter (0 when the call failed or it was unreadable); `result` is the CUresult.
+    CudaAlloc { header: Header, entry: u32, result: u32, ptr: u64, bytes: u64 },
+    /// A libcuda free was called with `ptr` (a device pointer, host pointer or handle).
+    CudaFree { header: Header, entry: u32, ptr: u64 },
     /// A cgroup v2 directory was removed.
     CgroupRemoved { header: Header, cgroup_id: u64, level: u32, path: String },
 }
@@ -200,7 +205,9 @@ impl Event {
             | Event::ProcessExec { header, .. }
             | Event::ProcessExit { header, .. }
             | Event::ProcessFork { header, .. }
-            | Event::CgroupRemoved { header, .. } => header,
+            | Event::CgroupRemoved { header, .. }
+            | Event::CudaAlloc { header, .. }
+            | Event::CudaFree { header, .. } => header,
             Event::Ioctl(e) => &e.header,
         }
     }
@@ -217,6 +224,8 @@ impl Event {
             Event::ProcessExit { .. } => "process_exit",
             Event::ProcessFork { .. } => "process_fork",
             Event::CgroupRemoved { .. } => "cgroup_removed",
+            Event::CudaAlloc { .. } => "cuda_alloc",
+            Event::CudaFree { .. } => "cuda_free",
         }
     }
 }
@@ -623,6 +632,14 @@ pub fn decode(bytes: &[u8], abi: &DriverAbi) -> Result<Event, DecodeError> {
             // clamped rather than costing the event, whose loss would leak a cgroup row.
             let n = (r.path_len as usize).min(CGROUP_PATH_MAX);
             Event::CgroupRemoved { header, cgroup_id: r.id, level: r.level, path: c_string(&r.path[..n]) }
+        }
+        kind::CUDA_ALLOC => {
+            let r: CudaAllocRecord = record(bytes, &hdr)?;
+            Event::CudaAlloc { header, entry: r.entry, result: r.result, ptr: r.ptr, bytes: r.bytes }
+        }
+        kind::CUDA_FREE => {
+            let r: CudaFreeRecord = record(bytes, &hdr)?;
+            Event::CudaFree { header, entry: r.entry, ptr: r.ptr }
         }
         other => return Err(DecodeError::UnknownKind { kind: other }),
     })

@@ -90,12 +90,35 @@ pub fn to_proto(ev: &Event, e: &Enrichment) -> v1::Event {
             let payload = Payload::ProcessFork(v1::ProcessFork { child_pid: *child_pid });
             message(header, e, None, no_call, None, None, payload)
         }
+        Event::CudaAlloc { header, entry, result, ptr, bytes } => {
+            let payload = Payload::CudaAlloc(v1::CudaAlloc {
+                entry_point: cuda_entry_name(*entry).into(),
+                result: *result,
+                success: *result == 0,
+                ptr: *ptr,
+                bytes: *bytes,
+            });
+            message(header, e, None, no_call, None, None, payload)
+        }
+        Event::CudaFree { header, entry, ptr } => {
+            let payload = Payload::CudaFree(v1::CudaFree {
+                entry_point: cuda_entry_name(*entry).into(),
+                ptr: *ptr,
+                bytes_released: e.released_bytes.unwrap_or(0),
+            });
+            message(header, e, None, no_call, None, None, payload)
+        }
         Event::CgroupRemoved { header, cgroup_id, level, path } => {
             let payload =
                 Payload::CgroupRemoved(v1::CgroupRemoved { cgroup_id: *cgroup_id, level: *level, path: path.clone() });
             message(header, e, None, no_call, None, None, payload)
         }
     }
+}
+
+/// The exported symbol of a `cuda_entry` id.
+fn cuda_entry_name(id: u32) -> &'static str {
+    tracer_common::cuda_entry::ALL.get(id as usize).map(|e| e.1).unwrap_or("unknown")
 }
 
 /// The syscall part of a header: zero for events that are not system calls.
@@ -165,6 +188,8 @@ pub fn event_kind(p: &Payload) -> v1::EventKind {
         Payload::ProcessExit(_) => K::ProcessExit,
         Payload::ProcessFork(_) => K::ProcessFork,
         Payload::CgroupRemoved(_) => K::CgroupRemoved,
+        Payload::CudaAlloc(_) => K::CudaAlloc,
+        Payload::CudaFree(_) => K::CudaFree,
         Payload::Malformed(_) => K::Malformed,
     }
 }
@@ -530,6 +555,18 @@ fn payload_json(m: &mut Map<String, Value>, p: &Payload) {
         Payload::ProcessExec(_) | Payload::ProcessExit(_) => {}
         Payload::ProcessFork(x) => {
             m.insert("child_pid".into(), x.child_pid.into());
+        }
+        Payload::CudaAlloc(x) => {
+            m.insert("entry_point".into(), x.entry_point.clone().into());
+            m.insert("result".into(), x.result.into());
+            m.insert("success".into(), x.success.into());
+            hex(m, "ptr", x.ptr);
+            m.insert("bytes".into(), x.bytes.into());
+        }
+        Payload::CudaFree(x) => {
+            m.insert("entry_point".into(), x.entry_point.clone().into());
+            hex(m, "ptr", x.ptr);
+            m.insert("bytes_released".into(), x.bytes_released.into());
         }
         Payload::CgroupRemoved(x) => {
             m.insert("removed_cgroup_id".into(), x.cgroup_id.into());
@@ -900,6 +937,8 @@ mod tests {
                     | Event::ProcessExit { .. }
                     | Event::ProcessFork { .. }
                     | Event::CgroupRemoved { .. }
+                    | Event::CudaAlloc { .. }
+                    | Event::CudaFree { .. }
             );
             assert_eq!(m.device.is_some(), on_fd, "{ev:?}");
             assert_eq!(m.fd.is_some(), on_fd, "{ev:?}");

@@ -141,6 +141,9 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     out.push_str(&table.to_string());
     out.push('\n');
 
+    if !s.cuda.cgroups.is_empty() {
+        out.push_str(&render_cuda(s, o));
+    }
     let gpus: Vec<String> = s
         .state
         .gpus
@@ -166,6 +169,44 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
         malformed
     ));
     out
+}
+
+/// The libcuda view (the `cuda` family): launches and CUDA-level allocations per cgroup.
+fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
+    let mut table = Table::new();
+    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
+    table.remove_style(TableComponent::HorizontalLines);
+    table.remove_style(TableComponent::MiddleIntersections);
+    table.remove_style(TableComponent::LeftBorderIntersections);
+    table.remove_style(TableComponent::RightBorderIntersections);
+    table.set_width(o.width);
+    table.set_header(vec!["CUDA (libcuda)", "LAUNCH/s", "LAUNCHES", "GRAPHS", "CUDA MEM", "MANAGED", "ALLOC/FREE"]);
+    for col in table.column_iter_mut() {
+        col.set_padding((1, 0));
+    }
+    let right = |v: String| Cell::new(v).set_alignment(CellAlignment::Right);
+    let row = |name: String, u: &crate::cuda::ledger::CudaUsage| {
+        vec![
+            Cell::new(name),
+            right(format!("{:.0}", u.launch_rate)),
+            right(u.launches.to_string()),
+            right(u.graph_launches.to_string()),
+            right(human_bytes(u.device_bytes)),
+            right(human_bytes(u.managed_bytes)),
+            right(format!("{}/{}", u.allocs, u.frees)),
+        ]
+    };
+    let mut cgroups: Vec<_> = s.cuda.cgroups.iter().collect();
+    cgroups.sort_by(|a, b| b.usage.launches.cmp(&a.usage.launches).then(a.cgroup_id.cmp(&b.cgroup_id)));
+    for c in cgroups {
+        table.add_row(row(short_cgroup(c.path.as_deref(), c.cgroup_id), &c.usage));
+        if o.per_process {
+            for p in s.cuda.processes.iter().filter(|p| p.cgroup_id == c.cgroup_id) {
+                table.add_row(row(format!("  {}", p.tgid), &p.usage));
+            }
+        }
+    }
+    table.to_string() + "\n"
 }
 
 #[cfg(test)]
@@ -228,9 +269,17 @@ mod width_tests {
         }
         AgentSnapshot {
             state,
+            cuda: Default::default(),
             kernel: KernelCounters::default(),
             pipeline: PipelineStats::default(),
-            accounting: Accounting { seen: 123456789, received: 123456000, dropped: 789, in_flight: 0, exact: true },
+            accounting: Accounting {
+                seen: 123456789,
+                received: 123456000,
+                aggregated: 0,
+                dropped: 789,
+                in_flight: 0,
+                exact: true,
+            },
             attach_mode: "btf-tracepoint",
             driver_version: "535.261.03".into(),
         }

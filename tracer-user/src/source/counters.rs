@@ -15,11 +15,18 @@ pub struct ProbeCounters {
     pub dropped_inflight_full: u64,
     pub dropped_fd_map_full: u64,
     pub dropped_no_entry: u64,
+    pub dropped_count_map_full: u64,
+    /// Calls counted in an in-kernel aggregate instead of a ring-buffer record.
+    pub aggregated: u64,
 }
 
 impl ProbeCounters {
     pub fn dropped(&self) -> u64 {
-        self.dropped_ringbuf_full + self.dropped_inflight_full + self.dropped_fd_map_full + self.dropped_no_entry
+        self.dropped_ringbuf_full
+            + self.dropped_inflight_full
+            + self.dropped_fd_map_full
+            + self.dropped_no_entry
+            + self.dropped_count_map_full
     }
 }
 
@@ -39,6 +46,8 @@ impl KernelCounters {
             t.dropped_inflight_full += c.dropped_inflight_full;
             t.dropped_fd_map_full += c.dropped_fd_map_full;
             t.dropped_no_entry += c.dropped_no_entry;
+            t.dropped_count_map_full += c.dropped_count_map_full;
+            t.aggregated += c.aggregated;
         }
         t
     }
@@ -68,6 +77,8 @@ pub fn read(ebpf: &Ebpf) -> Result<KernelCounters, aya::maps::MapError> {
                 dropped_inflight_full: slot(counter::DROP_INFLIGHT_FULL)?,
                 dropped_fd_map_full: slot(counter::DROP_FD_MAP)?,
                 dropped_no_entry: slot(counter::DROP_NO_ENTRY)?,
+                dropped_count_map_full: slot(counter::DROP_COUNT_MAP)?,
+                aggregated: slot(counter::AGGREGATED)?,
             },
         ));
     }

@@ -312,6 +312,8 @@ impl TracerState {
                 self.counters.forks += 1;
                 self.touch(h, start_time_ticks, false);
             }
+            // libcuda calls are accounted by the CUDA ledger (`cuda::ledger`), not the RM ledger.
+            Event::CudaAlloc { .. } | Event::CudaFree { .. } => {}
             Event::CgroupRemoved { cgroup_id, .. } => {
                 if let Some(c) = self.cgroups.get_mut(cgroup_id) {
                     c.removed = true;

@@ -1,0 +1,149 @@
+//! End-to-end tests of the `cuda` family: real uprobes on the fake libcuda (three prologue variants)
+//! and on the real libcuda, workloads in pod cgroups, exact counts. Needs root.
+use std::{sync::Mutex, time::Duration};
+
+use gpu_tracer_tests::{eventually, fake_libcuda, require_root, FakeDriver, PodCgroup, Workload};
+use tracer_user::{
+    config::{AttachMode, Config},
+    cuda::ledger::CudaUsage,
+    pipeline::{Agent, AgentSnapshot},
+    probe::FamilyStatus,
+};
+
+const MIB: u64 = 1 << 20;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Tracer {
+    agent: Agent,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Tracer {
+    fn start(driver: &FakeDriver, libs: Vec<std::path::PathBuf>) -> Tracer {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let cfg = Config {
+            dev_dir: driver.dev_dir().to_path_buf(),
+            attach_mode: AttachMode::Auto,
+            driver_version: Some("535.261.03".into()),
+            cuda_libraries: libs,
+            ..Config::default()
+        };
+        let agent = {
+            let _g = rt.enter();
+            Agent::start(cfg).expect("agent starts")
+        };
+        Tracer { agent, _rt: rt }
+    }
+
+    fn settle(&mut self) -> AgentSnapshot {
+        eventually("tracer quiescent", Duration::from_secs(10), || {
+            self.agent.drain(&mut |_, _| {});
+            let s = self.agent.snapshot();
+            s.accounting.exact.then_some(s)
+        })
+        .unwrap()
+    }
+}
+
+fn cg(s: &AgentSnapshot, id: u64) -> CudaUsage {
+    s.cuda.cgroups.iter().find(|c| c.cgroup_id == id).map(|c| c.usage).unwrap_or_default()
+}
+
+fn proc_(s: &AgentSnapshot, tgid: u32) -> CudaUsage {
+    s.cuda.processes.iter().find(|p| p.tgid == tgid).map(|p| p.usage).unwrap_or_default()
+}
+
+fn ok(w: &mut Workload, cmd: &str) -> gpu_tracer_tests::Answer {
+    w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
+/// Launch counts and live CUDA bytes per cgroup are exact, in every prologue variant.
+fn counts_and_ledger(variant: &str) {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = fake_libcuda(variant);
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, vec![lib.clone()]);
+    let r = t.agent.report();
+    assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
+    let attached: usize = r.cuda_libraries.iter().map(|l| l.attached()).sum();
+    assert_eq!(attached, tracer_common::cuda_entry::COUNT as usize, "{:#?}", r.cuda_libraries);
+
+    let pods: Vec<PodCgroup> = (0..2).map(|_| PodCgroup::new().unwrap()).collect();
+    let mut w: Vec<Workload> = pods
+        .iter()
+        .map(|p| Workload::builder(driver.dev_dir()).cgroup(p).libcuda(&lib).spawn().unwrap())
+        .collect();
+    for wl in w.iter_mut() {
+        ok(wl, "cuda-init");
+    }
+    ok(&mut w[0], "cuda-launch 1000");
+    ok(&mut w[0], "cuda-launch-ptsz 250");
+    ok(&mut w[0], "cuda-graph-launch 7");
+    ok(&mut w[1], "cuda-launch-ex 300");
+    ok(&mut w[1], "cuda-launch-threads 2 500");
+    let p0 = ok(&mut w[0], "cuda-alloc 268435456").number("ptr").unwrap();
+    let _p1 = ok(&mut w[0], "cuda-alloc-async 67108864").number("ptr").unwrap();
+    let _m = ok(&mut w[1], "cuda-alloc-managed 33554432").number("ptr").unwrap();
+    let s = t.settle();
+    let (a, b) = (cg(&s, pods[0].id()), cg(&s, pods[1].id()));
+    assert_eq!((a.launches, a.graph_launches), (1250, 7), "{a:?}");
+    assert_eq!((b.launches, b.graph_launches), (1300, 0), "{b:?}");
+    assert_eq!(a.device_bytes, 256 * MIB + 64 * MIB);
+    assert_eq!(b.managed_bytes, 32 * MIB);
+    assert_eq!(proc_(&s, w[0].pid()).launches, 1250);
+    assert_eq!(s.cuda.calls_by_entry.get("cuLaunchKernel_ptsz"), Some(&250));
+
+    ok(&mut w[0], &format!("cuda-free {p0:#x}"));
+    let s = t.settle();
+    assert_eq!(cg(&s, pods[0].id()).device_bytes, 64 * MIB);
+
+    // A process that exits with live allocations releases them; its launches stay with the pod.
+    let pid1 = w[1].pid();
+    drop(w.pop());
+    let s = eventually("cuda process exit", Duration::from_secs(10), || {
+        t.agent.drain(&mut |_, _| {});
+        let s = t.agent.snapshot();
+        (!s.cuda.processes.iter().any(|p| p.tgid == pid1)).then_some(s)
+    })
+    .unwrap();
+    let b = cg(&s, pods[1].id());
+    assert_eq!((b.launches, b.managed_bytes), (1300, 0), "{b:?}");
+    // Accounting: every call was either aggregated in the kernel or sent; nothing dropped.
+    assert_eq!(s.accounting.dropped, 0);
+    assert!(s.accounting.aggregated >= 2550 + 7, "{:?}", s.accounting);
+}
+
+#[test]
+fn cuda_counts_and_ledger_push_prologue() {
+    counts_and_ledger("push");
+}
+
+#[test]
+fn cuda_counts_and_ledger_endbr64_prologue() {
+    counts_and_ledger("endbr64");
+}
+
+#[test]
+fn cuda_counts_and_ledger_thunk_prologue() {
+    counts_and_ledger("thunk");
+}
+
+#[test]
+fn real_libcuda_entry_points_attach_past_the_thunks() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let real = std::path::PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+    assert!(real.exists(), "the real libcuda is missing: `cargo xtask setup` installs Debian's libcuda1");
+    let driver = FakeDriver::start(1).unwrap();
+    let t = Tracer::start(&driver, vec![real]);
+    let r = t.agent.report();
+    assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
+    let lib = &r.cuda_libraries[0];
+    for name in ["cuLaunchKernel", "cuMemAlloc_v2", "cuMemFree_v2", "cuGraphLaunch"] {
+        let e = lib.entries.iter().find(|e| e.symbol == name).unwrap();
+        assert_eq!(e.status, "attached", "{name}: {}", e.detail);
+        assert!(e.detail.to_lowercase().contains("thunk"), "{name} placed past the thunk: {}", e.detail);
+    }
+}

@@ -1,0 +1,159 @@
+//! Finding libcuda and attaching the `cuda` family's uprobes to it.
+//!
+//! A uprobe on a file covers every process that maps that inode, so each distinct library inode is
+//! attached once, whatever path reaches it. Each entry point is placed where the kernel can emulate
+//! the probed instruction (`placement`), with the entry id as the attach cookie. A symbol a library
+//! lacks is reported, not fatal.
+use std::{
+    collections::HashSet,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf,
+    programs::{UProbe, uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope}},
+};
+use serde::Serialize;
+use tracer_common::{cuda_entry, prog_names};
+
+use super::placement;
+
+/// Where libcuda is looked for when `cuda_libraries` is empty: distribution paths, the NVIDIA
+/// container toolkit's, and the GPU operator's driver container.
+pub const SEARCH_PATHS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/usr/lib64/libcuda.so.1",
+    "/usr/lib/libcuda.so.1",
+    "/usr/local/nvidia/lib64/libcuda.so.1",
+    "/usr/local/cuda/compat/libcuda.so.1",
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/run/nvidia/driver/usr/lib64/libcuda.so.1",
+];
+
+/// How one entry point fared.
+#[derive(Clone, Debug, Serialize)]
+pub struct EntryReport {
+    pub symbol: &'static str,
+    /// `attached`, `missing` (the library lacks it) or `failed`.
+    pub status: &'static str,
+    pub detail: String,
+}
+
+/// How one library fared.
+#[derive(Clone, Debug, Serialize)]
+pub struct LibraryReport {
+    pub path: String,
+    pub inode: u64,
+    pub entries: Vec<EntryReport>,
+}
+
+impl LibraryReport {
+    pub fn attached(&self) -> usize {
+        self.entries.iter().filter(|e| e.status == "attached").count()
+    }
+}
+
+/// The libraries to attach to: the configured ones, else those of [`SEARCH_PATHS`] that exist.
+pub fn library_candidates(configured: &[PathBuf]) -> Vec<PathBuf> {
+    if !configured.is_empty() {
+        return configured.to_vec();
+    }
+    SEARCH_PATHS.iter().map(PathBuf::from).filter(|p| p.exists()).collect()
+}
+
+fn load<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, String> {
+    let p: &mut UProbe = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object (build mismatch)"))?
+        .try_into()
+        .map_err(|e| format!("{name}: {e}"))?;
+    if p.fd().is_err() {
+        p.load().map_err(|e| format!("loading {name}: {e:#}"))?;
+    }
+    Ok(p)
+}
+
+fn attach_at(ebpf: &mut Ebpf, prog: &str, lib: &Path, offset: u64, entry: u32) -> Result<(), String> {
+    let p = load(ebpf, prog)?;
+    let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
+    p.attach(point, lib, UProbeScope::AllProcesses).map(|_| ()).map_err(|e| format!("attaching {prog}: {e:#}"))
+}
+
+/// Attach every entry point of every library (distinct inodes only). Returns the per-library
+/// report; an error only when nothing could be attached at all.
+pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport>, String> {
+    if libs.is_empty() {
+        return Err(format!(
+            "no libcuda.so.1 found (searched {}); set `cuda_libraries` in the config",
+            SEARCH_PATHS.join(", ")
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut reports = Vec::new();
+    let mut errors = Vec::new();
+    for lib in libs {
+        let md = match std::fs::metadata(lib) {
+            Ok(m) => m,
+            Err(e) => {
+                errors.push(format!("{}: {e}", lib.display()));
+                continue;
+            }
+        };
+        if !seen.insert((md.dev(), md.ino())) {
+            continue; // another path to a library already attached
+        }
+        let bytes = match std::fs::read(lib) {
+            Ok(b) => b,
+            Err(e) => {
+                errors.push(format!("reading {}: {e}", lib.display()));
+                continue;
+            }
+        };
+        let mut entries = Vec::new();
+        for (id, symbol, action) in cuda_entry::ALL {
+            let result = attach_entry(ebpf, lib, &bytes, id, symbol, action);
+            entries.push(match result {
+                Ok(detail) => EntryReport { symbol, status: "attached", detail },
+                Err((status, detail)) => EntryReport { symbol, status, detail },
+            });
+        }
+        reports.push(LibraryReport { path: lib.display().to_string(), inode: md.ino(), entries });
+    }
+    if reports.iter().all(|r| r.attached() == 0) {
+        let why: Vec<String> = reports
+            .iter()
+            .flat_map(|r| r.entries.iter().filter(|e| e.status == "failed").map(|e| format!("{}: {}", e.symbol, e.detail)))
+            .chain(errors)
+            .take(3)
+            .collect();
+        return Err(format!("no libcuda entry point could be attached: {}", why.join("; ")));
+    }
+    Ok(reports)
+}
+
+fn attach_entry(
+    ebpf: &mut Ebpf,
+    lib: &Path,
+    bytes: &[u8],
+    id: u32,
+    symbol: &'static str,
+    action: cuda_entry::Action,
+) -> Result<String, (&'static str, String)> {
+    let place = placement::place(bytes, symbol).map_err(|e| {
+        let status = if e.is_missing_symbol() { "missing" } else { "failed" };
+        (status, e.to_string())
+    })?;
+    let failed = |e: String| ("failed", e);
+    match action {
+        cuda_entry::Action::Count => attach_at(ebpf, prog_names::CUDA_COUNT, lib, place.file_offset, id).map_err(failed)?,
+        cuda_entry::Action::Free => attach_at(ebpf, prog_names::CUDA_FREE, lib, place.file_offset, id).map_err(failed)?,
+        cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => {
+            attach_at(ebpf, prog_names::CUDA_ALLOC_ENTER, lib, place.file_offset, id).map_err(failed)?;
+            // A return probe hijacks the return address on the stack: it needs a point before any push.
+            let ret = placement::place_for_return(bytes, symbol).map_err(|e| failed(e.to_string()))?;
+            attach_at(ebpf, prog_names::CUDA_ALLOC_RETURN, lib, ret.file_offset, id).map_err(failed)?;
+        }
+    }
+    Ok(placement::describe(&place))
+}
