@@ -147,3 +147,31 @@ fn real_libcuda_entry_points_attach_past_the_thunks() {
         assert!(e.detail.to_lowercase().contains("thunk"), "{name} placed past the thunk: {}", e.detail);
     }
 }
+
+/// A container brings its own libcuda (another file, another inode): it is found in the process's
+/// mappings when the process opens the GPU, and probed from then on.
+#[test]
+fn a_second_libcuda_copy_in_a_process_is_found_and_probed() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("gt-libcuda-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("libcuda.so.1");
+    std::fs::copy(fake_libcuda("thunk"), &copy).unwrap();
+    let driver = FakeDriver::start(1).unwrap();
+    // The agent knows only the host's library (here: the fake push variant).
+    let mut t = Tracer::start(&driver, vec![fake_libcuda("push")]);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&copy).spawn().unwrap();
+    ok(&mut w, "cuda-init");
+    ok(&mut w, "cuda-launch 10"); // before the process touched the GPU: not seen
+    ok(&mut w, "init 0"); // opens /dev/nvidiactl: the agent reads its mappings
+    t.settle();
+    assert_eq!(t.agent.stats.cuda_libraries_found, 1, "errors: {}", t.agent.stats.cuda_library_errors);
+    assert!(t.agent.cuda_late_libraries[0].path.ends_with("libcuda.so.1"));
+    ok(&mut w, "cuda-launch 400");
+    let s = t.settle();
+    assert_eq!(cg(&s, pod.id()).launches, 400);
+    drop(w);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

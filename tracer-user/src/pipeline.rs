@@ -88,6 +88,10 @@ pub struct PipelineStats {
     pub fd_map_errors: u64,
     /// `INFLIGHT` entries of threads that died inside a traced syscall, removed by the sweep.
     pub inflight_swept: u64,
+    /// libcuda copies found in GPU processes' mappings (e.g. a container's own) and probed.
+    pub cuda_libraries_found: u64,
+    /// Failures probing such a copy (the reason is logged).
+    pub cuda_library_errors: u64,
 }
 
 /// `seen = received + aggregated + dropped`, per probe and in total.
@@ -147,6 +151,11 @@ pub struct Agent {
     /// The kernel's tracked-process map, memory-mapped.
     tracked: crate::source::tracked::TrackedTgids,
     cuda: crate::cuda::ledger::CudaLedger,
+    /// libcuda inodes (dev, ino) probed, and processes whose mappings were checked for others.
+    cuda_inodes: std::collections::HashSet<(u64, u64)>,
+    cuda_checked: std::collections::HashSet<u32>,
+    /// Reports of libcuda copies probed after start-up.
+    pub cuda_late_libraries: Vec<crate::cuda::attach::LibraryReport>,
 }
 
 fn monotonic_ns() -> u64 {
@@ -186,7 +195,15 @@ impl Agent {
             last_sweep: std::time::Instant::now(),
             tracked,
             cuda: Default::default(),
+            cuda_inodes: Default::default(),
+            cuda_checked: Default::default(),
+            cuda_late_libraries: Vec::new(),
         };
+        for lib in &agent.probes.report.cuda_libraries {
+            if let Ok(md) = std::fs::metadata(&lib.path) {
+                agent.cuda_inodes.insert((md.dev(), md.ino()));
+            }
+        }
         agent.seed_from_proc(None, &mut |_, _| {});
         Ok(agent)
     }
@@ -259,6 +276,42 @@ impl Agent {
         }
     }
 
+    /// A GPU process may use its own libcuda (a container image's copy, another path or inode than
+    /// the host's): the first time a process opens an NVIDIA device (libcuda is mapped by then),
+    /// read its mappings and probe any libcuda inode not probed yet, through `/proc/PID/root`.
+    /// Calls it made before this point are not seen.
+    fn probe_mapped_libcuda(&mut self, tgid: u32) {
+        if !self.cfg.families.cuda || !self.cuda_checked.insert(tgid) {
+            return;
+        }
+        let maps = std::fs::read_to_string(self.cfg.proc_root.join(format!("{tgid}/maps"))).unwrap_or_default();
+        let mut paths: Vec<String> = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .filter(|p| p.rsplit('/').next().is_some_and(|f| f.starts_with("libcuda.so")))
+            .map(str::to_string)
+            .collect();
+        paths.dedup();
+        for p in paths {
+            let through_root = self.cfg.proc_root.join(format!("{tgid}/root")).join(p.trim_start_matches('/'));
+            let Ok(md) = std::fs::metadata(&through_root) else { continue };
+            if !self.cuda_inodes.insert((md.dev(), md.ino())) {
+                continue;
+            }
+            match crate::cuda::attach::attach_all(&mut self.probes.ebpf, std::slice::from_ref(&through_root)) {
+                Ok(reports) => {
+                    self.stats.cuda_libraries_found += 1;
+                    tracing::info!(tgid, path = %through_root.display(), "probing a libcuda copy found in a process's mappings");
+                    self.cuda_late_libraries.extend(reports);
+                }
+                Err(e) => {
+                    self.stats.cuda_library_errors += 1;
+                    tracing::warn!(tgid, path = %through_root.display(), error = %e, "cannot probe libcuda copy");
+                }
+            }
+        }
+    }
+
     /// Wait for records (a wake-up or the drain interval), then process everything waiting.
     /// `sink` sees every event with its identity. Returns how many records were processed.
     pub async fn step(&mut self, sink: &mut dyn FnMut(&Event, &Identity)) -> usize {
@@ -321,6 +374,7 @@ impl Agent {
         match &ev {
             Event::FdOpened { fd, .. } if *fd >= 0 => {
                 self.kernel_fds.entry(h.tgid).or_default().insert(*fd as u32);
+                self.probe_mapped_libcuda(h.tgid);
             }
             Event::FdDuped { new_fd, .. } if *new_fd >= 0 => {
                 self.kernel_fds.entry(h.tgid).or_default().insert(*new_fd as u32);
@@ -357,6 +411,7 @@ impl Agent {
         sink(&ev, &id);
         match &ev {
             Event::ProcessExit { .. } => {
+                self.cuda_checked.remove(&h.tgid);
                 self.kernel_forget(h.tgid);
                 self.procs.remove(&h.tgid);
                 // Fold the process's final launch counts into its cgroup, then drop its rows.
