@@ -175,3 +175,25 @@ fn a_second_libcuda_copy_in_a_process_is_found_and_probed() {
     drop(w);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A uprobe on a library inode covers processes that mapped it before the agent started.
+#[test]
+fn a_cuda_process_running_before_the_agent_is_counted() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = fake_libcuda("endbr64");
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    ok(&mut w, "cuda-init");
+    ok(&mut w, "cuda-launch 50"); // before the agent: not seen
+    let mut t = Tracer::start(&driver, vec![lib]);
+    ok(&mut w, "cuda-launch 321");
+    let p = ok(&mut w, "cuda-alloc 4194304").number("ptr").unwrap();
+    let s = t.settle();
+    let u = cg(&s, pod.id());
+    assert_eq!((u.launches, u.device_bytes), (321, 4 << 20), "{u:?}");
+    ok(&mut w, &format!("cuda-free {p:#x}"));
+    let s = t.settle();
+    assert_eq!(cg(&s, pod.id()).device_bytes, 0);
+}
