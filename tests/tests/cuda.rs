@@ -197,3 +197,53 @@ fn a_cuda_process_running_before_the_agent_is_counted() {
     let s = t.settle();
     assert_eq!(cg(&s, pod.id()).device_bytes, 0);
 }
+
+/// Drain until quiescent, keeping the per-event launches (with the names the agent resolved).
+fn launches(t: &mut Tracer) -> Vec<(tracer_user::decode::Event, Option<String>)> {
+    let mut out = Vec::new();
+    eventually("tracer quiescent", Duration::from_secs(10), || {
+        t.agent.drain(&mut |ev, id| {
+            if matches!(ev, tracer_user::decode::Event::CudaLaunch { .. }) {
+                out.push((ev.clone(), id.kernel_name.clone()));
+            }
+        });
+        t.agent.snapshot().accounting.exact.then_some(())
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn per_event_mode_switches_on_and_off_while_the_workload_runs() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = fake_libcuda("thunk");
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, vec![lib.clone()]);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    let func = ok(&mut w, "cuda-init").number("func").unwrap();
+    ok(&mut w, "cuda-launch 5");
+    assert!(launches(&mut t).is_empty(), "count mode sends no launch events");
+
+    t.agent.set_per_event(&[pod.id()], &[]).unwrap();
+    ok(&mut w, "cuda-launch 7");
+    ok(&mut w, "cuda-launch-ex 2");
+    let got = launches(&mut t);
+    assert_eq!(got.len(), 9, "{got:#?}");
+    for (ev, name) in &got {
+        let tracer_user::decode::Event::CudaLaunch { function, grid, block, shared_mem_bytes, stream, .. } = ev else {
+            unreachable!()
+        };
+        assert_eq!((*grid, *block, *shared_mem_bytes), ([128, 2, 1], [32, 4, 2], 4096), "{ev:?}");
+        assert_eq!(*function, func);
+        assert_ne!(*stream, 0);
+        assert_eq!(name.as_deref(), Some("fake_kernel"));
+    }
+
+    t.agent.set_per_event(&[], &[]).unwrap();
+    ok(&mut w, "cuda-launch 3");
+    assert!(launches(&mut t).is_empty(), "switched off again");
+    let s = t.settle();
+    assert_eq!(cg(&s, pod.id()).launches, 17, "every launch is counted in every mode");
+}

@@ -22,6 +22,7 @@ pub mod map_names {
     pub const ALLOC_PARAM_SIZES: &str = "ALLOC_PARAM_SIZES";
     pub const CONFIG: &str = "CONFIG";
     pub const CUDA_COUNTS: &str = "CUDA_COUNTS";
+    pub const CUDA_PER_EVENT: &str = "CUDA_PER_EVENT";
     pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
 }
 
@@ -43,6 +44,8 @@ pub mod prog_names {
     pub const CUDA_ALLOC_ENTER: &str = "cuda_alloc_enter";
     pub const CUDA_ALLOC_RETURN: &str = "cuda_alloc_return";
     pub const CUDA_FREE: &str = "cuda_free";
+    pub const CUDA_LOOKUP_ENTER: &str = "cuda_lookup_enter";
+    pub const CUDA_LOOKUP_RETURN: &str = "cuda_lookup_return";
     /// Empty programs for measuring each attach mechanism's floor (benchmark only).
     pub const NOOP_TP: &str = "noop_tp";
     pub const NOOP_RAW: &str = "noop_raw";
@@ -111,6 +114,8 @@ pub mod kind {
     pub const CGROUP_RMDIR: u16 = 10;
     pub const CUDA_ALLOC: u16 = 11;
     pub const CUDA_FREE: u16 = 12;
+    pub const CUDA_FUNCTION: u16 = 13;
+    pub const CUDA_LAUNCH: u16 = 14;
 }
 
 /// `EventHeader::flags` bits.
@@ -356,6 +361,9 @@ pub mod cuda_entry {
         AllocPitch,
         /// `(T ptr_or_handle, ...)`: report the pointer.
         Free,
+        /// `(Handle *out, Handle src, [const char *name])`: report the handle with its name (or the
+        /// handle it was derived from), so launches can be named.
+        Lookup,
     }
     pub const LAUNCH_KERNEL: u32 = 0;
     pub const LAUNCH_KERNEL_PTSZ: u32 = 1;
@@ -407,9 +415,9 @@ pub mod cuda_entry {
         (MEM_FREE_HOST, "cuMemFreeHost", Action::Free),
         (CTX_CREATE, "cuCtxCreate_v2", Action::Count),
         (PRIMARY_CTX_RETAIN, "cuDevicePrimaryCtxRetain", Action::Count),
-        (MODULE_GET_FUNCTION, "cuModuleGetFunction", Action::Count),
-        (LIBRARY_GET_KERNEL, "cuLibraryGetKernel", Action::Count),
-        (KERNEL_GET_FUNCTION, "cuKernelGetFunction", Action::Count),
+        (MODULE_GET_FUNCTION, "cuModuleGetFunction", Action::Lookup),
+        (LIBRARY_GET_KERNEL, "cuLibraryGetKernel", Action::Lookup),
+        (KERNEL_GET_FUNCTION, "cuKernelGetFunction", Action::Lookup),
     ];
     /// Is this entry point a kernel launch (graph launches included)?
     pub const fn is_launch(id: u32) -> bool {
@@ -440,12 +448,27 @@ pub struct CudaCount {
     pub bytes: u64,
 }
 
-/// `CUDA_INFLIGHT` value: an allocation between entry and return (keyed by pid_tgid).
+/// `CUDA_PER_EVENT` key: a cgroup (`kind` 0) or a process (`kind` 1) whose launches are sent one
+/// by one. An empty map costs the launch path one lookup that misses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PerEventKey {
+    pub kind: u32,
+    pub _pad: u32,
+    pub id: u64,
+}
+pub const PER_EVENT_CGROUP: u32 = 0;
+pub const PER_EVENT_TGID: u32 = 1;
+
+/// `CUDA_INFLIGHT` value: an allocation or handle lookup between entry and return (keyed by
+/// pid_tgid).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaAllocInflight {
     /// The out-parameter (where the pointer or handle will be written).
     pub out: u64,
+    /// Bytes requested (allocations); the name pointer (module/library lookups); the source
+    /// handle (cuKernelGetFunction).
     pub bytes: u64,
     pub entry: u32,
     pub _pad: u32,
@@ -462,6 +485,45 @@ pub struct CudaAllocRecord {
     /// The device pointer / handle written to the out-parameter (0 if unreadable).
     pub ptr: u64,
     pub bytes: u64,
+}
+
+/// Bytes of a kernel name copied into a [`CudaFunctionRecord`].
+pub const CUDA_NAME_MAX: usize = 128;
+
+/// A function or kernel handle was obtained (cuModuleGetFunction, cuLibraryGetKernel: with its name;
+/// cuKernelGetFunction: from the kernel handle `source`). Sent whether or not per-event mode is on,
+/// so launches can be named when it is switched on later.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaFunctionRecord {
+    pub hdr: EventHeader,
+    pub entry: u32,
+    pub result: u32,
+    pub handle: u64,
+    pub source: u64,
+    pub name_len: u32,
+    pub _pad: u32,
+    pub name: [u8; CUDA_NAME_MAX],
+}
+
+impl Default for CudaFunctionRecord {
+    fn default() -> Self {
+        Self { hdr: EventHeader::default(), entry: 0, result: 0, handle: 0, source: 0, name_len: 0, _pad: 0, name: [0; CUDA_NAME_MAX] }
+    }
+}
+
+/// One kernel launch, sent only in per-event mode (for selected cgroups or processes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaLaunchRecord {
+    pub hdr: EventHeader,
+    pub entry: u32,
+    pub shared_mem_bytes: u32,
+    /// CUfunction (or CUkernel cast to it; the graph exec for graph launches).
+    pub function: u64,
+    pub stream: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
 }
 
 /// A libcuda free was called.
@@ -557,6 +619,8 @@ pub mod family {
     pub const LIFECYCLE: u32 = 1 << 0;
     pub const DRIVER: u32 = 1 << 1;
     pub const CUDA: u32 = 1 << 2;
+    /// Set while `CUDA_PER_EVENT` selects any cgroup or process (launches are then checked).
+    pub const CUDA_PER_EVENT: u32 = 1 << 8;
 }
 
 /// Per-CPU counters: `COUNTERS[probe * counter::SLOTS + slot]`.
@@ -604,8 +668,12 @@ pub mod probe {
     pub const CUDA_ALLOC: u32 = 11;
     /// libcuda frees.
     pub const CUDA_FREE: u32 = 12;
-    pub const COUNT: u32 = 13;
-    pub const NAMES: [&str; 13] = [
+    /// Function/kernel handle lookups (names).
+    pub const CUDA_FUNCTION: u32 = 13;
+    /// Per-event launch records.
+    pub const CUDA_LAUNCH: u32 = 14;
+    pub const COUNT: u32 = 15;
+    pub const NAMES: [&str; 15] = [
         "open",
         "close",
         "dup",
@@ -619,6 +687,8 @@ pub mod probe {
         "cuda_call",
         "cuda_alloc",
         "cuda_free",
+        "cuda_function",
+        "cuda_launch",
     ];
 }
 
@@ -671,6 +741,8 @@ const _: () = {
     assert!(core::mem::size_of::<CudaAllocInflight>() == 24);
     assert!(core::mem::size_of::<CudaAllocRecord>() == 56);
     assert!(core::mem::size_of::<CudaFreeRecord>() == 48);
+    assert!(core::mem::size_of::<CudaFunctionRecord>() == 32 + 32 + CUDA_NAME_MAX);
+    assert!(core::mem::size_of::<CudaLaunchRecord>() == 32 + 8 + 16 + 24);
 };
 
 #[cfg(feature = "user")]
@@ -687,6 +759,7 @@ mod pod {
     unsafe impl aya::Pod for CudaCountKey {}
     unsafe impl aya::Pod for CudaCount {}
     unsafe impl aya::Pod for CudaAllocInflight {}
+    unsafe impl aya::Pod for PerEventKey {}
 }
 
 /// Read a record's header from raw ring-buffer bytes (user space helper; no allocation).
@@ -740,6 +813,12 @@ unsafe impl Record for CudaAllocRecord {
 }
 unsafe impl Record for CudaFreeRecord {
     const KIND: u16 = kind::CUDA_FREE;
+}
+unsafe impl Record for CudaFunctionRecord {
+    const KIND: u16 = kind::CUDA_FUNCTION;
+}
+unsafe impl Record for CudaLaunchRecord {
+    const KIND: u16 = kind::CUDA_LAUNCH;
 }
 
 /// Read a whole record of type `R` from raw bytes; `None` if too short.

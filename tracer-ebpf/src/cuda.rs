@@ -3,17 +3,17 @@
 //! program serves every entry point of the same shape. Launches are aggregated in the kernel;
 //! allocations and frees are reported one by one, with the pointer read at return.
 use aya_ebpf::{
-    EbpfContext as _,
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
     programs::{ProbeContext, RetProbeContext},
 };
 use tracer_common::{
-    counter, cuda_entry, probe, CudaAllocInflight, CudaAllocRecord, CudaCount, CudaCountKey, CudaFreeRecord,
+    counter, cuda_entry, family, probe, CudaAllocInflight, CudaAllocRecord, CudaCount, CudaCountKey, CudaFreeRecord,
+    CudaFunctionRecord, CudaLaunchRecord, PerEventKey, CUDA_NAME_MAX, PER_EVENT_CGROUP, PER_EVENT_TGID,
 };
 
 use crate::{
     driver, emit,
-    maps::{CUDA_COUNTS, CUDA_INFLIGHT},
+    maps::{CONFIG, CUDA_COUNTS, CUDA_INFLIGHT, CUDA_PER_EVENT},
 };
 
 #[inline(always)]
@@ -54,9 +54,125 @@ fn count(probe_id: u32, entry: u32, bytes: u64) {
     }
 }
 
-/// Launches, context creation, module/kernel lookups: count only.
+/// Launches, context creation: count; in per-event mode, launches are also sent one by one.
 pub fn on_call(ctx: &ProbeContext) {
-    count(probe::CUDA_CALL, cookie(ctx), 0);
+    let entry = cookie(ctx);
+    count(probe::CUDA_CALL, entry, 0);
+    if cuda_entry::is_launch(entry) && per_event_selected() {
+        send_launch(ctx, entry);
+    }
+}
+
+/// Is per-event mode on for the current process or its cgroup? One flag test when it is off.
+#[inline(always)]
+fn per_event_selected() -> bool {
+    let Some(cfg) = CONFIG.get(0) else { return false };
+    if cfg.families & family::CUDA_PER_EVENT == 0 {
+        return false;
+    }
+    // SAFETY: helpers without preconditions; presence checks only.
+    let cg = PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: unsafe { bpf_get_current_cgroup_id() } };
+    if unsafe { CUDA_PER_EVENT.get(&cg) }.is_some() {
+        return true;
+    }
+    let tg = PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: bpf_get_current_pid_tgid() >> 32 };
+    unsafe { CUDA_PER_EVENT.get(&tg) }.is_some()
+}
+
+/// Read the `n`th stack argument (n ≥ 7 in the SysV numbering: `rsp + 8 * (n - 6)`); the probe
+/// point has the function's entry stack (placement never skips a push).
+#[inline(always)]
+fn stack_arg(ctx: &ProbeContext, n: u64) -> u64 {
+    // SAFETY: reads the saved user rsp, then user memory (faults give 0).
+    unsafe {
+        let sp = (*ctx.regs).rsp;
+        bpf_probe_read_user((sp + 8 * (n - 6)) as *const u64).unwrap_or(0)
+    }
+}
+
+fn send_launch(ctx: &ProbeContext, entry: u32) {
+    let Some(mut e) = emit::reserve::<CudaLaunchRecord>(probe::CUDA_LAUNCH, 0) else { return };
+    let r = e.as_mut_ptr();
+    let a = |i: usize| -> u64 { ctx.arg(i).unwrap_or(0) };
+    // SAFETY: r points at a reserved record.
+    unsafe {
+        (*r).entry = entry;
+        match entry {
+            cuda_entry::LAUNCH_KERNEL_EX | cuda_entry::LAUNCH_KERNEL_EX_PTSZ => {
+                // (const CUlaunchConfig *config, CUfunction f, ...): grid@0, block@12, shmem@24, stream@32.
+                let cfg = a(0);
+                let c: [u32; 8] = bpf_probe_read_user(cfg as *const [u32; 8]).unwrap_or([0; 8]);
+                (*r).function = a(1);
+                (*r).grid = [c[0], c[1], c[2]];
+                (*r).block = [c[3], c[4], c[5]];
+                (*r).shared_mem_bytes = c[6];
+                (*r).stream = bpf_probe_read_user((cfg + 32) as *const u64).unwrap_or(0);
+            }
+            cuda_entry::GRAPH_LAUNCH | cuda_entry::GRAPH_LAUNCH_PTSZ => {
+                (*r).function = a(0);
+                (*r).stream = a(1);
+                (*r).grid = [0; 3];
+                (*r).block = [0; 3];
+                (*r).shared_mem_bytes = 0;
+            }
+            _ => {
+                // (f, gx, gy, gz, bx, by, | bz, shmem, stream, ...) — the last three on the stack.
+                (*r).function = a(0);
+                (*r).grid = [a(1) as u32, a(2) as u32, a(3) as u32];
+                (*r).block = [a(4) as u32, a(5) as u32, stack_arg(ctx, 7) as u32];
+                (*r).shared_mem_bytes = stack_arg(ctx, 8) as u32;
+                (*r).stream = stack_arg(ctx, 9);
+            }
+        }
+    }
+    emit::submit(probe::CUDA_LAUNCH, e);
+}
+
+/// Handle lookups (cuModuleGetFunction, cuLibraryGetKernel: `(out, src, name)`;
+/// cuKernelGetFunction: `(out, kernel)`): keep the out-parameter and the name or source.
+pub fn on_lookup_enter(ctx: &ProbeContext) {
+    let entry = cookie(ctx);
+    count(probe::CUDA_CALL, entry, 0);
+    let out: u64 = ctx.arg(0).unwrap_or(0);
+    // Volatile loads of both registers: a select between two context offsets would otherwise be
+    // folded into one load at a variable offset, which the verifier rejects.
+    // SAFETY: fixed fields of the probe's pt_regs.
+    let (rsi, rdx) = unsafe { (core::ptr::read_volatile(&(*ctx.regs).rsi), core::ptr::read_volatile(&(*ctx.regs).rdx)) };
+    let extra: u64 = if entry == cuda_entry::KERNEL_GET_FUNCTION { rsi } else { rdx };
+    let st = CudaAllocInflight { out, bytes: extra, entry, _pad: 0 };
+    if CUDA_INFLIGHT.insert(&bpf_get_current_pid_tgid(), &st, 0).is_err() {
+        emit::drop_event(probe::CUDA_FUNCTION, counter::DROP_INFLIGHT_FULL);
+    }
+}
+
+/// Handle lookup return: report the handle with its name (or source handle).
+pub fn on_lookup_return(ctx: &RetProbeContext) {
+    let key = bpf_get_current_pid_tgid();
+    // SAFETY: copied out immediately.
+    let Some(st) = (unsafe { CUDA_INFLIGHT.get(&key) }).copied() else { return };
+    let _ = CUDA_INFLIGHT.remove(&key);
+    let result: u64 = ctx.ret();
+    let Some(mut e) = emit::reserve::<CudaFunctionRecord>(probe::CUDA_FUNCTION, 0) else { return };
+    let r = e.as_mut_ptr();
+    // SAFETY: r points at a reserved record; user reads fault safely.
+    unsafe {
+        (*r).entry = st.entry;
+        (*r).result = result as u32;
+        (*r).handle = if result == 0 { bpf_probe_read_user(st.out as *const u64).unwrap_or(0) } else { 0 };
+        (*r)._pad = 0;
+        if st.entry == cuda_entry::KERNEL_GET_FUNCTION {
+            (*r).source = st.bytes;
+            (*r).name_len = 0;
+        } else {
+            (*r).source = 0;
+            let n = match aya_ebpf::helpers::bpf_probe_read_user_str_bytes(st.bytes as *const u8, &mut (*r).name) {
+                Ok(s) => s.len(),
+                Err(_) => 0,
+            };
+            (*r).name_len = if n > CUDA_NAME_MAX { CUDA_NAME_MAX as u32 } else { n as u32 };
+        }
+    }
+    emit::submit(probe::CUDA_FUNCTION, e);
 }
 
 /// Allocation entry: `(out, bytes, ...)` (or pitch: `(out, pitch*, width, height, ...)`).

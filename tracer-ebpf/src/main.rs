@@ -172,6 +172,18 @@ pub fn cuda_alloc_return(ctx: RetProbeContext) -> u32 {
 }
 
 #[uprobe]
+pub fn cuda_lookup_enter(ctx: ProbeContext) -> u32 {
+    cuda::on_lookup_enter(&ctx);
+    0
+}
+
+#[uretprobe]
+pub fn cuda_lookup_return(ctx: RetProbeContext) -> u32 {
+    cuda::on_lookup_return(&ctx);
+    0
+}
+
+#[uprobe]
 pub fn cuda_free(ctx: ProbeContext) -> u32 {
     cuda::on_free(&ctx);
     0

@@ -4,7 +4,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    capacity, CaptureKey, CapturePlan, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight,
+    capacity, CaptureKey, CapturePlan, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight, PerEventKey,
     TracerConfig, UvmMapKey,
     COUNTER_ENTRIES,
 };
@@ -65,6 +65,10 @@ pub static CONFIG: Array<TracerConfig> = Array::with_max_entries(1, 0);
 #[map]
 pub static CUDA_COUNTS: LruPerCpuHashMap<CudaCountKey, CudaCount> =
     LruPerCpuHashMap::with_max_entries(capacity::CUDA_COUNTS, 0);
+
+/// Cgroups and processes whose launches are sent one by one (per-event mode).
+#[map]
+pub static CUDA_PER_EVENT: HashMap<PerEventKey, u32> = HashMap::with_max_entries(1024, 0);
 
 /// libcuda allocations between entry and return, keyed by pid_tgid.
 #[map]

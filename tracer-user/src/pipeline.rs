@@ -37,6 +37,8 @@ pub struct Identity {
     pub cgroup_path: Option<String>,
     /// Bytes an RM free / process exit released (from the state stage), when known.
     pub released_bytes: Option<u64>,
+    /// For a launch: the kernel name of its function handle, when a lookup named it.
+    pub kernel_name: Option<String>,
 }
 
 /// Remove the entries of a pid_tgid-keyed map whose thread no longer exists.
@@ -65,6 +67,7 @@ impl Identity {
             cgroup_path: self.cgroup_path.clone(),
             comm: self.comm.clone(),
             released_bytes: self.released_bytes,
+            kernel_name: self.kernel_name.clone(),
         }
     }
 }
@@ -387,7 +390,12 @@ impl Agent {
             _ => {}
         }
         let mut released = self.state.apply(&ev, start_time);
+        let mut kernel_name = None;
         match &ev {
+            Event::CudaFunction { result, handle, source, name, .. } if *result == 0 => {
+                self.cuda.function(h.tgid, *handle, *source, name)
+            }
+            Event::CudaLaunch { function, .. } => kernel_name = self.cuda.name_of(h.tgid, *function),
             Event::CudaAlloc { entry, result, ptr, bytes, .. } => {
                 self.cuda.alloc(h.tgid, h.cgroup_id, *entry, *result, *ptr, *bytes)
             }
@@ -407,6 +415,7 @@ impl Agent {
             comm: info.map(|i| i.comm),
             cgroup_path,
             released_bytes: released,
+            kernel_name,
         };
         sink(&ev, &id);
         match &ev {
@@ -429,6 +438,38 @@ impl Agent {
             Event::CgroupRemoved { cgroup_id, .. } => self.cgroups.forget(*cgroup_id),
             _ => {}
         }
+    }
+
+    /// Per-event mode: send every launch of these cgroups and processes one by one (with grid, block,
+    /// shared memory, stream and the kernel name), on top of the in-kernel counts. Takes effect at
+    /// once, without restarting anything; empty lists turn it off.
+    pub fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), aya::maps::MapError> {
+        use tracer_common::{family, PerEventKey, PER_EVENT_CGROUP, PER_EVENT_TGID};
+        let missing = |n: &str| aya::maps::MapError::InvalidName { name: n.to_string() };
+        {
+            let m = self.probes.ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
+            let mut h: BpfHashMap<&mut MapData, PerEventKey, u32> = BpfHashMap::try_from(m)?;
+            let old: Vec<PerEventKey> = h.keys().filter_map(Result::ok).collect();
+            for k in old {
+                h.remove(&k)?;
+            }
+            for id in cgroups {
+                h.insert(PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: *id }, 1, 0)?;
+            }
+            for t in tgids {
+                h.insert(PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: *t as u64 }, 1, 0)?;
+            }
+        }
+        let m = self.probes.ebpf.map_mut(map_names::CONFIG).ok_or_else(|| missing(map_names::CONFIG))?;
+        let mut a: aya::maps::Array<&mut MapData, tracer_common::TracerConfig> = aya::maps::Array::try_from(m)?;
+        let mut cfg = a.get(&0, 0)?;
+        if cgroups.is_empty() && tgids.is_empty() {
+            cfg.families &= !family::CUDA_PER_EVENT;
+        } else {
+            cfg.families |= family::CUDA_PER_EVENT;
+        }
+        a.set(0, cfg, 0)?;
+        Ok(())
     }
 
     /// Read the kernel counters and check the accounting identity.

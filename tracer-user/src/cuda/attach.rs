@@ -148,6 +148,11 @@ fn attach_entry(
     match action {
         cuda_entry::Action::Count => attach_at(ebpf, prog_names::CUDA_COUNT, lib, place.file_offset, id).map_err(failed)?,
         cuda_entry::Action::Free => attach_at(ebpf, prog_names::CUDA_FREE, lib, place.file_offset, id).map_err(failed)?,
+        cuda_entry::Action::Lookup => {
+            attach_at(ebpf, prog_names::CUDA_LOOKUP_ENTER, lib, place.file_offset, id).map_err(failed)?;
+            let ret = placement::place_for_return(bytes, symbol).map_err(|e| failed(e.to_string()))?;
+            attach_at(ebpf, prog_names::CUDA_LOOKUP_RETURN, lib, ret.file_offset, id).map_err(failed)?;
+        }
         cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => {
             attach_at(ebpf, prog_names::CUDA_ALLOC_ENTER, lib, place.file_offset, id).map_err(failed)?;
             // A return probe hijacks the return address on the stack: it needs a point before any push.

@@ -98,6 +98,8 @@ pub struct CudaLedger {
     allocs: HashMap<u32, (u64, u64, u64)>,
     unknown_frees: u64,
     last_update: Option<std::time::Instant>,
+    /// Kernel names by (tgid, function or kernel handle).
+    names: HashMap<(u32, u64), String>,
 }
 
 impl CudaLedger {
@@ -122,8 +124,25 @@ impl CudaLedger {
         l.map(|l| l.bytes)
     }
 
+    /// A handle lookup returned: remember the name (or inherit it from the source kernel handle).
+    pub fn function(&mut self, tgid: u32, handle: u64, source: u64, name: &str) {
+        if handle == 0 {
+            return;
+        }
+        let name = if name.is_empty() { self.names.get(&(tgid, source)).cloned() } else { Some(name.to_string()) };
+        if let Some(n) = name {
+            self.names.insert((tgid, handle), n);
+        }
+    }
+
+    /// The kernel name of a function handle of `tgid`, if a lookup named it.
+    pub fn name_of(&self, tgid: u32, handle: u64) -> Option<String> {
+        self.names.get(&(tgid, handle)).cloned()
+    }
+
     /// The process exited: everything it held is released; its counts are folded per cgroup.
     pub fn process_exit(&mut self, tgid: u32) {
+        self.names.retain(|(t, _), _| *t != tgid);
         self.live.remove(&tgid);
         self.allocs.remove(&tgid);
         let keys: Vec<CudaCountKey> = self.counts.keys().filter(|k| k.tgid == tgid).copied().collect();

@@ -7,7 +7,7 @@
 //! an `nr` are those listed by [`malformed_reasons`].
 
 use tracer_common::{
-    CudaAllocRecord, CudaFreeRecord,
+    CudaAllocRecord, CudaFreeRecord, CudaFunctionRecord, CudaLaunchRecord,
     CGROUP_PATH_MAX, CgroupRmdirRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
     IOCTL_NESTED_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord,
     UvmMunmapRecord, flags,
@@ -97,6 +97,31 @@ pub fn event(ev: &Event, abi: &DriverAbi) -> Vec<u8> {
             _pad: 0,
             ptr: *ptr,
         }),
+        Event::CudaFunction { header, entry, result, handle, source, name } => {
+            let name: [u8; tracer_common::CUDA_NAME_MAX] = fixed(name);
+            let name_len = name.iter().position(|&c| c == 0).unwrap_or(tracer_common::CUDA_NAME_MAX) as u32;
+            record_bytes(&CudaFunctionRecord {
+                hdr: wire_header::<CudaFunctionRecord>(header, 0),
+                entry: *entry,
+                result: *result,
+                handle: *handle,
+                source: *source,
+                name_len,
+                _pad: 0,
+                name,
+            })
+        }
+        Event::CudaLaunch { header, entry, function, stream, grid, block, shared_mem_bytes } => {
+            record_bytes(&CudaLaunchRecord {
+                hdr: wire_header::<CudaLaunchRecord>(header, 0),
+                entry: *entry,
+                shared_mem_bytes: *shared_mem_bytes,
+                function: *function,
+                stream: *stream,
+                grid: *grid,
+                block: *block,
+            })
+        }
         Event::CgroupRemoved { header, cgroup_id, level, path } => {
             let path: [u8; CGROUP_PATH_MAX] = fixed(path);
             let path_len = path.iter().position(|&c| c == 0).unwrap_or(CGROUP_PATH_MAX) as u32;

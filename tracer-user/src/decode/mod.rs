@@ -18,7 +18,8 @@ pub mod plan;
 mod tests;
 
 use tracer_common::{
-    CGROUP_PATH_MAX, CgroupRmdirRecord, CudaAllocRecord, CudaFreeRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
+    CGROUP_PATH_MAX, CUDA_NAME_MAX, CgroupRmdirRecord, CudaAllocRecord, CudaFreeRecord, CudaFunctionRecord,
+    CudaLaunchRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
     IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record,
     UvmMmapRecord, UvmMunmapRecord, device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes,
 };
@@ -189,6 +190,19 @@ pub enum Event {
     CudaAlloc { header: Header, entry: u32, result: u32, ptr: u64, bytes: u64 },
     /// A libcuda free was called with `ptr` (a device pointer, host pointer or handle).
     CudaFree { header: Header, entry: u32, ptr: u64 },
+    /// A function/kernel handle was obtained: with its name (cuModuleGetFunction,
+    /// cuLibraryGetKernel) or from the kernel handle `source` (cuKernelGetFunction).
+    CudaFunction { header: Header, entry: u32, result: u32, handle: u64, source: u64, name: String },
+    /// One kernel launch (per-event mode only).
+    CudaLaunch {
+        header: Header,
+        entry: u32,
+        function: u64,
+        stream: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem_bytes: u32,
+    },
     /// A cgroup v2 directory was removed.
     CgroupRemoved { header: Header, cgroup_id: u64, level: u32, path: String },
 }
@@ -207,7 +221,9 @@ impl Event {
             | Event::ProcessFork { header, .. }
             | Event::CgroupRemoved { header, .. }
             | Event::CudaAlloc { header, .. }
-            | Event::CudaFree { header, .. } => header,
+            | Event::CudaFree { header, .. }
+            | Event::CudaFunction { header, .. }
+            | Event::CudaLaunch { header, .. } => header,
             Event::Ioctl(e) => &e.header,
         }
     }
@@ -226,6 +242,8 @@ impl Event {
             Event::CgroupRemoved { .. } => "cgroup_removed",
             Event::CudaAlloc { .. } => "cuda_alloc",
             Event::CudaFree { .. } => "cuda_free",
+            Event::CudaFunction { .. } => "cuda_function",
+            Event::CudaLaunch { .. } => "cuda_launch",
         }
     }
 }
@@ -640,6 +658,30 @@ pub fn decode(bytes: &[u8], abi: &DriverAbi) -> Result<Event, DecodeError> {
         kind::CUDA_FREE => {
             let r: CudaFreeRecord = record(bytes, &hdr)?;
             Event::CudaFree { header, entry: r.entry, ptr: r.ptr }
+        }
+        kind::CUDA_FUNCTION => {
+            let r: CudaFunctionRecord = record(bytes, &hdr)?;
+            let n = (r.name_len as usize).min(CUDA_NAME_MAX);
+            Event::CudaFunction {
+                header,
+                entry: r.entry,
+                result: r.result,
+                handle: r.handle,
+                source: r.source,
+                name: c_string(&r.name[..n]),
+            }
+        }
+        kind::CUDA_LAUNCH => {
+            let r: CudaLaunchRecord = record(bytes, &hdr)?;
+            Event::CudaLaunch {
+                header,
+                entry: r.entry,
+                function: r.function,
+                stream: r.stream,
+                grid: r.grid,
+                block: r.block,
+                shared_mem_bytes: r.shared_mem_bytes,
+            }
         }
         other => return Err(DecodeError::UnknownKind { kind: other }),
     })

@@ -43,6 +43,8 @@ pub struct Enrichment {
     pub comm: Option<String>,
     /// Bytes of physical memory an RM free or vid-heap free released, per the state stage's ledger.
     pub released_bytes: Option<u64>,
+    /// The kernel name of a launch's function, resolved from the handle lookups seen.
+    pub kernel_name: Option<String>,
 }
 
 /// Converts one decoded event into its `gputracer.v1` message. `header.kind` always matches the
@@ -105,6 +107,28 @@ pub fn to_proto(ev: &Event, e: &Enrichment) -> v1::Event {
                 entry_point: cuda_entry_name(*entry).into(),
                 ptr: *ptr,
                 bytes_released: e.released_bytes.unwrap_or(0),
+            });
+            message(header, e, None, no_call, None, None, payload)
+        }
+        Event::CudaFunction { header, entry, result, handle, source, name } => {
+            let payload = Payload::CudaFunction(v1::CudaFunction {
+                entry_point: cuda_entry_name(*entry).into(),
+                result: *result,
+                handle: *handle,
+                source: *source,
+                name: if name.is_empty() { e.kernel_name.clone().unwrap_or_default() } else { name.clone() },
+            });
+            message(header, e, None, no_call, None, None, payload)
+        }
+        Event::CudaLaunch { header, entry, function, stream, grid, block, shared_mem_bytes } => {
+            let payload = Payload::CudaLaunch(v1::CudaLaunch {
+                entry_point: cuda_entry_name(*entry).into(),
+                function: *function,
+                kernel_name: e.kernel_name.clone().unwrap_or_default(),
+                stream: *stream,
+                grid: grid.to_vec(),
+                block: block.to_vec(),
+                shared_mem_bytes: *shared_mem_bytes,
             });
             message(header, e, None, no_call, None, None, payload)
         }
@@ -190,6 +214,8 @@ pub fn event_kind(p: &Payload) -> v1::EventKind {
         Payload::CgroupRemoved(_) => K::CgroupRemoved,
         Payload::CudaAlloc(_) => K::CudaAlloc,
         Payload::CudaFree(_) => K::CudaFree,
+        Payload::CudaFunction(_) => K::CudaFunction,
+        Payload::CudaLaunch(_) => K::CudaLaunch,
         Payload::Malformed(_) => K::Malformed,
     }
 }
@@ -568,6 +594,22 @@ fn payload_json(m: &mut Map<String, Value>, p: &Payload) {
             hex(m, "ptr", x.ptr);
             m.insert("bytes_released".into(), x.bytes_released.into());
         }
+        Payload::CudaFunction(x) => {
+            m.insert("entry_point".into(), x.entry_point.clone().into());
+            m.insert("result".into(), x.result.into());
+            hex(m, "handle", x.handle);
+            hex(m, "source", x.source);
+            m.insert("name".into(), x.name.clone().into());
+        }
+        Payload::CudaLaunch(x) => {
+            m.insert("entry_point".into(), x.entry_point.clone().into());
+            hex(m, "function", x.function);
+            m.insert("kernel_name".into(), x.kernel_name.clone().into());
+            hex(m, "stream", x.stream);
+            m.insert("grid".into(), x.grid.clone().into());
+            m.insert("block".into(), x.block.clone().into());
+            m.insert("shared_mem_bytes".into(), x.shared_mem_bytes.into());
+        }
         Payload::CgroupRemoved(x) => {
             m.insert("removed_cgroup_id".into(), x.cgroup_id.into());
             m.insert("level".into(), x.level.into());
@@ -725,6 +767,7 @@ mod tests {
             cgroup_path: Some("/kubepods.slice/kubepods-pod1234.slice/cri-containerd-abc.scope".into()),
             comm: Some("python3".into()),
             released_bytes: Some(2 << 20),
+            kernel_name: Some("sgemm_kernel".into()),
         }
     }
 
@@ -939,6 +982,8 @@ mod tests {
                     | Event::CgroupRemoved { .. }
                     | Event::CudaAlloc { .. }
                     | Event::CudaFree { .. }
+                    | Event::CudaFunction { .. }
+                    | Event::CudaLaunch { .. }
             );
             assert_eq!(m.device.is_some(), on_fd, "{ev:?}");
             assert_eq!(m.fd.is_some(), on_fd, "{ev:?}");

@@ -313,7 +313,7 @@ impl TracerState {
                 self.touch(h, start_time_ticks, false);
             }
             // libcuda calls are accounted by the CUDA ledger (`cuda::ledger`), not the RM ledger.
-            Event::CudaAlloc { .. } | Event::CudaFree { .. } => {}
+            Event::CudaAlloc { .. } | Event::CudaFree { .. } | Event::CudaFunction { .. } | Event::CudaLaunch { .. } => {}
             Event::CgroupRemoved { cgroup_id, .. } => {
                 if let Some(c) = self.cgroups.get_mut(cgroup_id) {
                     c.removed = true;
