@@ -16,10 +16,16 @@ fn gpu_tracer() -> PathBuf {
     })
 }
 
-/// Start `gpu-tracer <args>` and wait until its probes are attached (it logs "probes loaded").
+/// Start `gpu-tracer <args>` (driver and lifecycle families only: detaching libcuda uprobes costs
+/// seconds) and wait until its probes are attached (it logs "probes loaded").
 fn start(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    start_with(&["--no-cuda"], args)
+}
+
+fn start_with(global: &[&str], args: &[&str]) -> (Child, mpsc::Receiver<String>) {
     let mut child = Command::new(gpu_tracer())
-        .args(["--log", "info", "--no-cuda"])
+        .args(["--log", "info"])
+        .args(global)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -142,4 +148,40 @@ fn doctor_reports_every_family_attached() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["probes"]["driver"]["state"], "disabled");
     assert_eq!(v["probes"]["lifecycle"]["state"], "attached");
+}
+
+#[test]
+fn events_json_reports_cuda_launch_batches_and_allocations() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let lib = gpu_tracer_tests::fake_libcuda("thunk");
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let libs = lib.to_str().unwrap().to_string();
+    let (child, _log) =
+        start_with(&["--libcuda", &libs], &["--dev-dir", &dev, "events", "--json", "--duration", "3"]);
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    ok(&mut w, "cuda-init");
+    ok(&mut w, "cuda-launch 500");
+    ok(&mut w, "cuda-graph-launch 4");
+    ok(&mut w, "cuda-alloc 8388608");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let events: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let batches = |entry: &str| -> u64 {
+        events
+            .iter()
+            .filter(|e| e["kind"] == "cuda_launch_batch" && e["entry_point"] == entry && e["tgid"] == w.pid())
+            .map(|e| e["launches"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(batches("cuLaunchKernel"), 500, "{events:#?}");
+    assert_eq!(batches("cuGraphLaunch"), 4);
+    let b = events.iter().find(|e| e["kind"] == "cuda_launch_batch").unwrap();
+    assert_eq!(b["cgroup_path"], pod.relative_path());
+    let a: Vec<_> = events.iter().filter(|e| e["kind"] == "cuda_alloc").collect();
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0]["entry_point"].as_str(), a[0]["bytes"].as_u64()), (Some("cuMemAlloc_v2"), Some(8388608)));
+    assert!(events.iter().any(|e| e["kind"] == "cuda_function" && e["name"] == "fake_kernel"));
 }

@@ -112,6 +112,11 @@ fn counts_and_ledger(variant: &str) {
     assert_eq!((b.launches, b.managed_bytes), (1300, 0), "{b:?}");
     // Accounting: every call was either aggregated in the kernel or sent; nothing dropped.
     assert_eq!(s.accounting.dropped, 0);
+    for (name, c) in &s.kernel.probes {
+        assert_eq!(c.seen, c.emitted + c.aggregated + c.dropped(), "probe {name}: {c:?}");
+    }
+    let calls = s.kernel.get("cuda_call");
+    assert_eq!(calls.aggregated, calls.seen, "{calls:?}");
     assert!(s.accounting.aggregated >= 2550 + 7, "{:?}", s.accounting);
 }
 

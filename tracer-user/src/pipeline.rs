@@ -440,6 +440,28 @@ impl Agent {
         }
     }
 
+    /// Launch counts since the previous call, per (cgroup, tgid, entry point), read fresh from the
+    /// kernel: the `events` command reports them as launch-batch events once per interval.
+    pub fn launch_batches(&mut self) -> Vec<(tracer_common::CudaCountKey, u64)> {
+        self.cuda.update_counts(crate::source::cuda_counts::read(&self.probes.ebpf));
+        self.cuda.take_launch_batches()
+    }
+
+    /// Enrichment for an event of `tgid` in `cgroup_id` made now (for events user space makes).
+    pub fn enrichment_now(&mut self, tgid: u32, cgroup_id: u64) -> (u64, crate::export::events::Enrichment) {
+        let now = monotonic_ns();
+        let info = enrich::process_info(&self.cfg.proc_root, tgid);
+        let id = Identity {
+            wall_time_unix_ns: (self.mono_to_wall_ns + now as i128).max(0) as u64,
+            process_start_time_ticks: info.as_ref().map(|i| i.start_time_ticks).unwrap_or(0),
+            comm: info.map(|i| i.comm),
+            cgroup_path: self.cgroups.resolve(cgroup_id),
+            released_bytes: None,
+            kernel_name: None,
+        };
+        (now, id.to_enrichment())
+    }
+
     /// Per-event mode: send every launch of these cgroups and processes one by one (with grid, block,
     /// shared memory, stream and the kernel name), on top of the in-kernel counts. Takes effect at
     /// once, without restarting anything; empty lists turn it off.

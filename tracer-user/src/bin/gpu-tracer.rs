@@ -225,6 +225,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     log_report(&agent);
     let start = Instant::now();
+    let mut last_batch = Instant::now();
     let mut out = StreamOut { writer, written: 0, limit: a.count.unwrap_or(u64::MAX), io_error: None };
     // Events for processes found by the start-up scan were applied before the stream existed; the
     // stream starts with what happens from now on.
@@ -234,11 +235,16 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
             _ = agent.step(&mut sink) => {}
             _ = tokio::signal::ctrl_c() => break,
         }
+        if last_batch.elapsed() >= Duration::from_secs(1) {
+            out.launch_batches(&mut agent, last_batch.elapsed());
+            last_batch = Instant::now();
+        }
         if out.io_error.is_some() || out.written >= out.limit || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
             break;
         }
     }
     agent.drain(&mut |ev, id| out.write(ev, id));
+    out.launch_batches(&mut agent, last_batch.elapsed());
     out.writer.flush()?;
     if let Some(e) = out.io_error {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
@@ -265,6 +271,29 @@ struct StreamOut {
 }
 
 impl StreamOut {
+    /// Launches counted in the kernel since the last batch, one event per process and entry point.
+    fn launch_batches(&mut self, agent: &mut Agent, interval: Duration) {
+        for (k, n) in agent.launch_batches() {
+            if self.written >= self.limit || self.io_error.is_some() {
+                return;
+            }
+            let (now, e) = agent.enrichment_now(k.tgid, k.cgroup_id);
+            let msg = tracer_user::export::events::launch_batch_to_proto(
+                k.tgid,
+                k.cgroup_id,
+                k.entry,
+                n,
+                interval.as_nanos() as u64,
+                now,
+                &e,
+            );
+            match self.writer.write(&msg) {
+                Ok(()) => self.written += 1,
+                Err(err) => self.io_error = Some(err),
+            }
+        }
+    }
+
     fn write(&mut self, ev: &tracer_user::decode::Event, id: &Identity) {
         if self.written >= self.limit || self.io_error.is_some() {
             return;

@@ -100,6 +100,8 @@ pub struct CudaLedger {
     last_update: Option<std::time::Instant>,
     /// Kernel names by (tgid, function or kernel handle).
     names: HashMap<(u32, u64), String>,
+    /// Launch counts already reported as batches.
+    batched: HashMap<CudaCountKey, u64>,
 }
 
 impl CudaLedger {
@@ -258,6 +260,23 @@ impl CudaLedger {
             calls_by_entry: by_entry,
             unknown_frees: self.unknown_frees,
         }
+    }
+
+    /// Launch calls per (cgroup, tgid, entry) since the previous call (for launch-batch events).
+    pub fn take_launch_batches(&mut self) -> Vec<(CudaCountKey, u64)> {
+        let mut out = Vec::new();
+        for (k, c) in &self.counts {
+            if !cuda_entry::is_launch(k.entry) {
+                continue;
+            }
+            let prev = self.batched.insert(*k, c.calls).unwrap_or(0);
+            if c.calls > prev {
+                out.push((*k, c.calls - prev));
+            }
+        }
+        let live = &self.counts;
+        self.batched.retain(|k, _| live.contains_key(k));
+        out
     }
 
     /// Is there anything to show?

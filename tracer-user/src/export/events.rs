@@ -140,6 +140,25 @@ pub fn to_proto(ev: &Event, e: &Enrichment) -> v1::Event {
     }
 }
 
+/// A batch of launches counted in the kernel (`cuda_entry` id `entry`) for one process, as an event.
+pub fn launch_batch_to_proto(
+    tgid: u32,
+    cgroup_id: u64,
+    entry: u32,
+    launches: u64,
+    interval_ns: u64,
+    ktime_ns: u64,
+    e: &Enrichment,
+) -> v1::Event {
+    let h = Header { ktime_ns, tgid, pid: tgid, cgroup_id };
+    let payload = Payload::CudaLaunchBatch(v1::CudaLaunchBatch {
+        entry_point: cuda_entry_name(entry).into(),
+        launches,
+        interval_ns,
+    });
+    message(&h, e, None, Call::default(), None, None, payload)
+}
+
 /// The exported symbol of a `cuda_entry` id.
 fn cuda_entry_name(id: u32) -> &'static str {
     tracer_common::cuda_entry::ALL.get(id as usize).map(|e| e.1).unwrap_or("unknown")
@@ -216,6 +235,7 @@ pub fn event_kind(p: &Payload) -> v1::EventKind {
         Payload::CudaFree(_) => K::CudaFree,
         Payload::CudaFunction(_) => K::CudaFunction,
         Payload::CudaLaunch(_) => K::CudaLaunch,
+        Payload::CudaLaunchBatch(_) => K::CudaLaunchBatch,
         Payload::Malformed(_) => K::Malformed,
     }
 }
@@ -609,6 +629,11 @@ fn payload_json(m: &mut Map<String, Value>, p: &Payload) {
             m.insert("grid".into(), x.grid.clone().into());
             m.insert("block".into(), x.block.clone().into());
             m.insert("shared_mem_bytes".into(), x.shared_mem_bytes.into());
+        }
+        Payload::CudaLaunchBatch(x) => {
+            m.insert("entry_point".into(), x.entry_point.clone().into());
+            m.insert("launches".into(), x.launches.into());
+            m.insert("interval_ns".into(), x.interval_ns.into());
         }
         Payload::CgroupRemoved(x) => {
             m.insert("removed_cgroup_id".into(), x.cgroup_id.into());
