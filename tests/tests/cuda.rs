@@ -177,7 +177,14 @@ fn a_second_libcuda_copy_in_a_process_is_found_and_probed() {
     ok(&mut w, "cuda-launch 400");
     let s = t.settle();
     assert_eq!(cg(&s, pod.id()).launches, 400);
+    // When the last process known to map the copy exits, its probes are detached.
+    let pid = w.pid();
     drop(w);
+    eventually("copy detached", Duration::from_secs(20), || {
+        t.agent.drain(&mut |_, _| {});
+        (t.agent.stats.cuda_libraries_detached == 1).then_some(())
+    })
+    .unwrap_or_else(|e| panic!("{e}: pid {pid} exit not seen or not detached"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -251,4 +258,25 @@ fn per_event_mode_switches_on_and_off_while_the_workload_runs() {
     assert!(launches(&mut t).is_empty(), "switched off again");
     let s = t.settle();
     assert_eq!(cg(&s, pod.id()).launches, 17, "every launch is counted in every mode");
+}
+
+/// The CUDA ledger is reported beside the driver ledger for processes both see.
+#[test]
+fn cuda_and_driver_ledgers_are_cross_checked_per_process() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = fake_libcuda("push");
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(&driver, vec![lib.clone()]);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    ok(&mut w, "init 0");
+    ok(&mut w, "alloc-rm 1073741824"); // what the driver backs (e.g. a caching allocator's pool)
+    ok(&mut w, "cuda-init");
+    ok(&mut w, "cuda-alloc 268435456"); // what the application asked libcuda for
+    let s = t.settle();
+    let c = s.ledger_check.iter().find(|c| c.tgid == w.pid()).expect("process in both ledgers");
+    assert_eq!((c.cuda_device_bytes, c.driver_vidmem_bytes), (256 * MIB, 1024 * MIB));
+    assert_eq!(c.driver_minus_cuda, 768 * MIB as i64);
+    assert_eq!(c.cgroup_id, pod.id());
 }

@@ -95,6 +95,8 @@ pub struct PipelineStats {
     pub cuda_libraries_found: u64,
     /// Failures probing such a copy (the reason is logged).
     pub cuda_library_errors: u64,
+    /// Such copies detached after the last process known to map them exited.
+    pub cuda_libraries_detached: u64,
 }
 
 /// `seen = received + aggregated + dropped`, per probe and in total.
@@ -111,12 +113,31 @@ pub struct Accounting {
     pub exact: bool,
 }
 
+/// The CUDA ledger beside the driver ledger for one process that appears in both. They differ for
+/// known reasons: libcuda allocates device memory for itself (contexts, channels, pushbuffers) that
+/// no cuMemAlloc asks for, so the driver sees more; the driver rounds sizes up (2 MiB pages); one
+/// RM allocation can back several CUDA ones (sub-allocation) or the reverse; cuMemAllocManaged is
+/// a managed mapping for the driver, not device memory, until touched.
+#[derive(Clone, Debug, Serialize)]
+pub struct LedgerCheck {
+    pub tgid: u32,
+    pub cgroup_id: u64,
+    /// Live bytes of cuMemAlloc*/cuMemCreate (CUDA ledger).
+    pub cuda_device_bytes: u64,
+    /// Live device memory from RM allocations (driver ledger).
+    pub driver_vidmem_bytes: u64,
+    /// `driver - cuda`: positive when the driver holds more than the application asked libcuda for.
+    pub driver_minus_cuda: i64,
+}
+
 /// Everything a user-facing command shows, computed once per interval.
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentSnapshot {
     pub state: Snapshot,
     /// libcuda-level numbers (the `cuda` family): launches, CUDA allocations.
     pub cuda: crate::cuda::ledger::CudaSnapshot,
+    /// CUDA ledger vs driver ledger, per process seen by both.
+    pub ledger_check: Vec<LedgerCheck>,
     pub kernel: KernelCounters,
     pub pipeline: PipelineStats,
     pub accounting: Accounting,
@@ -159,6 +180,8 @@ pub struct Agent {
     cuda_checked: std::collections::HashSet<u32>,
     /// Reports of libcuda copies probed after start-up.
     pub cuda_late_libraries: Vec<crate::cuda::attach::LibraryReport>,
+    /// Links of those copies, and the GPU processes seen mapping each (detached when all exit).
+    late_links: HashMap<(u64, u64), (crate::cuda::attach::Links, std::collections::HashSet<u32>)>,
 }
 
 fn monotonic_ns() -> u64 {
@@ -201,6 +224,7 @@ impl Agent {
             cuda_inodes: Default::default(),
             cuda_checked: Default::default(),
             cuda_late_libraries: Vec::new(),
+            late_links: HashMap::new(),
         };
         for lib in &agent.probes.report.cuda_libraries {
             if let Ok(md) = std::fs::metadata(&lib.path) {
@@ -298,19 +322,41 @@ impl Agent {
         for p in paths {
             let through_root = self.cfg.proc_root.join(format!("{tgid}/root")).join(p.trim_start_matches('/'));
             let Ok(md) = std::fs::metadata(&through_root) else { continue };
-            if !self.cuda_inodes.insert((md.dev(), md.ino())) {
+            let inode = (md.dev(), md.ino());
+            if let Some((_, users)) = self.late_links.get_mut(&inode) {
+                users.insert(tgid);
+            }
+            if !self.cuda_inodes.insert(inode) {
                 continue;
             }
-            match crate::cuda::attach::attach_all(&mut self.probes.ebpf, std::slice::from_ref(&through_root)) {
-                Ok(reports) => {
+            match crate::cuda::attach::attach_library(&mut self.probes.ebpf, &through_root) {
+                Ok((report, links)) => {
                     self.stats.cuda_libraries_found += 1;
                     tracing::info!(tgid, path = %through_root.display(), "probing a libcuda copy found in a process's mappings");
-                    self.cuda_late_libraries.extend(reports);
+                    self.cuda_late_libraries.push(report);
+                    self.late_links.insert(inode, (links, [tgid].into_iter().collect()));
                 }
                 Err(e) => {
                     self.stats.cuda_library_errors += 1;
                     tracing::warn!(tgid, path = %through_root.display(), error = %e, "cannot probe libcuda copy");
                 }
+            }
+        }
+    }
+
+    /// `tgid` exited: detach the libcuda copies no known GPU process maps any more (a new process
+    /// mapping one is found again when it opens a device).
+    fn release_late_libraries(&mut self, tgid: u32) {
+        let done: Vec<(u64, u64)> = self
+            .late_links
+            .iter_mut()
+            .filter_map(|(inode, (_, users))| (users.remove(&tgid) && users.is_empty()).then_some(*inode))
+            .collect();
+        for inode in done {
+            if let Some((links, _)) = self.late_links.remove(&inode) {
+                crate::cuda::attach::detach(&mut self.probes.ebpf, links);
+                self.cuda_inodes.remove(&inode);
+                self.stats.cuda_libraries_detached += 1;
             }
         }
     }
@@ -421,6 +467,7 @@ impl Agent {
         match &ev {
             Event::ProcessExit { .. } => {
                 self.cuda_checked.remove(&h.tgid);
+                self.release_late_libraries(h.tgid);
                 self.kernel_forget(h.tgid);
                 self.procs.remove(&h.tgid);
                 // Fold the process's final launch counts into its cgroup, then drop its rows.
@@ -516,9 +563,26 @@ impl Agent {
         self.cuda.update_counts(crate::source::cuda_counts::read(&self.probes.ebpf));
         let cgroups = &mut self.cgroups;
         let cuda = self.cuda.snapshot(&mut |id| cgroups.resolve(id));
+        let state = self.state.snapshot();
+        let ledger_check = cuda
+            .processes
+            .iter()
+            .filter_map(|c| {
+                let d = state.processes.iter().find(|p| p.tgid == c.tgid)?;
+                let (cu, dr) = (c.usage.device_bytes, d.usage.vidmem_bytes);
+                Some(LedgerCheck {
+                    tgid: c.tgid,
+                    cgroup_id: c.cgroup_id,
+                    cuda_device_bytes: cu,
+                    driver_vidmem_bytes: dr,
+                    driver_minus_cuda: dr as i64 - cu as i64,
+                })
+            })
+            .collect();
         AgentSnapshot {
-            state: self.state.snapshot(),
+            state,
             cuda,
+            ledger_check,
             kernel,
             pipeline: self.stats.clone(),
             accounting,

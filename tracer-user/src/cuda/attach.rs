@@ -12,7 +12,10 @@ use std::{
 
 use aya::{
     Ebpf,
-    programs::{UProbe, uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope}},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
 };
 use serde::Serialize;
 use tracer_common::{cuda_entry, prog_names};
@@ -74,10 +77,64 @@ fn load<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, String> {
     Ok(p)
 }
 
-fn attach_at(ebpf: &mut Ebpf, prog: &str, lib: &Path, offset: u64, entry: u32) -> Result<(), String> {
+/// The uprobe links of one library, so they can be detached when no process uses it any more.
+pub type Links = Vec<(&'static str, UProbeLinkId)>;
+
+fn attach_at(
+    ebpf: &mut Ebpf,
+    links: &mut Links,
+    prog: &'static str,
+    lib: &Path,
+    offset: u64,
+    entry: u32,
+) -> Result<(), String> {
     let p = load(ebpf, prog)?;
     let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
-    p.attach(point, lib, UProbeScope::AllProcesses).map(|_| ()).map_err(|e| format!("attaching {prog}: {e:#}"))
+    let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| format!("attaching {prog}: {e:#}"))?;
+    links.push((prog, id));
+    Ok(())
+}
+
+/// Detach every link of a library attached with [`attach_library`].
+pub fn detach(ebpf: &mut Ebpf, links: Links) -> usize {
+    let mut n = 0;
+    for (prog, id) in links {
+        if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut UProbe>::try_from) {
+            if p.detach(id).is_ok() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Attach every entry point of one library; returns its report and links. Fails when nothing
+/// could be attached.
+pub fn attach_library(ebpf: &mut Ebpf, lib: &Path) -> Result<(LibraryReport, Links), String> {
+    let md = std::fs::metadata(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
+    let bytes = std::fs::read(lib).map_err(|e| format!("reading {}: {e}", lib.display()))?;
+    let mut links = Links::new();
+    let mut entries = Vec::new();
+    for (id, symbol, action) in cuda_entry::ALL {
+        let result = attach_entry(ebpf, &mut links, lib, &bytes, id, symbol, action);
+        entries.push(match result {
+            Ok(detail) => EntryReport { symbol, status: "attached", detail },
+            Err((status, detail)) => EntryReport { symbol, status, detail },
+        });
+    }
+    let report = LibraryReport { path: lib.display().to_string(), inode: md.ino(), entries };
+    if report.attached() == 0 {
+        let why: Vec<String> = report
+            .entries
+            .iter()
+            .filter(|e| e.status == "failed")
+            .map(|e| format!("{}: {}", e.symbol, e.detail))
+            .take(3)
+            .collect();
+        detach(ebpf, links);
+        return Err(format!("no entry point of {} could be attached: {}", lib.display(), why.join("; ")));
+    }
+    Ok((report, links))
 }
 
 /// Attach every entry point of every library (distinct inodes only). Returns the per-library
@@ -103,22 +160,11 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport
         if !seen.insert((md.dev(), md.ino())) {
             continue; // another path to a library already attached
         }
-        let bytes = match std::fs::read(lib) {
-            Ok(b) => b,
-            Err(e) => {
-                errors.push(format!("reading {}: {e}", lib.display()));
-                continue;
-            }
-        };
-        let mut entries = Vec::new();
-        for (id, symbol, action) in cuda_entry::ALL {
-            let result = attach_entry(ebpf, lib, &bytes, id, symbol, action);
-            entries.push(match result {
-                Ok(detail) => EntryReport { symbol, status: "attached", detail },
-                Err((status, detail)) => EntryReport { symbol, status, detail },
-            });
+        // The host's libraries stay attached for the agent's life: their links are not kept.
+        match attach_library(ebpf, lib) {
+            Ok((report, _links)) => reports.push(report),
+            Err(e) => errors.push(e),
         }
-        reports.push(LibraryReport { path: lib.display().to_string(), inode: md.ino(), entries });
     }
     if reports.iter().all(|r| r.attached() == 0) {
         let why: Vec<String> = reports
@@ -134,6 +180,7 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport
 
 fn attach_entry(
     ebpf: &mut Ebpf,
+    links: &mut Links,
     lib: &Path,
     bytes: &[u8],
     id: u32,
@@ -146,18 +193,18 @@ fn attach_entry(
     })?;
     let failed = |e: String| ("failed", e);
     match action {
-        cuda_entry::Action::Count => attach_at(ebpf, prog_names::CUDA_COUNT, lib, place.file_offset, id).map_err(failed)?,
-        cuda_entry::Action::Free => attach_at(ebpf, prog_names::CUDA_FREE, lib, place.file_offset, id).map_err(failed)?,
+        cuda_entry::Action::Count => attach_at(ebpf, links, prog_names::CUDA_COUNT, lib, place.file_offset, id).map_err(failed)?,
+        cuda_entry::Action::Free => attach_at(ebpf, links, prog_names::CUDA_FREE, lib, place.file_offset, id).map_err(failed)?,
         cuda_entry::Action::Lookup => {
-            attach_at(ebpf, prog_names::CUDA_LOOKUP_ENTER, lib, place.file_offset, id).map_err(failed)?;
+            attach_at(ebpf, links, prog_names::CUDA_LOOKUP_ENTER, lib, place.file_offset, id).map_err(failed)?;
             let ret = placement::place_for_return(bytes, symbol).map_err(|e| failed(e.to_string()))?;
-            attach_at(ebpf, prog_names::CUDA_LOOKUP_RETURN, lib, ret.file_offset, id).map_err(failed)?;
+            attach_at(ebpf, links, prog_names::CUDA_LOOKUP_RETURN, lib, ret.file_offset, id).map_err(failed)?;
         }
         cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => {
-            attach_at(ebpf, prog_names::CUDA_ALLOC_ENTER, lib, place.file_offset, id).map_err(failed)?;
+            attach_at(ebpf, links, prog_names::CUDA_ALLOC_ENTER, lib, place.file_offset, id).map_err(failed)?;
             // A return probe hijacks the return address on the stack: it needs a point before any push.
             let ret = placement::place_for_return(bytes, symbol).map_err(|e| failed(e.to_string()))?;
-            attach_at(ebpf, prog_names::CUDA_ALLOC_RETURN, lib, ret.file_offset, id).map_err(failed)?;
+            attach_at(ebpf, links, prog_names::CUDA_ALLOC_RETURN, lib, ret.file_offset, id).map_err(failed)?;
         }
     }
     Ok(placement::describe(&place))

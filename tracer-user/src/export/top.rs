@@ -270,6 +270,7 @@ mod width_tests {
         AgentSnapshot {
             state,
             cuda: Default::default(),
+            ledger_check: Vec::new(),
             kernel: KernelCounters::default(),
             pipeline: PipelineStats::default(),
             accounting: Accounting {
