@@ -301,4 +301,31 @@ mod width_tests {
         assert_eq!(rows, 60, "{out}");
         assert_eq!(out.lines().count(), 60 + 4 + 2 + 2, "{out}");
     }
+
+    #[test]
+    fn the_cuda_table_fits_in_80_columns_too() {
+        use crate::cuda::ledger::{CudaCgroupRow, CudaProcessRow, CudaUsage};
+        let mut s = snapshot(30);
+        for c in s.state.cgroups.clone() {
+            let usage = CudaUsage {
+                device_bytes: 70 << 30,
+                managed_bytes: 3 << 30,
+                launches: 987_654_321,
+                graph_launches: 98_765,
+                launch_rate: 123_456.0,
+                allocs: 12_345,
+                frees: 12_000,
+                ..Default::default()
+            };
+            s.cuda.cgroups.push(CudaCgroupRow { cgroup_id: c.cgroup_id, path: c.path.clone(), usage });
+            s.cuda.processes.push(CudaProcessRow { tgid: 4_000_000, cgroup_id: c.cgroup_id, usage });
+        }
+        let out = render(&s, &RenderOptions { per_process: true, width: 80 });
+        for line in out.lines() {
+            assert!(line.chars().count() <= 80, "too wide ({}): {line}", line.chars().count());
+        }
+        assert!(out.contains("LAUNCH/s"), "{out}");
+        // One line per row in the CUDA table as well.
+        assert_eq!(out.lines().filter(|l| l.contains("987654321")).count(), 60, "{out}");
+    }
 }
