@@ -2,22 +2,31 @@
 //! (`cargo xtask sim` builds and runs it).
 //!
 //! It mounts the fake NVIDIA driver (two GPUs) on a temp dir, creates three cgroups named like
-//! Kubernetes pods' containers, starts one `nv-workload` in each and has it open a GPU (`init`),
-//! then starts `gpu-tracer top --per-process` on the mount. The workloads are already running when
-//! the tracer starts, so the tracer finds their device fds with its `/proc` scan (the seed path).
+//! Kubernetes pods' containers, starts one `nv-workload` in each with the fake `libcuda.so.1`
+//! (the `thunk` variant, whose entry points are shaped like the real 535 library's) and has it
+//! open a GPU (`init`) and initialise CUDA (`cuda-init`), then starts `gpu-tracer top
+//! --per-process --libcuda <that library>` on the mount. The workloads are already running when
+//! the tracer starts, so the tracer finds their device fds with its `/proc` scan (the seed path),
+//! and its uprobes on the library's inode reach the copies they have already mapped.
+//!
 //! Once the tracer's first table is out, one thread per pod drives its workload like a CUDA
 //! application: allocations through `RM_ALLOC` (class 0x40) and `RM_VID_HEAP_CONTROL`, pinned host
 //! memory, a managed `mmap`, a UVM external mapping, frees, and one process that exits without
-//! freeing anything and is replaced (a notebook kernel restart). The pods stop changing a little
-//! before the tracer stops, so that its last table can be checked against the fake driver's own
-//! count of video memory per GPU.
+//! freeing anything and is replaced (a notebook kernel restart); through libcuda, kernel and graph
+//! launches every 500 ms at a different rate per pod, and `cuMemAlloc`/`cuMemFree`/
+//! `cuMemAllocManaged` calls (the trainer's are a caching allocator's: big blocks, never freed).
+//! The pods' memory stops changing a little before the tracer stops, so that its last table can
+//! be checked against the fake driver's own count of video memory per GPU and against each pod's
+//! own count of live `cuMemAlloc` bytes. Launches go on to the end; each pod records when it sent
+//! each launch command, so the last table's LAUNCHES and GRAPHS are checked against what the pod
+//! had made when that table came out.
 //!
 //! On a terminal the table is redrawn in place; otherwise (CI, pipes) every table is printed in
 //! turn, with what the pods did in between. Ctrl-C (or SIGTERM) stops everything early; the RAII
 //! guards of the test harness kill the workloads, remove the cgroups and unmount the driver on
 //! every path out, panics included.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
@@ -28,6 +37,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use gpu_tracer_tests::fake_libcuda::FAKE_LIBCUDA_DIR;
+use gpu_tracer_tests::workload::{parse_bytes, parse_number};
 use gpu_tracer_tests::{FakeDriver, PodCgroup, Qos, Runtime, Workload, cgroup2_mount, locate_binary};
 
 /// Driver version the fake driver reports and whose struct layouts everyone uses.
@@ -84,7 +95,7 @@ fn stopping() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-// ----- the pods -----------------------------------------------------------------------------------
+// ----- the pods ---------------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug)]
 enum App {
@@ -110,7 +121,7 @@ const PODS: [PodSpec; 3] = [
         runtime: Runtime::Containerd,
         gpu: 0,
         app: App::Trainer,
-        what: "training loop",
+        what: "training, 4040 launch/s",
     },
     PodSpec {
         name: "serving/infer-b",
@@ -118,7 +129,7 @@ const PODS: [PodSpec; 3] = [
         runtime: Runtime::Containerd,
         gpu: 1,
         app: App::Inference,
-        what: "inference server",
+        what: "inference, 600 launch/s",
     },
     PodSpec {
         name: "research/notebook-c",
@@ -126,9 +137,15 @@ const PODS: [PodSpec; 3] = [
         runtime: Runtime::CriO,
         gpu: 0,
         app: App::Notebook,
-        what: "notebook, restarts",
+        what: "notebook: bursts, restart",
     },
 ];
+
+/// The pods' launch loops run once per tick.
+const LAUNCH_TICK: Duration = Duration::from_millis(500);
+/// The fake libcuda every pod loads: the variant whose entry points are shaped like the real 535
+/// library's (a thunk that jumps through a relocated slot to the implementation).
+const LIBCUDA_VARIANT: &str = "thunk";
 
 fn qos_name(q: Qos) -> &'static str {
     match q {
@@ -136,6 +153,10 @@ fn qos_name(q: Qos) -> &'static str {
         Qos::Burstable => "burstable",
         Qos::BestEffort => "besteffort",
     }
+}
+
+fn short_name(pod: &PodSpec) -> &'static str {
+    pod.name.rsplit('/').next().unwrap_or(pod.name)
 }
 
 /// A message for the main thread.
@@ -167,27 +188,53 @@ impl From<gpu_tracer_tests::HarnessError> for Halt {
     }
 }
 
+/// One launch command a pod sent: when, and how many launches the workload reported making.
+#[derive(Clone, Copy, Debug)]
+struct Issued {
+    /// When the command was sent.
+    start: Instant,
+    /// When its answer came back (every launch of the command was made by then).
+    end: Instant,
+    /// Kernel launches (`cuLaunchKernel`).
+    kernels: u64,
+    /// Graph launches (`cuGraphLaunch`).
+    graphs: u64,
+}
+
+/// What a pod thread hands back at the end.
+struct PodOutcome {
+    workload: Workload,
+    /// Every launch command, in order.
+    issued: Vec<Issued>,
+    /// Live `cuMemAlloc` bytes of the pod's current process.
+    cuda_device_bytes: u64,
+    error: Option<anyhow::Error>,
+}
+
 /// One pod's driver thread: its workload and its clock.
 struct AppCtx {
     pod: &'static PodSpec,
     workload: Workload,
     dev_dir: PathBuf,
     cgroup_dir: PathBuf,
+    libcuda: PathBuf,
     /// When the tracer was started (the `t+` times).
     t0: Instant,
-    /// From this instant on the pod holds still.
+    /// From this instant on the pod's memory holds still (its launches go on).
     quiet_at: Instant,
     tx: Sender<Msg>,
+    /// The next launch tick, and how many have run.
+    next_tick: Instant,
+    ticks: u64,
+    issued: Vec<Issued>,
+    /// Live `cuMemAlloc` allocations of the current process: pointer → bytes.
+    cuda_live: BTreeMap<u64, u64>,
 }
 
 impl AppCtx {
-    fn short(&self) -> &'static str {
-        self.pod.name.rsplit('/').next().unwrap_or(self.pod.name)
-    }
-
     fn say(&self, what: impl AsRef<str>) {
         let t = self.t0.elapsed().as_secs_f64();
-        let _ = self.tx.send(Msg::Activity(format!("t+{t:4.1}s {:<10} {}", self.short(), what.as_ref())));
+        let _ = self.tx.send(Msg::Activity(format!("t+{t:4.1}s {:<10} {}", short_name(self.pod), what.as_ref())));
     }
 
     /// A command that must answer `ok`.
@@ -204,8 +251,54 @@ impl AppCtx {
         Ok(self.ok(line)?.handle("handle")?)
     }
 
-    /// Sleep `ms`, or stop early when the pod must hold still.
-    fn pause(&self, ms: u64) -> Result<(), Halt> {
+    /// A command that launches (`launched=N` in the answer), recorded for the final check.
+    fn launch(&mut self, line: &str) -> Result<(), Halt> {
+        let start = Instant::now();
+        let n = self.ok(line)?.number("launched")?;
+        let graphs = line.starts_with("cuda-graph-launch");
+        let (kernels, graphs) = if graphs { (0, n) } else { (n, 0) };
+        self.issued.push(Issued { start, end: Instant::now(), kernels, graphs });
+        Ok(())
+    }
+
+    /// `cuMemAlloc_v2` of `size` (`256M`); returns the device pointer.
+    fn cuda_alloc(&mut self, size: &str) -> Result<u64, Halt> {
+        let bytes = parse_bytes(size).with_context(|| format!("size {size}"))?;
+        let ptr = self.ok(&format!("cuda-alloc {size}"))?.number("ptr")?;
+        self.cuda_live.insert(ptr, bytes);
+        Ok(ptr)
+    }
+
+    fn cuda_free(&mut self, ptr: u64) -> Result<(), Halt> {
+        self.ok(&format!("cuda-free {ptr:#x}"))?;
+        self.cuda_live.remove(&ptr);
+        Ok(())
+    }
+
+    /// The pod's launches of one tick.
+    fn tick(&mut self) -> Result<(), Halt> {
+        let now = Instant::now();
+        self.next_tick += LAUNCH_TICK;
+        if self.next_tick < now {
+            // Late (a slow command, a restart): start over from now rather than catch up.
+            self.next_tick = now + LAUNCH_TICK;
+        }
+        self.ticks += 1;
+        match self.pod.app {
+            App::Trainer => {
+                self.launch("cuda-launch 2000")?;
+                self.launch("cuda-graph-launch 20")?;
+            }
+            App::Inference => self.launch("cuda-launch 300")?,
+            // A cell runs for a second (two threads) every three seconds.
+            App::Notebook if self.ticks % 6 < 2 => self.launch("cuda-launch-threads 2 500")?,
+            App::Notebook => {}
+        }
+        Ok(())
+    }
+
+    /// Launch on every tick for `ms`, or stop early when the pod's memory must hold still.
+    fn work(&mut self, ms: u64) -> Result<(), Halt> {
         let until = Instant::now() + Duration::from_millis(ms);
         loop {
             let now = Instant::now();
@@ -215,20 +308,45 @@ impl AppCtx {
             if now >= until {
                 return Ok(());
             }
-            std::thread::sleep((until - now).min(Duration::from_millis(50)));
+            if now >= self.next_tick {
+                self.tick()?;
+                continue;
+            }
+            std::thread::sleep((until.min(self.next_tick) - now).min(Duration::from_millis(50)));
+        }
+    }
+
+    /// Launch on every tick until the run ends (after the tracer's last table, too: the final
+    /// check allows for that).
+    fn launch_until_stopped(&mut self) -> Result<(), Halt> {
+        loop {
+            if stopping() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= self.next_tick {
+                self.tick()?;
+            } else {
+                std::thread::sleep((self.next_tick - now).min(Duration::from_millis(50)));
+            }
         }
     }
 
     fn run(&mut self) -> Result<(), Halt> {
-        match self.pod.app {
+        let script = match self.pod.app {
             App::Trainer => self.trainer(),
             App::Inference => self.inference(),
             App::Notebook => self.notebook(),
+        };
+        match script {
+            Ok(()) | Err(Halt::Quiet) => self.launch_until_stopped(),
+            Err(e) => Err(e),
         }
     }
 
     /// Weights and optimizer state, a cuDNN workspace, pinned staging buffers, the weights mapped
     /// into the UVM address space; then one step's activations allocated and freed, over and over.
+    /// At the CUDA level: a caching allocator's big blocks, reserved once and never freed.
     fn trainer(&mut self) -> Result<(), Halt> {
         let weights = self.alloc("alloc-rm 6G")?;
         self.alloc("alloc-vidheap 512M")?;
@@ -236,49 +354,70 @@ impl AppCtx {
         self.ok(&format!("uvm-map-external {weights:#x} 6G"))?;
         self.say("weights 6 GiB (RM_ALLOC), workspace 512 MiB (VID_HEAP)");
         self.say("256 MiB pinned host memory; weights mapped into UVM");
+        let start = Instant::now();
+        let a = self.ok("cuda-caching-pattern 4 2G 1000")?;
+        let ptrs = a.get("ptrs").unwrap_or_default().to_string();
+        for p in ptrs.split(',').filter_map(parse_number) {
+            self.cuda_live.insert(p, 2 << 30);
+        }
+        self.issued.push(Issued { start, end: Instant::now(), kernels: a.number("launched")?, graphs: 0 });
+        self.say("cuda: caching allocator, 4 x 2 GiB cuMemAlloc, kept");
+        self.say("cuda: 2000 launches + 20 graph launches every 0.5 s");
         for step in 1.. {
-            self.pause(1500)?;
+            self.work(1500)?;
             let act = self.alloc("alloc-rm 1G")?;
             self.say(format!("step {step}: +1 GiB activations"));
-            self.pause(1500)?;
+            self.work(1500)?;
             self.ok(&format!("free {act:#x}"))?;
             self.say(format!("step {step}: activations freed"));
         }
         Ok(())
     }
 
-    /// A 2 GiB model and a KV cache that grows in 256 MiB blocks and is flushed when full.
+    /// A 2 GiB model and a KV cache that grows in 256 MiB blocks and is flushed when full; each
+    /// also allocated through libcuda.
     fn inference(&mut self) -> Result<(), Halt> {
         self.alloc("alloc-rm 2G")?;
-        self.say("2 GiB model (RM_ALLOC)");
+        self.cuda_alloc("2G")?;
+        self.say("2 GiB model (RM_ALLOC; cuMemAlloc 2 GiB)");
+        self.say("cuda: 300 launches every 0.5 s");
         let mut blocks = Vec::new();
         loop {
-            self.pause(1000)?;
+            self.work(1000)?;
             if blocks.len() == 6 {
-                for h in std::mem::take(&mut blocks) {
+                for (h, ptr) in std::mem::take(&mut blocks) {
                     self.ok(&format!("free-vidheap {h:#x}"))?;
+                    self.cuda_free(ptr)?;
                 }
-                self.say("KV cache flushed: 6 x 256 MiB freed (VID_HEAP)");
+                self.say("KV cache flushed: 6 x 256 MiB freed (VID_HEAP, cuMemFree)");
             } else {
-                blocks.push(self.alloc("alloc-vidheap 256M")?);
-                self.say(format!("KV cache +256 MiB (VID_HEAP), {} of 6 blocks", blocks.len()));
+                let h = self.alloc("alloc-vidheap 256M")?;
+                blocks.push((h, self.cuda_alloc("256M")?));
+                self.say(format!("KV cache +256 MiB (VID_HEAP, cuMemAlloc), {} of 6", blocks.len()));
             }
         }
     }
 
     /// Some tensors and managed memory; a 2 GiB experiment allocated and freed; then the kernel
     /// restarts: the process exits without freeing anything and a new one starts in the pod.
+    /// Launches come in bursts (a cell runs, then nothing).
     fn notebook(&mut self) -> Result<(), Halt> {
         self.alloc("alloc-rm 512M")?;
         self.ok("managed-mmap 2G")?;
+        self.cuda_alloc("512M")?;
+        self.ok("cuda-alloc-managed 2G")?;
         self.say("tensors 512 MiB (RM_ALLOC), managed mmap 2 GiB");
-        self.pause(2500)?;
+        self.say("cuda: 512 MiB cuMemAlloc, 2 GiB cuMemAllocManaged");
+        self.say("cuda: bursts of 2 threads x 500 launches");
+        self.work(2500)?;
         let big = self.alloc("alloc-rm 2G")?;
-        self.say("+2 GiB experiment");
-        self.pause(2500)?;
+        let cbig = self.cuda_alloc("2G")?;
+        self.say("+2 GiB experiment (RM_ALLOC, cuMemAlloc)");
+        self.work(2500)?;
         self.ok(&format!("free {big:#x}"))?;
+        self.cuda_free(cbig)?;
         self.say("experiment freed");
-        self.pause(2000)?;
+        self.work(2000)?;
 
         let old = self.workload.pid();
         self.ok("exit")?;
@@ -286,32 +425,42 @@ impl AppCtx {
         let fresh = Workload::builder(&self.dev_dir)
             .cgroup_dir(&self.cgroup_dir)
             .driver_version(DRIVER_VERSION)
+            .libcuda(&self.libcuda)
             .spawn()
             .context("respawn nv-workload")?;
         // The old guard goes now (its process is gone); the new one is killed on drop like it.
         drop(std::mem::replace(&mut self.workload, fresh));
+        self.cuda_live.clear();
         self.ok(&format!("init {}", self.pod.gpu))?;
+        self.ok("cuda-init")?;
         self.say(format!("restart: pid {old} exited without freeing; now pid {}", self.workload.pid()));
-        self.pause(1000)?;
+        self.work(1000)?;
         self.alloc("alloc-rm 768M")?;
         self.ok("managed-mmap 1G")?;
-        self.say("tensors 768 MiB, managed mmap 1 GiB");
+        self.cuda_alloc("768M")?;
+        self.ok("cuda-alloc-managed 1G")?;
+        self.say("tensors 768 MiB, managed mmap 1 GiB (and through libcuda)");
         Ok(())
     }
 }
 
-/// Drive one pod until it must hold still; returns its workload (still running, memory held)
-/// and what went wrong, if anything.
-fn spawn_app(mut ctx: AppCtx) -> JoinHandle<(Workload, Option<anyhow::Error>)> {
+/// Drive one pod until the run ends: its memory until it must hold still, its launches until the
+/// end. Hands back its workload (still running, memory held) and what it did.
+fn spawn_app(mut ctx: AppCtx) -> JoinHandle<PodOutcome> {
     std::thread::spawn(move || {
-        let err = match ctx.run() {
+        let error = match ctx.run() {
             Ok(()) | Err(Halt::Quiet) => None,
             Err(Halt::Failed(e)) => {
                 ctx.say(format!("FAILED: {e:#}"));
                 Some(e)
             }
         };
-        (ctx.workload, err)
+        PodOutcome {
+            cuda_device_bytes: ctx.cuda_live.values().sum(),
+            workload: ctx.workload,
+            issued: ctx.issued,
+            error,
+        }
     })
 }
 
@@ -355,8 +504,11 @@ fn per_gpu(frame: &[String]) -> Option<Vec<(String, f64, f64)>> {
 /// What the fake driver counts (physical video memory per GPU) against the tracer's last table.
 /// Returns the report line and whether they agree.
 fn check_against_driver(frame: &[String], driver_used: &[u64]) -> (String, bool) {
-    let truth: Vec<String> =
-        driver_used.iter().enumerate().map(|(i, b)| format!("gpu{i} {}", tracer_user::export::top::human_bytes(*b))).collect();
+    let truth: Vec<String> = driver_used
+        .iter()
+        .enumerate()
+        .map(|(i, b)| format!("gpu{i} {}", tracer_user::export::top::human_bytes(*b)))
+        .collect();
     let truth = truth.join(" | ");
     let Some(seen) = per_gpu(frame) else {
         let agree = driver_used.iter().all(|b| *b == 0);
@@ -374,6 +526,151 @@ fn check_against_driver(frame: &[String], driver_used: &[u64]) -> (String, bool)
     });
     let verdict = if agree { "agrees" } else { "DISAGREES" };
     (format!("fake driver's own count: {truth} (tracer {verdict})"), agree)
+}
+
+/// A pod's row of the CUDA table: LAUNCHES, GRAPHS and CUDA MEM (bytes, tolerance).
+#[derive(Clone, Debug, PartialEq)]
+struct CudaRow {
+    launches: u64,
+    graphs: u64,
+    mem: (f64, f64),
+    /// CUDA MEM as printed.
+    mem_text: String,
+}
+
+/// The cgroup rows of the CUDA table of a `top` frame, by pod UID prefix (`pod 1b2c3d4e/...`).
+/// A narrow table wraps the first column onto the next lines: the text left of the LAUNCH/s
+/// column on a line with nothing right of it continues the row above.
+fn cuda_rows(frame: &[String]) -> BTreeMap<String, CudaRow> {
+    let mut rows = BTreeMap::new();
+    let Some(header) = frame.iter().position(|l| l.contains("CUDA (libcuda)")) else { return rows };
+    let Some(cut) = frame[header].find("LAUNCH/s").map(|b| frame[header][..b].chars().count()) else {
+        return rows;
+    };
+    // (first column, the rest) of each row, continuation lines joined.
+    let mut cells: Vec<(String, String)> = Vec::new();
+    for line in &frame[header + 1..] {
+        if line.starts_with("per GPU:") || line.starts_with("events:") {
+            break;
+        }
+        let name: String = line.chars().take(cut).collect();
+        let rest: String = line.chars().skip(cut).collect();
+        match cells.last_mut() {
+            Some((first, _)) if rest.trim().is_empty() && !name.trim().is_empty() => {
+                first.push(' ');
+                first.push_str(name.trim());
+            }
+            _ if !rest.trim().is_empty() => cells.push((name.trim().to_string(), rest)),
+            _ => {}
+        }
+    }
+    for (name, rest) in cells {
+        // `pod <uid>/<ctr>`, wrapped anywhere; process rows and other cgroups are skipped.
+        let Some(id) = name.strip_prefix("pod") else { continue };
+        let id: String = id.split_whitespace().collect();
+        let Some(uid) = id.split('/').next().filter(|u| !u.is_empty()) else { continue };
+        // RATE LAUNCHES GRAPHS <CUDA MEM> <MANAGED> ALLOC/FREE; a size is `0` or a number and a unit.
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(launches), Some(graphs)) = (words.get(1), words.get(2)) else { continue };
+        let mem_text = match words.get(3..5) {
+            Some([n, unit]) if *n != "0" && !unit.contains('/') => format!("{n} {unit}"),
+            _ => words.get(3).copied().unwrap_or_default().to_string(),
+        };
+        let (Ok(launches), Ok(graphs), Some(mem)) = (launches.parse(), graphs.parse(), parse_human(&mem_text)) else {
+            continue;
+        };
+        rows.insert(uid.to_string(), CudaRow { launches, graphs, mem, mem_text });
+    }
+    rows
+}
+
+/// What a table can hold of the launches a pod made: every launch whose command was answered
+/// before `lower_cut` (the previous table was out), none of those sent after `upper_cut` (this
+/// table was out), any number of those in between.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct LaunchBounds {
+    lower: u64,
+    /// Launches made (or being made) when the table came out.
+    upper: u64,
+}
+
+impl LaunchBounds {
+    fn of(issued: &[Issued], count: impl Fn(&Issued) -> u64, lower_cut: Instant, upper_cut: Instant) -> Self {
+        let mut b = LaunchBounds::default();
+        for i in issued {
+            if i.end < lower_cut {
+                b.lower += count(i);
+            }
+            if i.start < upper_cut {
+                b.upper += count(i);
+            }
+        }
+        b
+    }
+
+    fn holds(&self, seen: u64) -> bool {
+        (self.lower..=self.upper).contains(&seen)
+    }
+}
+
+/// What one pod made through libcuda, for the final check.
+struct PodCuda<'a> {
+    name: &'static str,
+    uid8: &'a str,
+    kernels: LaunchBounds,
+    graphs: LaunchBounds,
+    device_bytes: u64,
+}
+
+/// The pods' own CUDA counts against the CUDA table of the tracer's last frame. Returns the
+/// report lines and whether every pod agrees.
+fn check_cuda(frame: &[String], pods: &[PodCuda]) -> (Vec<String>, bool) {
+    let rows = cuda_rows(frame);
+    let mut lines = vec![
+        "CUDA, the pods' own count when the tracer's last table came out vs that table:".to_string(),
+        format!(
+            "{:<12}{:>11}{:>11}{:>9}{:>11}{:>11}{:>11}",
+            "", "launches", "in table", "graphs", "in table", "CUDA MEM", "in table"
+        ),
+    ];
+    let mut problems = Vec::new();
+    for p in pods {
+        let row = rows.get(p.uid8);
+        let cell = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        lines.push(format!(
+            "  {:<10}{:>11}{:>11}{:>9}{:>11}{:>11}{:>11}",
+            p.name,
+            p.kernels.upper,
+            cell(row.map(|r| r.launches.to_string())),
+            p.graphs.upper,
+            cell(row.map(|r| r.graphs.to_string())),
+            tracer_user::export::top::human_bytes(p.device_bytes),
+            cell(row.map(|r| r.mem_text.clone())),
+        ));
+        let Some(row) = row else {
+            problems.push(format!("{}: no row in the CUDA table", p.name));
+            continue;
+        };
+        if row.launches == 0 {
+            problems.push(format!("{}: no launches", p.name));
+        }
+        for (what, b, seen) in [("launches", p.kernels, row.launches), ("graph launches", p.graphs, row.graphs)] {
+            if !b.holds(seen) {
+                problems.push(format!("{}: {seen} {what}, expected {}..={}", p.name, b.lower, b.upper));
+            }
+        }
+        let (v, tol) = row.mem;
+        if (v - p.device_bytes as f64).abs() > tol + 0.5 {
+            problems.push(format!("{}: CUDA MEM {}", p.name, row.mem_text));
+        }
+    }
+    let agree = problems.is_empty();
+    if agree {
+        lines.push("CUDA: the tracer agrees with every pod".into());
+    } else {
+        lines.push(format!("CUDA: the tracer DISAGREES: {}", problems.join("; ")));
+    }
+    (lines, agree)
 }
 
 /// Where the run's output goes: redrawn in place on a terminal, appended otherwise.
@@ -492,6 +789,10 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         None => locate_binary("gpu-tracer")
             .context("`cargo build --release -p tracer-user` builds gpu-tracer (or pass --tracer)")?,
     };
+    let libcuda = PathBuf::from(FAKE_LIBCUDA_DIR).join(LIBCUDA_VARIANT).join("libcuda.so.1");
+    if !libcuda.is_file() {
+        bail!("{} is missing: `cargo build --release -p gpu-tracer-tests` builds it", libcuda.display());
+    }
     let tty = std::io::stdout().is_terminal();
 
     // Guards, declared so that they drop in the right order: workloads, then cgroups, then driver.
@@ -514,9 +815,11 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let mut w = Workload::builder(&dev_dir)
             .cgroup(cg)
             .driver_version(DRIVER_VERSION)
+            .libcuda(&libcuda)
             .spawn()
             .with_context(|| format!("starting the workload of {}", spec.name))?;
         w.ok(&format!("init {}", spec.gpu)).with_context(|| format!("{}: init", spec.name))?;
+        w.ok("cuda-init").with_context(|| format!("{}: cuda-init", spec.name))?;
         workloads.push(w);
     }
     interrupted()?;
@@ -526,7 +829,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         "gpu-tracer-sim: fake NVIDIA driver {DRIVER_VERSION}, {GPUS} GPUs x {} GiB, 3 pods",
         GPU_MEMORY_BYTES >> 30
     )];
-    legend.push("(the table names a pod by its UID; Kubernetes names are not looked up yet)".into());
+    legend.push("(the tables name a pod by its UID; Kubernetes names are not looked up yet)".into());
     for (spec, cg) in &pods {
         legend.push(format!(
             "  {:<20}pod {}  {:<10}  gpu{}  {}",
@@ -537,18 +840,24 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
             spec.what,
         ));
     }
+    legend.push(format!("every pod drives a fake libcuda.so.1 ({LIBCUDA_VARIANT} variant: entry points like 535's)"));
     for l in &legend {
         println!("{l}");
     }
     println!("devices: {}", dev_dir.display());
-    println!("the workloads opened their GPU before the tracer starts: it finds them in /proc");
+    println!("the workloads opened their GPU and loaded libcuda before the tracer starts:");
+    println!("it finds their device fds in /proc; its uprobes on the library's inode reach");
+    println!("the copies they already mapped");
 
     // The tracer.
     let mut top_cmd = Command::new(&tracer);
     top_cmd
         .arg("--dev-dir")
         .arg(&dev_dir)
-        .args(["--driver-version", DRIVER_VERSION, "top", "--per-process"])
+        .args(["--driver-version", DRIVER_VERSION])
+        .arg("--libcuda")
+        .arg(&libcuda)
+        .args(["top", "--per-process"])
         .args(["--interval-ms", &args.interval_ms.to_string(), "--duration", &args.duration.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -571,12 +880,15 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     let mut screen = Screen { tty, legend, activity: VecDeque::new(), duration: args.duration, t0 };
     let interval = Duration::from_millis(args.interval_ms.max(50));
-    // Hold still for the last two or three tables.
+    // Memory holds still for the last two or three tables (launches go on to the end).
     let quiet_window = Duration::from_millis(2500).max(interval * 2 + Duration::from_millis(500));
-    let mut apps: Vec<JoinHandle<(Workload, Option<anyhow::Error>)>> = Vec::new();
+    let mut apps: Vec<JoinHandle<PodOutcome>> = Vec::new();
     let mut idle = workloads.into_iter();
     let mut frame: Vec<String> = Vec::new();
     let mut last_frame: Vec<String> = Vec::new();
+    // When each complete table's first and last lines came in.
+    let mut frame_started = None;
+    let mut frame_times: Vec<(Instant, Instant)> = Vec::new();
     let mut frames = 0u64;
     let mut stop_asked = false;
     let mut top_status = None;
@@ -593,25 +905,35 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 }
                 screen.frame(&frame);
                 last_frame = std::mem::take(&mut frame);
+                frame_times.push((frame_started.take().unwrap_or_else(Instant::now), Instant::now()));
                 frames += 1;
                 if frames == 1 {
                     // The tracer is up (probes attached, /proc seeded): the pods start working.
                     let end = t0 + Duration::from_secs_f64(args.duration);
-                    let quiet_at = end.checked_sub(quiet_window).unwrap_or(Instant::now()).max(Instant::now());
+                    let now = Instant::now();
+                    let quiet_at = end.checked_sub(quiet_window).unwrap_or(now).max(now);
                     for ((spec, cg), w) in pods.iter().zip(idle.by_ref()) {
                         apps.push(spawn_app(AppCtx {
                             pod: spec,
                             workload: w,
                             dev_dir: dev_dir.clone(),
                             cgroup_dir: cg.path().to_path_buf(),
+                            libcuda: libcuda.clone(),
                             t0,
                             quiet_at,
                             tx: tx.clone(),
+                            next_tick: now,
+                            ticks: 0,
+                            issued: Vec::new(),
+                            cuda_live: BTreeMap::new(),
                         }));
                     }
                 }
             }
-            Ok(Msg::Top(line)) => frame.push(line),
+            Ok(Msg::Top(line)) => {
+                frame_started.get_or_insert_with(Instant::now);
+                frame.push(line);
+            }
             Ok(Msg::Activity(line)) => screen.activity(line),
             Ok(Msg::TopEof) => break,
             // top's exit shows as the end of its output.
@@ -628,17 +950,23 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         None => top.wait().context("waiting for gpu-tracer top")?,
     };
     let tracer_s = t0.elapsed().as_secs_f64();
+    // From its last table to its exit (detaching the probes).
+    let tracer_exit_s = frame_times.last().map_or(0.0, |(_, end)| end.elapsed().as_secs_f64());
 
-    // The pods are holding still (or were told to stop): collect them.
+    // The pods' memory is holding still (or they were told to stop): stop their launches and
+    // collect them.
     let signalled = stop_asked || stopping();
     STOP.store(true, Ordering::SeqCst);
     let mut workloads: Vec<Workload> = idle.collect();
     let mut failures = Vec::new();
+    // What each pod did through libcuda, in the order of `pods` (none if a thread was lost).
+    let mut cuda_done = Vec::new();
     for h in apps {
         match h.join() {
-            Ok((w, err)) => {
-                workloads.push(w);
-                failures.extend(err);
+            Ok(o) => {
+                workloads.push(o.workload);
+                failures.extend(o.error);
+                cuda_done.push((o.issued, o.cuda_device_bytes));
             }
             Err(_) => failures.push(anyhow::anyhow!("a pod thread panicked")),
         }
@@ -649,7 +977,8 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
 
-    // Check the tracer's last table against the driver's own view, unless cut short.
+    // Check the tracer's last table against the driver's own view and the pods' own CUDA
+    // counts, unless cut short.
     let mut agree = true;
     println!();
     if signalled {
@@ -664,6 +993,29 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let (line, ok) = check_against_driver(&last_frame, &used);
         agree = ok;
         println!("{line}");
+        // The last table came out at `upper_cut`; it was taken after the one before it was out.
+        let [.., (_, lower_cut), (upper_cut, _)] = frame_times[..] else { unreachable!("frames >= 2") };
+        let pod_cuda: Vec<PodCuda> = pods
+            .iter()
+            .zip(&cuda_done)
+            .map(|((spec, cg), (issued, device_bytes))| PodCuda {
+                name: short_name(spec),
+                uid8: &cg.pod_uid()[..8],
+                kernels: LaunchBounds::of(issued, |i| i.kernels, lower_cut, upper_cut),
+                graphs: LaunchBounds::of(issued, |i| i.graphs, lower_cut, upper_cut),
+                device_bytes: *device_bytes,
+            })
+            .collect();
+        if pod_cuda.len() == pods.len() {
+            let (lines, ok) = check_cuda(&last_frame, &pod_cuda);
+            agree &= ok;
+            for l in lines {
+                println!("{l}");
+            }
+        } else {
+            agree = false;
+            println!("CUDA: not checked, {} of {} pods reported", pod_cuda.len(), pods.len());
+        }
     }
 
     let cleanup = Instant::now();
@@ -677,8 +1029,10 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         if unmount.is_ok() { "unmounted" } else { "unmount FAILED" }
     );
     println!(
-        "took {:.1} s: setup {setup_s:.1} s, tracer {tracer_s:.1} s ({frames} tables), cleanup {cleanup_s:.1} s",
-        started.elapsed().as_secs_f64()
+        "took {:.1} s: setup {setup_s:.1} s, tracer {:.1} s ({frames} tables) + exit {tracer_exit_s:.1} s, \
+         cleanup {cleanup_s:.1} s",
+        started.elapsed().as_secs_f64(),
+        tracer_s - tracer_exit_s,
     );
 
     for e in &failures {
@@ -738,6 +1092,110 @@ mod tests {
         assert!(!ok);
         let (_, ok) = check_against_driver(&frame("per GPU: gpu0 1.0 GiB | unknown-gpu 0"), &[1 << 30, 0]);
         assert!(ok);
+    }
+
+    /// A frame's CUDA table as `top --per-process` prints it at 80 columns.
+    fn cuda_frame() -> Vec<String> {
+        [
+            "──────────────────────────────────────────────────────────────────────────────",
+            " CUDA (libcuda)          LAUNCH/s  LAUNCHES  GRAPHS  CUDA MEM  MANAGED  ALLOC/FREE",
+            "══════════════════════════════════════════════════════════════════════════════",
+            " pod 1b2c3d4e/0a1b2c3d       4040     70040     700   8.0 GiB        0         4/0",
+            "   4242                      4040     70040     700   8.0 GiB        0         4/0",
+            " pod 5e6f7a8b/9c0d1e2f          0      8000       0   768 MiB  1.0 GiB         2/0",
+            " pod 99990000/12345678        600     10200       0         0        0         7/7",
+            "──────────────────────────────────────────────────────────────────────────────",
+            "per GPU: gpu0 8.2 GiB | gpu1 2.2 GiB",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// The same table at a width where the first column wraps (pod names split anywhere).
+    fn wrapped_cuda_frame() -> Vec<String> {
+        [
+            "─────────────────────────────────────────────────────────────────────────────",
+            " CUDA (libcuda)     LAUNCH/s  LAUNCHES  GRAPHS  CUDA MEM  MANAGED  ALLOC/FREE",
+            "═════════════════════════════════════════════════════════════════════════════",
+            " pod                    4043     70040     700   8.0 GiB        0         4/0",
+            " 1b2c3d4e/0a1b2c3d                                                           ",
+            "   5081                 4043     70040     700   8.0 GiB        0         4/0",
+            " pod 5e6f7a8b/9c0d1        0      8000       0   768 MiB  1.0 GiB         2/0",
+            " e2f                                                                         ",
+            " pod                     600     10200       0         0        0         7/7",
+            " 99990000/12345678                                                           ",
+            "─────────────────────────────────────────────────────────────────────────────",
+            "per GPU: gpu0 7.2 GiB | gpu1 2.5 GiB | unknown-gpu 0",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    #[test]
+    fn cuda_rows_are_read_per_pod() {
+        assert_eq!(cuda_rows(&wrapped_cuda_frame()), cuda_rows(&cuda_frame()));
+        let rows = cuda_rows(&cuda_frame());
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        let a = &rows["1b2c3d4e"];
+        assert_eq!((a.launches, a.graphs, a.mem_text.as_str()), (70040, 700, "8.0 GiB"));
+        let c = &rows["5e6f7a8b"];
+        assert_eq!((c.launches, c.mem_text.as_str()), (8000, "768 MiB"));
+        assert_eq!(c.mem.0, (768u64 << 20) as f64);
+        let b = &rows["99990000"];
+        assert_eq!((b.launches, b.mem), (10200, (0.0, 0.0)));
+        // No CUDA table, no rows.
+        assert!(cuda_rows(&frame("per GPU: gpu0 1.0 GiB")).is_empty());
+    }
+
+    #[test]
+    fn launch_bounds_allow_only_what_came_after_the_table() {
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        let cmd = |start: u64, end: u64, kernels: u64| Issued { start: at(start), end: at(end), kernels, graphs: 0 };
+        // Tables came out at 1000 (previous) and 2000 (last).
+        let issued = [cmd(0, 10, 100), cmd(500, 510, 100), cmd(1500, 1510, 100), cmd(2500, 2510, 100)];
+        let b = LaunchBounds::of(&issued, |i| i.kernels, at(1000), at(2000));
+        assert_eq!(b, LaunchBounds { lower: 200, upper: 300 });
+        assert!(b.holds(200) && b.holds(250) && b.holds(300));
+        assert!(!b.holds(199), "launches made before the previous table are lost");
+        assert!(!b.holds(301), "launches made after the last table cannot be in it");
+    }
+
+    #[test]
+    fn cuda_check_compares_every_pod() {
+        let exact = |n: u64| LaunchBounds { lower: n, upper: n };
+        let pods = [
+            PodCuda {
+                name: "train-a",
+                uid8: "1b2c3d4e",
+                kernels: exact(70040),
+                graphs: exact(700),
+                device_bytes: 8 << 30,
+            },
+            PodCuda {
+                name: "notebook-c",
+                uid8: "5e6f7a8b",
+                kernels: LaunchBounds { lower: 8000, upper: 9000 },
+                graphs: exact(0),
+                device_bytes: 768 << 20,
+            },
+            PodCuda { name: "infer-b", uid8: "99990000", kernels: exact(10200), graphs: exact(0), device_bytes: 0 },
+        ];
+        let (lines, ok) = check_cuda(&cuda_frame(), &pods);
+        assert!(ok, "{lines:#?}");
+        for l in &lines {
+            assert!(l.chars().count() <= 80, "{l:?} is {} columns", l.chars().count());
+        }
+        let mut wrong = pods;
+        wrong[2].kernels = exact(10300);
+        wrong[0].device_bytes = 6 << 30;
+        let (lines, ok) = check_cuda(&cuda_frame(), &wrong);
+        assert!(!ok);
+        let verdict = lines.last().unwrap();
+        assert!(verdict.contains("infer-b: 10200 launches") && verdict.contains("train-a: CUDA MEM"), "{verdict}");
+        // A pod missing from the table disagrees.
+        wrong[1].uid8 = "00000000";
+        assert!(check_cuda(&cuda_frame(), &wrong).0.last().unwrap().contains("notebook-c: no row"));
     }
 
     #[test]
