@@ -102,11 +102,16 @@ pub struct CudaLedger {
     names: HashMap<(u32, u64), String>,
     /// Launch counts already reported as batches.
     batched: HashMap<CudaCountKey, u64>,
+    /// The cgroup of each process's latest allocation call, and exited processes' allocation
+    /// counts folded per cgroup (so a cgroup's ALLOC/FREE never goes down).
+    alloc_cgroup: HashMap<u32, u64>,
+    exited_allocs: HashMap<u64, (u64, u64, u64)>,
 }
 
 impl CudaLedger {
     /// A libcuda allocation returned.
     pub fn alloc(&mut self, tgid: u32, cgroup_id: u64, entry: u32, result: u32, ptr: u64, bytes: u64) {
+        self.alloc_cgroup.insert(tgid, cgroup_id);
         let a = self.allocs.entry(tgid).or_default();
         if result != 0 || ptr == 0 {
             a.2 += 1;
@@ -146,7 +151,14 @@ impl CudaLedger {
     pub fn process_exit(&mut self, tgid: u32) {
         self.names.retain(|(t, _), _| *t != tgid);
         self.live.remove(&tgid);
-        self.allocs.remove(&tgid);
+        if let Some((a, f, failed)) = self.allocs.remove(&tgid) {
+            let cg = self.alloc_cgroup.get(&tgid).copied().unwrap_or(0);
+            let e = self.exited_allocs.entry(cg).or_default();
+            e.0 += a;
+            e.1 += f;
+            e.2 += failed;
+        }
+        self.alloc_cgroup.remove(&tgid);
         let keys: Vec<CudaCountKey> = self.counts.keys().filter(|k| k.tgid == tgid).copied().collect();
         for k in keys {
             if let Some(c) = self.counts.remove(&k) {
@@ -238,6 +250,12 @@ impl CudaLedger {
                 cg.failed_allocs += failed;
             }
         }
+        for (cg, (a, f, failed)) in &self.exited_allocs {
+            let u = cgroups.entry(*cg).or_default();
+            u.allocs += a;
+            u.frees += f;
+            u.failed_allocs += failed;
+        }
         let mut totals = CudaUsage::default();
         for u in cgroups.values() {
             totals.device_bytes += u.device_bytes;
@@ -310,6 +328,9 @@ mod tests {
         l.process_exit(11);
         let s = l.snapshot(&mut |_| None);
         assert_eq!((s.totals.device_bytes, s.totals.host_bytes, s.unknown_frees), (0, 0, 1));
+        // The exited process's allocation count stays with its cgroup.
+        let cg6 = s.cgroups.iter().find(|c| c.cgroup_id == 6).unwrap();
+        assert_eq!(cg6.usage.allocs, 1);
         assert_eq!(s.totals.managed_bytes, 1 << 21);
     }
 

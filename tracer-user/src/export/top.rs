@@ -160,9 +160,10 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     let decode_errors: u64 = s.pipeline.decode_errors.values().sum();
     let malformed: u64 = s.state.counters.malformed_by_reason.values().sum();
     out.push_str(&format!(
-        "events: seen {} = received {} + dropped {}{}\n        decode errors {}, malformed ioctls {}\n",
+        "events: seen {} = received {} + aggregated {} + dropped {}{}\n        decode errors {}, malformed ioctls {}\n",
         a.seen,
         a.received,
+        a.aggregated,
         a.dropped,
         if a.in_flight != 0 { format!(" ({} in flight)", a.in_flight) } else { String::new() },
         decode_errors,
@@ -180,7 +181,8 @@ fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
     table.remove_style(TableComponent::LeftBorderIntersections);
     table.remove_style(TableComponent::RightBorderIntersections);
     table.set_width(o.width);
-    table.set_header(vec!["CUDA (libcuda)", "LAUNCH/s", "LAUNCHES", "GRAPHS", "CUDA MEM", "MANAGED", "ALLOC/FREE"]);
+    // Managed bytes are in `--json`; six columns keep a pod name on one line at 80 columns.
+    table.set_header(vec!["CUDA (libcuda)", "LAUNCH/s", "LAUNCHES", "GRAPHS", "CUDA MEM", "ALLOC/FREE"]);
     for col in table.column_iter_mut() {
         col.set_padding((1, 0));
     }
@@ -192,7 +194,6 @@ fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
             right(u.launches.to_string()),
             right(u.graph_launches.to_string()),
             right(human_bytes(u.device_bytes)),
-            right(human_bytes(u.managed_bytes)),
             right(format!("{}/{}", u.allocs, u.frees)),
         ]
     };
@@ -325,7 +326,11 @@ mod width_tests {
             assert!(line.chars().count() <= 80, "too wide ({}): {line}", line.chars().count());
         }
         assert!(out.contains("LAUNCH/s"), "{out}");
-        // One line per row in the CUDA table as well.
+        // One line per row in the CUDA table as well: no name wrapped onto a line of its own.
         assert_eq!(out.lines().filter(|l| l.contains("987654321")).count(), 60, "{out}");
+        let cuda = out.split("CUDA (libcuda)").nth(1).unwrap();
+        for line in cuda.lines().filter(|l| l.contains("pod ")) {
+            assert!(line.contains("987654321"), "wrapped: {line}");
+        }
     }
 }
