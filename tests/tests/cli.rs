@@ -185,3 +185,28 @@ fn events_json_reports_cuda_launch_batches_and_allocations() {
     assert_eq!((a[0]["entry_point"].as_str(), a[0]["bytes"].as_u64()), (Some("cuMemAlloc_v2"), Some(8388608)));
     assert!(events.iter().any(|e| e["kind"] == "cuda_function" && e["name"] == "fake_kernel"));
 }
+
+#[test]
+fn events_per_event_cgroup_sends_every_launch_with_its_kernel_name() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let lib = gpu_tracer_tests::fake_libcuda("endbr64");
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let libs = lib.to_str().unwrap().to_string();
+    let cg = pod.relative_path().to_string();
+    let (child, _log) = start_with(
+        &["--libcuda", &libs],
+        &["--dev-dir", &dev, "events", "--json", "--duration", "3", "--per-event-cgroup", &cg],
+    );
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    ok(&mut w, "cuda-init");
+    ok(&mut w, "cuda-launch 25");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let events: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let launches: Vec<_> = events.iter().filter(|e| e["kind"] == "cuda_launch").collect();
+    assert_eq!(launches.len(), 25, "{events:#?}");
+    assert!(launches.iter().all(|e| e["kernel_name"] == "fake_kernel" && e["grid"] == serde_json::json!([128, 2, 1])));
+}

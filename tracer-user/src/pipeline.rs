@@ -509,6 +509,15 @@ impl Agent {
         (now, id.to_enrichment())
     }
 
+    /// A cgroup id from a numeric id or a path relative to the cgroup2 mount.
+    pub fn cgroup_id(&self, path_or_id: &str) -> Option<u64> {
+        if let Ok(id) = path_or_id.parse::<u64>() {
+            return Some(id);
+        }
+        let root = self.cgroups.root()?;
+        std::fs::metadata(root.join(path_or_id.trim_start_matches('/'))).ok().map(|m| m.ino())
+    }
+
     /// Per-event mode: send every launch of these cgroups and processes one by one (with grid, block,
     /// shared memory, stream and the kernel name), on top of the in-kernel counts. Takes effect at
     /// once, without restarting anything; empty lists turn it off.

@@ -118,6 +118,14 @@ struct EventsArgs {
     /// Print a summary (events, accounting identity) to stderr at the end.
     #[arg(long)]
     summary: bool,
+    /// Per-event mode for this process: every kernel launch as its own event (grid, block, shared
+    /// memory, stream, kernel name), on top of the counts. Repeatable.
+    #[arg(long = "per-event-pid", value_name = "PID")]
+    per_event_pids: Vec<u32>,
+    /// Per-event mode for this cgroup (a path relative to the cgroup2 mount, as in
+    /// /proc/PID/cgroup, or a numeric cgroup id). Repeatable.
+    #[arg(long = "per-event-cgroup", value_name = "PATH|ID")]
+    per_event_cgroups: Vec<String>,
 }
 
 #[derive(Args)]
@@ -224,6 +232,13 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
         .with_context(|| format!("opening {}", a.output.as_ref().map(|p| p.display().to_string()).unwrap_or("stdout".into())))?;
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     log_report(&agent);
+    if !a.per_event_pids.is_empty() || !a.per_event_cgroups.is_empty() {
+        let mut ids = Vec::new();
+        for c in &a.per_event_cgroups {
+            ids.push(agent.cgroup_id(c).with_context(|| format!("--per-event-cgroup {c}: no such cgroup"))?);
+        }
+        agent.set_per_event(&ids, &a.per_event_pids).context("switching on per-event mode")?;
+    }
     let start = Instant::now();
     let mut last_batch = Instant::now();
     let mut out = StreamOut { writer, written: 0, limit: a.count.unwrap_or(u64::MAX), io_error: None };
