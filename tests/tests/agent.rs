@@ -4,75 +4,25 @@
 //!
 //! The numbers asserted are exact: bytes live per cgroup and per process after each phase, counts
 //! per ioctl kind, and `seen = received + dropped` for every probe.
-use std::{
-    sync::Mutex,
-    time::{Duration, Instant},
-};
+use std::{sync::Mutex, time::Duration};
 
-use gpu_tracer_tests::{eventually, require_root, Answer, FakeDriver, PodCgroup, Workload};
+use gpu_tracer_tests::{config_for, require_root, Answer, FakeDriver, PodCgroup, Tracer, Workload};
 use tracer_user::{
     config::{AttachMode, Config},
-    pipeline::{Agent, AgentSnapshot},
+    pipeline::AgentSnapshot,
     state::snapshot::{CgroupRow, Usage},
 };
+
+/// The agent on `driver`'s device directory in attach mode `mode`.
+fn tracer(driver: &FakeDriver, mode: AttachMode) -> Tracer {
+    Tracer::start(Config { attach_mode: mode, ..config_for(driver) })
+}
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 /// The probes are global kernel objects and the machine has two cores: run these tests one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-struct Tracer {
-    agent: Agent,
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Tracer {
-    fn start(driver: &FakeDriver, mode: AttachMode) -> Tracer {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let cfg = Config {
-            dev_dir: driver.dev_dir().to_path_buf(),
-            attach_mode: mode,
-            driver_version: Some("535.261.03".into()),
-            // These tests exercise the driver family; uprobes on libcuda cost seconds to detach.
-            families: tracer_user::config::Families { cuda: false, ..Default::default() },
-            ..Config::default()
-        };
-        let agent = {
-            let _g = rt.enter();
-            Agent::start(cfg).expect("agent starts")
-        };
-        Tracer { agent, _rt: rt }
-    }
-
-    /// Drain until every record the kernel emitted has been received and applied. Records of a
-    /// completed syscall are in the ring buffer before the workload answers, so this is immediate
-    /// except for asynchronous events (process exit).
-    fn settle(&mut self) -> AgentSnapshot {
-        let mut last = None;
-        let r = eventually("tracer quiescent", Duration::from_secs(10), || {
-            self.agent.drain(&mut |_, _| {});
-            let s = self.agent.snapshot();
-            let done = s.accounting.exact;
-            last = Some(s.clone());
-            done.then_some(s)
-        });
-        r.unwrap_or_else(|e| panic!("{e}: accounting {:?}", last.map(|s| s.accounting)))
-    }
-
-    /// Settle, then wait until `pred` holds (for asynchronous effects such as a process exit).
-    fn wait_for(&mut self, what: &str, pred: impl Fn(&AgentSnapshot) -> bool) -> AgentSnapshot {
-        let start = Instant::now();
-        loop {
-            let s = self.settle();
-            if pred(&s) {
-                return s;
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}: {:#?}", s.state.totals);
-            std::thread::sleep(Duration::from_millis(25));
-        }
-    }
-}
 
 fn cgroup<'a>(s: &'a AgentSnapshot, id: u64) -> Option<&'a CgroupRow> {
     s.state.cgroups.iter().find(|c| c.cgroup_id == id)
@@ -111,7 +61,7 @@ fn three_pods_one_gpu(mode: AttachMode) {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, mode);
+    let mut t = tracer(&driver, mode);
     let pods: Vec<PodCgroup> = (0..3).map(|_| PodCgroup::new().unwrap()).collect();
     let mut w: Vec<Workload> = pods.iter().map(|p| Workload::spawn(driver.dev_dir(), Some(p)).unwrap()).collect();
     for wl in w.iter_mut() {
@@ -200,7 +150,7 @@ fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
     let _before = handle(&mut w, "alloc-rm 1073741824");
     let fds = ok(&mut w, "fds");
 
-    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let mut t = tracer(&driver, AttachMode::Auto);
     let s0 = t.settle();
     // ctl, gpu and uvm fds were seeded; the memory allocated before start is unknowable.
     assert_eq!(s0.pipeline.seeded_fds, 3, "fds: {fds:?}");
@@ -223,7 +173,7 @@ fn a_process_killed_without_freeing_releases_its_memory_at_exit() {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let mut t = tracer(&driver, AttachMode::Auto);
     let pod = PodCgroup::new().unwrap();
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
@@ -245,7 +195,7 @@ fn a_dup_fd_is_still_traced_and_fd_release_frees_clients() {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let mut t = tracer(&driver, AttachMode::Auto);
     let pod = PodCgroup::new().unwrap();
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
@@ -273,7 +223,7 @@ fn pid_reuse_is_a_new_process() {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let mut t = tracer(&driver, AttachMode::Auto);
     let pod = PodCgroup::new().unwrap();
     let mut first = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut first, "init 0");
@@ -312,7 +262,7 @@ fn bad_ioctl_arguments_become_malformed_events_not_crashes() {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let mut t = tracer(&driver, AttachMode::Auto);
     let pod = PodCgroup::new().unwrap();
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
@@ -346,7 +296,7 @@ fn uvm_map_external_and_managed_memory_are_tracked() {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, AttachMode::Auto);
+    let mut t = tracer(&driver, AttachMode::Auto);
     let pod = PodCgroup::new().unwrap();
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");

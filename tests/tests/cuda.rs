@@ -2,48 +2,19 @@
 //! and on the real libcuda, workloads in pod cgroups, exact counts. Needs root.
 use std::{sync::Mutex, time::Duration};
 
-use gpu_tracer_tests::{eventually, fake_libcuda, require_root, FakeDriver, PodCgroup, Workload};
-use tracer_user::{
-    config::{AttachMode, Config},
-    cuda::ledger::CudaUsage,
-    pipeline::{Agent, AgentSnapshot},
-    probe::FamilyStatus,
-};
+use gpu_tracer_tests::{config_for, eventually, fake_libcuda, require_root, FakeDriver, PodCgroup, Tracer, Workload};
+use tracer_user::{cuda::ledger::CudaUsage, pipeline::AgentSnapshot, probe::FamilyStatus};
 
 const MIB: u64 = 1 << 20;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-struct Tracer {
-    agent: Agent,
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Tracer {
-    fn start(driver: &FakeDriver, libs: Vec<std::path::PathBuf>) -> Tracer {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let cfg = Config {
-            dev_dir: driver.dev_dir().to_path_buf(),
-            attach_mode: AttachMode::Auto,
-            driver_version: Some("535.261.03".into()),
-            cuda_libraries: libs,
-            ..Config::default()
-        };
-        let agent = {
-            let _g = rt.enter();
-            Agent::start(cfg).expect("agent starts")
-        };
-        Tracer { agent, _rt: rt }
-    }
-
-    fn settle(&mut self) -> AgentSnapshot {
-        eventually("tracer quiescent", Duration::from_secs(10), || {
-            self.agent.drain(&mut |_, _| {});
-            let s = self.agent.snapshot();
-            s.accounting.exact.then_some(s)
-        })
-        .unwrap()
-    }
+/// The agent on `driver` with the cuda family probing `libs`.
+fn tracer(driver: &FakeDriver, libs: Vec<std::path::PathBuf>) -> Tracer {
+    let mut cfg = config_for(driver);
+    cfg.families.cuda = true;
+    cfg.cuda_libraries = libs;
+    Tracer::start(cfg)
 }
 
 fn cg(s: &AgentSnapshot, id: u64) -> CudaUsage {
@@ -64,7 +35,7 @@ fn counts_and_ledger(variant: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lib = fake_libcuda(variant);
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, vec![lib.clone()]);
+    let mut t = tracer(&driver, vec![lib.clone()]);
     let r = t.agent.report();
     assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
     let attached: usize = r.cuda_libraries.iter().map(|l| l.attached()).sum();
@@ -142,7 +113,7 @@ fn real_libcuda_entry_points_attach_past_the_thunks() {
     let real = std::path::PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.1");
     assert!(real.exists(), "the real libcuda is missing: `cargo xtask setup` installs Debian's libcuda1");
     let driver = FakeDriver::start(1).unwrap();
-    let t = Tracer::start(&driver, vec![real]);
+    let t = tracer(&driver, vec![real]);
     let r = t.agent.report();
     assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
     let lib = &r.cuda_libraries[0];
@@ -165,7 +136,7 @@ fn a_second_libcuda_copy_in_a_process_is_found_and_probed() {
     std::fs::copy(fake_libcuda("thunk"), &copy).unwrap();
     let driver = FakeDriver::start(1).unwrap();
     // The agent knows only the host's library (here: the fake push variant).
-    let mut t = Tracer::start(&driver, vec![fake_libcuda("push")]);
+    let mut t = tracer(&driver, vec![fake_libcuda("push")]);
     let pod = PodCgroup::new().unwrap();
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&copy).spawn().unwrap();
     ok(&mut w, "cuda-init");
@@ -199,7 +170,7 @@ fn a_cuda_process_running_before_the_agent_is_counted() {
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     ok(&mut w, "cuda-init");
     ok(&mut w, "cuda-launch 50"); // before the agent: not seen
-    let mut t = Tracer::start(&driver, vec![lib]);
+    let mut t = tracer(&driver, vec![lib]);
     ok(&mut w, "cuda-launch 321");
     let p = ok(&mut w, "cuda-alloc 4194304").number("ptr").unwrap();
     let s = t.settle();
@@ -231,7 +202,7 @@ fn per_event_mode_switches_on_and_off_while_the_workload_runs() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lib = fake_libcuda("thunk");
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, vec![lib.clone()]);
+    let mut t = tracer(&driver, vec![lib.clone()]);
     let pod = PodCgroup::new().unwrap();
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     let func = ok(&mut w, "cuda-init").number("func").unwrap();
@@ -267,7 +238,7 @@ fn cuda_and_driver_ledgers_are_cross_checked_per_process() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lib = fake_libcuda("push");
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = Tracer::start(&driver, vec![lib.clone()]);
+    let mut t = tracer(&driver, vec![lib.clone()]);
     let pod = PodCgroup::new().unwrap();
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     ok(&mut w, "init 0");

@@ -1,0 +1,68 @@
+//! The tracer in-process, for root tests: an [`Agent`] on its own tokio runtime, with helpers that
+//! wait until every record the kernel emitted has been received and applied.
+use std::time::{Duration, Instant};
+
+use tracer_user::{
+    config::{Config, Families},
+    pipeline::{Agent, AgentSnapshot},
+};
+
+use crate::{eventually, FakeDriver};
+
+/// A running agent.
+pub struct Tracer {
+    pub agent: Agent,
+    _rt: tokio::runtime::Runtime,
+}
+
+/// The configuration the tests use against `driver`: its device directory, the fake's driver
+/// version, and the cuda family off (uprobes on libcuda take seconds to detach; the CUDA tests
+/// turn it on with their own libraries).
+pub fn config_for(driver: &FakeDriver) -> Config {
+    Config {
+        dev_dir: driver.dev_dir().to_path_buf(),
+        driver_version: Some("535.261.03".into()),
+        families: Families { cuda: false, ..Default::default() },
+        ..Config::default()
+    }
+}
+
+impl Tracer {
+    /// Load and attach the probes with `cfg` (panics with the reason if that fails).
+    pub fn start(cfg: Config) -> Tracer {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+        let agent = {
+            let _g = rt.enter();
+            Agent::start(cfg).unwrap_or_else(|e| panic!("agent starts: {e}"))
+        };
+        Tracer { agent, _rt: rt }
+    }
+
+    /// Drain until every record the kernel emitted has been received and applied. Records of a
+    /// completed syscall are in the ring buffer before the workload answers, so this is immediate
+    /// except for asynchronous events (process exit).
+    pub fn settle(&mut self) -> AgentSnapshot {
+        let mut last = None;
+        let r = eventually("tracer quiescent", Duration::from_secs(10), || {
+            self.agent.drain(&mut |_, _| {});
+            let s = self.agent.snapshot();
+            let done = s.accounting.exact;
+            last = Some(s.clone());
+            done.then_some(s)
+        });
+        r.unwrap_or_else(|e| panic!("{e}: accounting {:?}", last.map(|s| s.accounting)))
+    }
+
+    /// Settle, then wait until `pred` holds (for asynchronous effects such as a process exit).
+    pub fn wait_for(&mut self, what: &str, pred: impl Fn(&AgentSnapshot) -> bool) -> AgentSnapshot {
+        let start = Instant::now();
+        loop {
+            let s = self.settle();
+            if pred(&s) {
+                return s;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}: {:#?}", s.state.totals);
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
