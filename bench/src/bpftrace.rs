@@ -24,10 +24,20 @@ impl Drop for Guard {
     }
 }
 
+/// Counts `cuLaunchKernel` calls through `lib` per cgroup, with a uprobe on the symbol.
+pub fn cuda_program(lib: &str) -> String {
+    format!("uprobe:{lib}:cuLaunchKernel {{ @[cgroup] = count(); }}")
+}
+
 /// Run `f` while bpftrace is attached; returns `f`'s result and the total count bpftrace printed.
 pub fn while_attached<T>(ctx: &crate::Ctx, f: impl FnOnce() -> Result<T>) -> Result<(T, u64)> {
+    while_attached_program(ctx, PROGRAM, f)
+}
+
+/// [`while_attached`] with another bpftrace program whose only map is `@[...] = count()`.
+pub fn while_attached_program<T>(ctx: &crate::Ctx, program: &str, f: impl FnOnce() -> Result<T>) -> Result<(T, u64)> {
     let child = Command::new("bpftrace")
-        .args(["-e", PROGRAM])
+        .args(["-e", program])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -74,10 +84,15 @@ pub fn while_attached<T>(ctx: &crate::Ctx, f: impl FnOnce() -> Result<T>) -> Res
     ctx.expected_tracer_pids.borrow_mut().clear();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.0.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(15);
+    // It usually exits within a fraction of a second; detaching waits for RCU grace periods, which
+    // other work on the machine can stretch.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while child.0.try_wait()?.is_none() {
         if Instant::now() > deadline {
-            bail!("bpftrace did not exit after SIGINT");
+            let pid = child.0.id();
+            let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_default();
+            let state = read("status").lines().find_map(|l| l.strip_prefix("State:")).unwrap_or("?").trim().to_string();
+            bail!("bpftrace did not exit within 30 s of SIGINT (state {state}, waiting in {})", read("wchan").trim());
         }
         std::thread::sleep(Duration::from_millis(20));
     }

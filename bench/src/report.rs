@@ -3,7 +3,13 @@ use std::{fmt::Write as _, time::Duration};
 
 use tracer_user::config::AttachMode;
 
-use crate::{Ctx, agent_run::Outcome, bpftrace, offline, progstats, sys, worker};
+use crate::{
+    Ctx,
+    agent_run::Outcome,
+    bpftrace,
+    cuda::{CudaMeasured, CudaProbe, CudaSection},
+    offline, progstats, sys, worker,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SysKind {
@@ -108,6 +114,8 @@ pub struct NvMeasured {
     pub dirty: Vec<bool>,
     pub dropped_rounds: usize,
     pub bpftrace_count: Option<u64>,
+    /// Rounds that failed, and why.
+    pub failures: Vec<String>,
     pub memlock: u64,
     pub rss_before_kb: u64,
     pub rss_before_parts: (u64, u64, u64),
@@ -207,6 +215,7 @@ pub struct Report<'a> {
     pub flood: FloodSection,
     pub offline: OfflineSection,
     pub idle: IdleSection,
+    pub cuda: CudaSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -219,6 +228,9 @@ pub struct Report<'a> {
 const GOAL_FLOOR_NS: f64 = 20.0;
 const GOAL_BPFTRACE_RATIO: f64 = 1.5;
 const GOAL_INGEST_PER_S: f64 = 1e6;
+/// Section 5: the agent's launch probe at least this many times cheaper than one at the symbol
+/// address (real libcuda, endbr64 variant), and no more expensive than bpftrace's anywhere.
+const GOAL_CUDA_VS_SYMBOL: f64 = 10.0;
 
 fn ns(v: f64) -> String {
     if v.abs() >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") }
@@ -351,13 +363,16 @@ impl Report<'_> {
         );
         let _ = writeln!(
             s,
-            "| parameters | {} rounds; per round {} calls of each syscall (section 1) and {} NVIDIA ioctls (section 2), each after {} warm-up calls; {} calls per producer (3b); {} s idle{} |",
+            "| parameters | {} rounds; per round {} calls of each syscall (section 1) and {} NVIDIA ioctls (section 2), each after {} warm-up calls; {} calls per producer (3b); {} s idle; section 5: {} rounds of about {} ms of launches per configuration, {} launches per thread in 5b{} |",
             o.runs,
             o.calls,
             o.nv_calls,
             c.warmup,
             o.flood_calls,
             o.idle_secs,
+            self.cuda.rounds,
+            self.cuda.target_ms,
+            self.cuda.per_thread_calls,
             if o.quick { "; --quick" } else { "" }
         );
         let _ = writeln!(s, "| bench wall time | {:.0} s |", self.elapsed.as_secs_f64());
@@ -369,6 +384,7 @@ impl Report<'_> {
         self.render_nv(&mut s);
         self.render_ingest(&mut s);
         self.render_resources(&mut s);
+        self.render_cuda(&mut s);
         self.render_reading(&mut s);
         s
     }
@@ -387,7 +403,7 @@ impl Report<'_> {
              probe; for each attach mode its empty program (`noop_tp` on `syscalls:sys_enter_<syscall>`, `noop_raw` on raw \
              `sys_enter`, `noop_btf` on tp_btf `sys_enter`) at entry only, then at entry and exit (where the agent attaches); \
              then the agent's real probes (`Probes::load` with that `attach_mode`, driver and lifecycle families, default \
-             configuration), loaded for the whole run. Every configuration is attached, measured once and detached in each of \
+             configuration; the cuda family is section 5's), loaded for the whole run. Every configuration is attached, measured once and detached in each of \
              {} rounds (so bursts of other load spread over all of them); the cell is the median over rounds (min–max).\n",
             self.ctx.worker_cpu, o.calls, o.calls, o.runs
         );
@@ -482,7 +498,8 @@ impl Report<'_> {
              48-byte `NVOS64_PARAMETERS` with `hClass = 0x40` and `pAllocParms` pointing at a valid 128-byte \
              `NV_MEMORY_ALLOCATION_PARAMS`, so the kernel side copies the main window and follows the nested pointer (driver \
              layouts of 550.54.15: 128 nested bytes). The agent is a real `tracer_user::pipeline::Agent` draining the ring \
-             buffer in its own thread on the other CPU, decoding and applying every record as in production. bpftrace runs \
+             buffer in its own thread on the other CPU, decoding and applying every record as in production (driver and \
+             lifecycle families; the cuda family is section 5's). bpftrace runs \
              `{}` (started, awaited until attached, then measured). {} rounds; in each, every configuration is started, \
              measured once and stopped; counters are read after each session's last drain and summed over rounds. \"seen\" is \
              the kernel's count for the ioctl probe (bpftrace: its map total).\n",
@@ -549,7 +566,7 @@ impl Report<'_> {
                         ns(sys::max(&mm.runs)),
                         d.map(signed).unwrap_or_default(),
                         ns(sys::median(&mm.wall)),
-                        rounds_cell(mm.dirty.len(), mm.dropped_rounds, mm.dirty_kept()),
+                        failed_rounds(rounds_cell(mm.dirty.len(), mm.dropped_rounds, mm.dirty_kept()), &mm.failures),
                         mm.total
                     );
                 }
@@ -716,7 +733,7 @@ impl Report<'_> {
              the agent's own heap is the anonymous part. CPU is the \
              agent thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`: its tokio runtime, ring-buffer polling, decode, state and \
              sink) from attach to the last drain. Idle: production defaults (`/dev`, auto mode, 8 MiB ring, 10 ms drain \
-             timer). Under load: the btf-tracepoint sessions of section 2 while the child made its calls.\n",
+             timer, every probe family: the cuda family on the libcuda found in the usual places). Under load: the btf-tracepoint sessions of section 2 while the child made its calls.\n",
             mib(i.rss_baseline_kb),
             mib(a0),
             mib(f0)
@@ -908,6 +925,7 @@ impl Report<'_> {
                 if all_hold { "held exactly in every row" } else { "was **broken** in at least one row" }
             );
         }
+        self.reading_cuda(s);
         let _ = writeln!(
             s,
             "How to read them:\n\n\
@@ -929,7 +947,13 @@ impl Report<'_> {
              - In 3b loss is expected once the consumer is slower than the producers, or when a burst outruns a small \
              ring between wake-ups (one forced wake-up per {} records per CPU, plus the {} ms drain timer); what must \
              never happen is an unaccounted record: the last column checks `seen == received + dropped` exactly after the \
-             final drain.\n",
+             final drain.\n\
+             - In section 5 the cost of a uprobe is dominated by what the kernel does with the probed instruction: \
+             emulated (`push rbp`) about 0.6 µs per call here, single-stepped (`endbr64`, the thunk's rip-relative \
+             `cmp`) about 10 µs. The symbol-address probe and bpftrace pay the single step wherever the symbol starts \
+             with such an instruction; the agent's placement moves past it. On the `push` variant all three probe the \
+             same instruction, and what differs is the programs' own work. Per-event mode adds a ring-buffer record per \
+             launch to the count.\n",
             tracer_user::config::Config::default().wakeup_every,
             tracer_user::config::Config::default().drain_interval_ms
         );
@@ -1017,6 +1041,486 @@ fn identity_all(v: &[Outcome]) -> String {
         format!("holds in all {} sessions: {se} = {re} + {dr}", v.len())
     } else {
         format!("**BROKEN in {broken} of {} sessions**: {se} vs {re} + {dr}", v.len())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Section 5.
+
+fn cuda_probe_label(p: CudaProbe) -> &'static str {
+    match p {
+        CudaProbe::None => "no probe",
+        CudaProbe::Agent => "**agent, count mode** (placed)",
+        CudaProbe::PerEvent => "**agent, per-event mode** (placed; this cgroup selected)",
+        CudaProbe::Symbol => "`cuda_count` at the symbol address",
+        CudaProbe::Bpftrace => "bpftrace `uprobe:LIB:cuLaunchKernel`",
+    }
+}
+
+/// `a` relative to `b` as "N×", when both are positive.
+fn times(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && a > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+impl CudaSection {
+    /// Δ of `probe` on library `lib` against that library's no-probe median.
+    pub fn delta(&self, lib: usize, probe: CudaProbe) -> Option<f64> {
+        Some(self.median(lib, probe)? - self.median(lib, CudaProbe::None)?)
+    }
+
+    /// Median detach time (s) of `probe` over all libraries' sessions.
+    fn detach_median(&self, probe: CudaProbe) -> Option<(f64, usize)> {
+        let v: Vec<f64> = self
+            .rows
+            .iter()
+            .filter(|r| r.probe == probe)
+            .filter_map(|r| r.result.as_ref().ok())
+            .flat_map(|m| m.detach_s.iter().copied())
+            .collect();
+        let n = self
+            .rows
+            .iter()
+            .filter(|r| r.probe == probe)
+            .filter_map(|r| r.result.as_ref().ok())
+            .map(|m| m.uprobes)
+            .max()
+            .unwrap_or(0);
+        (!v.is_empty()).then(|| (sys::median(&v), n))
+    }
+}
+
+/// A rounds cell with the failed rounds appended.
+fn failed_rounds(mut cell: String, failures: &[String]) -> String {
+    if let Some(e) = failures.first() {
+        let _ = write!(cell, " (+{} failed: {})", failures.len(), one_line(e));
+    }
+    cell
+}
+
+fn cuda_rounds_cell(m: &CudaMeasured) -> String {
+    failed_rounds(rounds_cell(m.dirty.len(), m.dropped_rounds, m.dirty_kept()), &m.failures)
+}
+
+fn cuda_count_cell(m: &CudaMeasured) -> String {
+    let counted = cuda_counted_cell(m);
+    match m.events {
+        None => counted,
+        Some(e) if m.event_mismatches.is_empty() => format!("{counted}; records received {}", check(e, m.total)),
+        Some(e) => format!(
+            "{counted}; **records received {e} (made {}; {} rounds differ)**",
+            m.total,
+            m.event_mismatches.len()
+        ),
+    }
+}
+
+fn cuda_counted_cell(m: &CudaMeasured) -> String {
+    match m.counted {
+        None => String::new(),
+        Some(c) if m.mismatches.is_empty() => check(c, m.total),
+        Some(c) => format!(
+            "**{c} (made {}; {} of {} rounds differ: {})**",
+            m.total,
+            m.mismatches.len(),
+            m.dirty.len(),
+            m.mismatches.iter().map(|(a, b)| format!("{b} for {a}")).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+impl Report<'_> {
+    fn render_cuda(&self, s: &mut String) {
+        let sec = &self.cuda;
+        let c = self.ctx;
+        let _ = writeln!(s, "## 5. Cost per libcuda launch (`cuLaunchKernel` uprobes)\n");
+        if let Some(why) = &sec.skipped {
+            let _ = writeln!(s, "not measured: {}\n", one_line(why));
+            return;
+        }
+        let (agent_detach, symbol_detach) = (sec.detach_median(CudaProbe::Agent), sec.detach_median(CudaProbe::Symbol));
+        let agent_uprobes = {
+            let v: Vec<usize> = sec
+                .rows
+                .iter()
+                .filter(|r| r.probe == CudaProbe::Agent)
+                .filter_map(|r| r.result.as_ref().ok())
+                .map(|m| m.uprobes)
+                .filter(|n| *n > 0)
+                .collect();
+            match (v.iter().min(), v.iter().max()) {
+                (Some(a), Some(b)) if a == b => a.to_string(),
+                (Some(a), Some(b)) => format!("{a}–{b}"),
+                _ => "~40".to_string(),
+            }
+        };
+        let init = sec
+            .libs
+            .iter()
+            .position(|l| l.short == "real")
+            .and_then(|i| sec.get(i, CudaProbe::None))
+            .map(|m| (m.init, m.first_ret));
+        let _ = writeln!(
+            s,
+            "**Method.** A child pinned to CPU {} `dlopen`s the library (`RTLD_NOW | RTLD_LOCAL`, as cudart does), calls \
+             `cuInit(0)`, resolves `cuLaunchKernel` through `cuGetProcAddress_v2(\"cuLaunchKernel\", 12000, 0)` (as cudart \
+             does) and calls it through that pointer in a tight loop. On the fakes `cuInit` succeeds and the launches get a \
+             function from `cuModuleLoadData` + `cuModuleGetFunction`, so each returns CUDA_SUCCESS; on the real library \
+             there is no GPU ({}), so the function is NULL and each launch returns an error at once. {} warm-up calls \
+             estimate the cost per call; the timed run then makes as many calls as fit in {} ms (at least {}, at most {}). \
+             ns/call is the child thread's CPU time per call (the uprobe trap, the program and, where the kernel cannot \
+             emulate the probed instruction, the single-step trap are all charged to it); wall clock alongside. \
+             Configurations, each attached before the child starts and detached after it exits: **no probe**; **agent** \
+             — a `pipeline::Agent` (its consumer thread on CPU {}) with only the cuda family (`families.driver` and \
+             `families.lifecycle` off) and `cuda_libraries` = that library, i.e. every entry point the library has ({} \
+             uprobes) placed by `cuda::placement` exactly as in production; in that session the child runs twice: in \
+             **count mode** (the launch counted by `cuda_count` in the per-CPU `CUDA_COUNTS` map, nothing sent) and then \
+             in **per-event mode**, switched on at run time for the bench's own cgroup with `Agent::set_per_event` (as \
+             `profile` does; every launch is also sent as a record with grid, block, shared memory and stream, which the \
+             agent drains and decodes meanwhile); **`cuda_count` at the symbol address** — the same program alone, \
+             attached by aya at `UProbeAttachLocation::Symbol(\"cuLaunchKernel\")` (no placement: the naive baseline the \
+             placement has to beat); **bpftrace** — `{}` (also at the symbol address; started, awaited until attached, \
+             then measured). {} rounds; in each, every configuration of every library is attached, measured and \
+             detached. Counts, read after the child exited: for the agent, the launches its CUDA snapshot holds for the \
+             child's tgid (its `CUDA_COUNTS` rows, read with `tracer_user::source::cuda_counts::read`), the per-event \
+             records its sink received for that tgid, and the probes' kernel counters: `cuda_call` (every counted \
+             entry point the child called, so the fakes' `cuDevicePrimaryCtxRetain` and `cuModuleGetFunction` too; seen \
+             must equal aggregated + dropped) and `cuda_launch` (the records: seen must equal emitted + dropped); for \
+             the symbol-address program, `CUDA_COUNTS` for the child's tgid read the same way, before detaching; for \
+             bpftrace, its map total. Each count must equal the `cuLaunchKernel` calls the child made (the first call, \
+             the warm-up and the timed run).\n",
+            c.worker_cpu,
+            match init {
+                Some((i, r)) => format!("`cuInit` returned {i}; a launch returns {r}"),
+                None => "`cuInit` fails".to_string(),
+            },
+            sec.warmup,
+            sec.target_ms,
+            sec.min_calls,
+            sec.max_calls,
+            c.agent_cpu.map_or("any".to_string(), |c| c.to_string()),
+            agent_uprobes,
+            bpftrace::cuda_program("LIB"),
+            sec.rounds
+        );
+        let _ = writeln!(
+            s,
+            "Detaching is slow: stopping the agent with its {} uprobes took {} s per session (median), the single uprobe of \
+             the symbol-address configuration {} s. Each uprobe's perf event is torn down on its own and each \
+             unregistration waits for an RCU grace period, so a library's worth of probes takes seconds. The agent's \
+             sessions are long-lived by design (it attaches once per library inode and keeps the probes while any \
+             process maps it); only a benchmark that attaches per round pays this repeatedly.\n",
+            agent_uprobes,
+            agent_detach.map_or("?".to_string(), |(d, _)| format!("{d:.2}")),
+            symbol_detach.map_or("?".to_string(), |(d, _)| format!("{d:.2}")),
+        );
+        let _ = writeln!(
+            s,
+            "**Goals:** count mode no slower than bpftrace on any library; on the real libcuda and the `endbr64` \
+             variant, count mode at least {GOAL_CUDA_VS_SYMBOL:.0}× cheaper than a probe at the symbol address (compared on \
+             Δ, what the probe adds to a call); per-event mode under 2× count mode.\n"
+        );
+        let _ = writeln!(s, "Where the probes go (`cuLaunchKernel`):\n");
+        let _ = writeln!(
+            s,
+            "| library | file | instruction at the symbol (naive probe, bpftrace) | agent's probe point | agent's uprobes on the library |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---:|");
+        for (li, l) in sec.libs.iter().enumerate() {
+            let placed = match &l.placement {
+                Ok(p) => {
+                    let mut t = format!(
+                        "{}: `{}` ({}) at {:#x}",
+                        p.kind.as_str(),
+                        p.first_insn,
+                        p.first_insn_class.as_str(),
+                        p.probe_addr
+                    );
+                    for hop in &p.thunk {
+                        let _ = write!(
+                            t,
+                            "; thunk {:#x} via slot {:#x} ({})",
+                            hop.thunk_addr, hop.slot_addr, hop.relocation
+                        );
+                    }
+                    if !p.skipped.is_empty() {
+                        let _ = write!(t, "; skipped `{}`", p.skipped.join("; "));
+                    }
+                    t
+                }
+                Err(e) => format!("not placed: {}", one_line(e)),
+            };
+            let sym = match &l.symbol_insn {
+                Ok(t) => t.clone(),
+                Err(e) => format!("? ({})", one_line(e)),
+            };
+            let path = l.path.display().to_string();
+            // The fakes live in the build directory: keep the part that names the variant.
+            let path = match path.find("/fake-libcuda/") {
+                Some(i) => format!("`$CARGO_TARGET_DIR/…{}`", &path[i..]),
+                None => format!("`{path}`"),
+            };
+            let uprobes = sec.get(li, CudaProbe::Agent).map_or(String::new(), |m| m.uprobes.to_string());
+            let _ = writeln!(s, "| {} | {path} | {sym} | {placed} | {uprobes} |", l.label);
+        }
+        s.push('\n');
+        let _ = writeln!(
+            s,
+            "| library | probe | ns/call (CPU) | Δ vs no probe | Δ ÷ agent's Δ | wall ns/call | rounds | timed calls (last round) | calls made | counted | `cuda_call` seen = aggregated + dropped |"
+        );
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|");
+        for (li, l) in sec.libs.iter().enumerate() {
+            let agent_d = sec.delta(li, CudaProbe::Agent);
+            for r in sec.rows.iter().filter(|r| r.lib == li) {
+                let label = cuda_probe_label(r.probe);
+                match &r.result {
+                    Err(e) => {
+                        let _ =
+                            writeln!(s, "| {} | {label} | not measured: {} | | | | | | | | |", l.label, one_line(e));
+                    }
+                    Ok(m) if m.runs.is_empty() => {
+                        let _ = writeln!(s, "| {} | {label} | not measured | | | | | | | | |", l.label);
+                    }
+                    Ok(m) => {
+                        let med = sys::median(&m.runs);
+                        let d = sec.delta(li, r.probe).filter(|_| r.probe != CudaProbe::None);
+                        let ratio = match r.probe {
+                            CudaProbe::PerEvent | CudaProbe::Symbol | CudaProbe::Bpftrace => {
+                                times(d, agent_d).map(|x| format!("{x:.1}×")).unwrap_or_default()
+                            }
+                            _ => String::new(),
+                        };
+                        let mut ident = m.counters.map_or(String::new(), |k| {
+                            let holds = k.seen == k.aggregated + k.dropped() && k.emitted == 0;
+                            format!(
+                                "{}: {} = {} + {}",
+                                if holds { "holds" } else { "**BROKEN**" },
+                                k.seen,
+                                k.aggregated,
+                                k.dropped()
+                            )
+                        });
+                        if let Some(k) = m.launch_counters {
+                            let holds = k.seen == k.emitted + k.dropped();
+                            let _ = write!(
+                                ident,
+                                "; launch records (`cuda_launch`): seen {} = emitted {} + dropped {}{}",
+                                k.seen,
+                                k.emitted,
+                                k.dropped(),
+                                if holds { "" } else { " **BROKEN**" }
+                            );
+                        }
+                        let _ = writeln!(
+                            s,
+                            "| {} | {label} | {} ({}–{}) | {} | {ratio} | {} | {} | {} | {} | {} | {ident} |",
+                            l.label,
+                            ns(med),
+                            ns(sys::min(&m.runs)),
+                            ns(sys::max(&m.runs)),
+                            d.map(signed).unwrap_or_default(),
+                            ns(sys::median(&m.wall)),
+                            cuda_rounds_cell(m),
+                            m.timed_calls,
+                            m.total,
+                            cuda_count_cell(m),
+                        );
+                    }
+                }
+            }
+        }
+        s.push('\n');
+        let resolved: Vec<String> = sec
+            .libs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| sec.get(i, CudaProbe::None).map(|m| format!("{}: {}", l.label, m.resolved)))
+            .collect();
+        if !resolved.is_empty() {
+            let _ = writeln!(s, "`cuLaunchKernel` as resolved by the child: {}.\n", resolved.join("; "));
+        }
+
+        let _ = writeln!(s, "### 5b. Launch rate from two threads, counted by the agent\n");
+        let _ = writeln!(
+            s,
+            "**Method.** A child with {} threads (pinned to CPUs {}) calls `cuLaunchKernel` of the fake `push` variant \
+             {} times each, as fast as it can, all starting together; rate = all launches ÷ the slowest thread's time \
+             (wall clock: it depends on what else the machine runs; the CPU time the threads spent per launch is \
+             alongside). \
+             Without the agent, then with the agent running as in production (`pipeline::Agent`: every probe family, \
+             `cuda_libraries` = that library, count mode, its consumer thread on CPU {}), {} rounds. After the child has \
+             exited and the agent has drained, the `cuda_call` probe's kernel counters are read (seen, aggregated into \
+             `CUDA_COUNTS`, dropped: seen must equal aggregated + dropped) and the launches the agent's CUDA snapshot \
+             counted for `cuLaunchKernel` (which must equal the calls made).\n",
+            sec.throughput_cpus.len(),
+            sec.throughput_cpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(" and "),
+            sec.per_thread_calls,
+            c.agent_cpu.map_or("any".to_string(), |c| c.to_string()),
+            sec.throughput_rounds
+        );
+        let _ = writeln!(
+            s,
+            "| configuration | launches per round | launches/s (median, min–max) | wall ns per launch per thread | CPU ns per launch | agent CPU (% of one CPU) | `cuda_call` seen | aggregated | dropped | counted by the agent | seen == aggregated + dropped |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        for r in &sec.throughput {
+            let label = if r.with_agent { "**agent, count mode**" } else { "no agent" };
+            match &r.result {
+                Err(e) => {
+                    let _ = writeln!(s, "| {label} | not measured: {} | | | | | | | | | |", one_line(e));
+                }
+                Ok(v) if v.is_empty() => {
+                    let _ = writeln!(s, "| {label} | not measured | | | | | | | | | |");
+                }
+                Ok(v) => {
+                    let rates: Vec<f64> = v.iter().map(|t| t.calls as f64 * 1e9 / t.wall_ns.max(1) as f64).collect();
+                    let per_thread: Vec<f64> =
+                        v.iter().map(|t| t.wall_ns as f64 / (t.calls as f64 / t.threads.max(1) as f64)).collect();
+                    let cpu_per: Vec<f64> = v.iter().map(|t| t.cpu_ns as f64 / t.calls.max(1) as f64).collect();
+                    let failed: u64 = v.iter().map(|t| t.failed).sum();
+                    let calls = v[0].calls;
+                    let total: u64 = v.iter().map(|t| t.total).sum();
+                    let mut cells = vec![String::new(); 6];
+                    let agents: Vec<&Outcome> = v.iter().filter_map(|t| t.agent.as_ref()).collect();
+                    if !agents.is_empty() {
+                        let sum = |f: fn(&Outcome) -> u64| agents.iter().map(|o| f(o)).sum::<u64>();
+                        let (seen, agg, dropped) =
+                            (sum(|o| o.cuda.seen), sum(|o| o.cuda.aggregated), sum(|o| o.cuda.dropped()));
+                        let cpu: f64 = agents.iter().map(|o| o.cpu_ns as f64).sum();
+                        let wall: f64 = agents.iter().map(|o| o.wall_ns as f64).sum();
+                        let broken =
+                            agents.iter().filter(|o| o.cuda.seen != o.cuda.aggregated + o.cuda.dropped()).count();
+                        let counted = sum(|o| o.cuda_launches);
+                        cells = vec![
+                            format!("{:.1}%", 100.0 * cpu / wall.max(1.0)),
+                            seen.to_string(),
+                            agg.to_string(),
+                            dropped.to_string(),
+                            check(counted, total),
+                            if broken == 0 {
+                                format!("holds in all {} sessions", agents.len())
+                            } else {
+                                format!("**BROKEN in {broken} of {} sessions**", agents.len())
+                            },
+                        ];
+                    }
+                    let _ = writeln!(
+                        s,
+                        "| {label} | {calls}{} | {} ({}–{}) | {} | {} | {} |",
+                        if failed > 0 { format!(" (**{failed} failed**)") } else { String::new() },
+                        rate(sys::median(&rates)),
+                        rate(sys::min(&rates)),
+                        rate(sys::max(&rates)),
+                        ns(sys::median(&per_thread)),
+                        ns(sys::median(&cpu_per)),
+                        cells.join(" | ")
+                    );
+                }
+            }
+        }
+        s.push('\n');
+    }
+
+    /// Section 5's lines for "Reading the numbers".
+    fn reading_cuda(&self, s: &mut String) {
+        let sec = &self.cuda;
+        if sec.skipped.is_some() || sec.libs.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "Section 5, per `cuLaunchKernel` call (Δ against no probe on the same library):\n");
+        for (i, l) in sec.libs.iter().enumerate() {
+            let a = sec.delta(i, CudaProbe::Agent);
+            let sym = sec.delta(i, CudaProbe::Symbol);
+            let bt = sec.delta(i, CudaProbe::Bpftrace);
+            let Some(a) = a else {
+                let _ = writeln!(s, "- **{}**: count mode not measured.", l.label);
+                continue;
+            };
+            let at_symbol = l.placement.as_ref().is_ok_and(|p| p.probe_addr == p.symbol_addr);
+            let vs_sym = match times(sym, Some(a)) {
+                Some(_) if at_symbol => format!(
+                    "the agent probes the symbol itself here (its first instruction is emulated), as the naive probe does ({} ns)",
+                    signed(sym.unwrap_or(0.0))
+                ),
+                Some(x) => {
+                    let goal = if l.short == "real" || l.short == "endbr64" {
+                        format!(
+                            " — goal ≥ {GOAL_CUDA_VS_SYMBOL:.0}×: **{}**",
+                            if x >= GOAL_CUDA_VS_SYMBOL { "met" } else { "not met" }
+                        )
+                    } else {
+                        String::new()
+                    };
+                    format!("{x:.1}× cheaper than at the symbol ({} ns){goal}", signed(sym.unwrap_or(0.0)))
+                }
+                None => "symbol-address probe not measured".into(),
+            };
+            let vs_bt = match bt {
+                Some(b) => format!(
+                    "bpftrace {} ns, {:.1}× the agent's Δ — goal agent ≤ bpftrace: **{}**",
+                    signed(b),
+                    if a > 0.0 { b / a } else { f64::NAN },
+                    if a <= b { "met" } else { "not met" }
+                ),
+                None => "bpftrace not measured".into(),
+            };
+            let counted = sec.get(i, CudaProbe::Agent).is_some_and(|m| m.mismatches.is_empty() && m.counted.is_some());
+            let _ = writeln!(
+                s,
+                "- **{}**: count mode {} ns per call; {vs_sym}; {vs_bt}; counts {}.",
+                l.label,
+                signed(a),
+                if counted { "exact" } else { "**not exact**" }
+            );
+        }
+        let pe: Vec<String> = sec
+            .libs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let (a, p) = (sec.delta(i, CudaProbe::Agent)?, sec.delta(i, CudaProbe::PerEvent)?);
+                let exact = sec
+                    .get(i, CudaProbe::PerEvent)
+                    .is_some_and(|m| m.event_mismatches.is_empty() && m.mismatches.is_empty() && m.events.is_some());
+                Some(format!(
+                    "{} {} ns, {:.2}× count mode ({}{})",
+                    l.short,
+                    signed(p),
+                    p / a,
+                    if p / a < 2.0 { "met" } else { "**not met**" },
+                    if exact { ", every launch sent and received" } else { ", **records missing**" }
+                ))
+            })
+            .collect();
+        if !pe.is_empty() {
+            let _ = writeln!(s, "- Per-event mode (goal: under 2× count mode): {}.", pe.join("; "));
+        }
+        if let Some(r) = sec.throughput.iter().find(|r| r.with_agent).and_then(|r| r.result.as_ref().ok()) {
+            let rates: Vec<f64> = r.iter().map(|t| t.calls as f64 * 1e9 / t.wall_ns.max(1) as f64).collect();
+            let cpu_per: Vec<f64> = r.iter().map(|t| t.cpu_ns as f64 / t.calls.max(1) as f64).collect();
+            let exact = r.iter().all(|t| {
+                t.agent
+                    .as_ref()
+                    .is_some_and(|o| o.cuda.seen == o.cuda.aggregated + o.cuda.dropped() && o.cuda_launches == t.total)
+            });
+            let dropped: u64 = r.iter().filter_map(|t| t.agent.as_ref()).map(|o| o.cuda.dropped()).sum();
+            if !rates.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "- 5b: the agent counted launches from two threads (fake `push`) at {}, {} dropped, {}. Each launch cost \
+                     its thread {} ns of CPU, so two CPUs to themselves would sustain about {}; the rate measured is what \
+                     the threads got of the machine.",
+                    rate(sys::median(&rates)),
+                    dropped,
+                    if exact { "every launch accounted for and counted" } else { "**accounting not exact**" },
+                    ns(sys::median(&cpu_per)),
+                    rate(2e9 / sys::median(&cpu_per).max(1.0)),
+                );
+            }
+        }
+        s.push('\n');
     }
 }
 

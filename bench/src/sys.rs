@@ -150,6 +150,18 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// Attachment fds this process holds: perf events and BPF links (aya keeps one of the two per
+/// attached uprobe, kprobe or tracepoint, depending on the kernel's support for perf links).
+pub fn attachment_fds() -> usize {
+    let Ok(rd) = std::fs::read_dir("/proc/self/fd") else { return 0 };
+    rd.filter_map(Result::ok)
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|l| l.as_os_str() == "anon_inode:[perf_event]" || l.as_os_str() == "anon_inode:bpf_link")
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

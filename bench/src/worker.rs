@@ -8,7 +8,7 @@ use std::{ffi::CString, hint::black_box, time::Instant};
 use anyhow::{Context, Result, bail};
 use tracer_common::nv;
 
-use crate::sys;
+use crate::{cudalib, sys};
 
 /// `ioctl(2)` command of RM_ALLOC with the 48-byte `NVOS64_PARAMETERS` (0xC030462B).
 pub const RM_ALLOC_NVOS64: u32 = nv::iowr(nv::esc::RM_ALLOC, nv::size::NVOS64);
@@ -80,8 +80,14 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T>
 
 /// `"<cpu> <wall>"`: ns per call of `f` over `calls` calls, by the thread's CPU time (what the calls
 /// cost, whatever else the machine runs) and by the wall clock.
+fn time_calls(calls: u64, f: impl FnMut()) -> String {
+    let (cpu, wall) = time_calls_ns(calls, f);
+    format!("{cpu} {wall}")
+}
+
+/// `(cpu, wall)` ns per call of `f` over `calls` calls.
 #[inline(never)]
-fn time_calls(calls: u64, mut f: impl FnMut()) -> String {
+fn time_calls_ns(calls: u64, mut f: impl FnMut()) -> (f64, f64) {
     let c = sys::thread_cpu_ns();
     let t = Instant::now();
     for _ in 0..calls {
@@ -90,7 +96,7 @@ fn time_calls(calls: u64, mut f: impl FnMut()) -> String {
     let wall = t.elapsed().as_nanos() as f64;
     let cpu = (sys::thread_cpu_ns() - c) as f64;
     let n = calls.max(1) as f64;
-    format!("{} {}", cpu / n, wall / n)
+    (cpu / n, wall / n)
 }
 
 pub fn main(args: &[String]) -> Result<()> {
@@ -197,6 +203,75 @@ pub fn main(args: &[String]) -> Result<()> {
             }
             let wall = t.elapsed().as_nanos() as u64;
             println!("flood {} {} {}", wall.max(slowest), calls * cpus.len() as u64, cpus.len());
+            Ok(())
+        }
+        // cuda LIB CPU WARMUP TARGET_MS MIN_CALLS MAX_CALLS: cuLaunchKernel through the pointer
+        // cuGetProcAddress_v2 returns, in a tight loop. The timed run makes as many calls as the
+        // warm-up says fit in TARGET_MS (within MIN_CALLS..=MAX_CALLS).
+        Some("cuda") => {
+            let (lib, cpu, warmup, target_ms, min_calls, max_calls): (String, usize, u64, u64, u64, u64) = (
+                arg(args, 1, "lib")?,
+                arg(args, 2, "cpu")?,
+                arg(args, 3, "warmup")?,
+                arg(args, 4, "target_ms")?,
+                arg(args, 5, "min_calls")?,
+                arg(args, 6, "max_calls")?,
+            );
+            sys::pin_to(cpu).context("pinning the worker")?;
+            let l = cudalib::Launcher::open(&lib)?;
+            println!("pid {}", std::process::id());
+            println!("init {}", l.init_result);
+            println!("resolved {} {:#x} {:#x}", l.resolved_via, l.addr, l.dlsym_addr);
+            println!("first_ret {}", l.call());
+            let (est, _) = time_calls_ns(warmup.max(1), || {
+                black_box(l.call());
+            });
+            let calls = ((target_ms as f64 * 1e6 / est.max(1.0)) as u64).clamp(min_calls, max_calls.max(min_calls));
+            let (c, w) = time_calls_ns(calls, || {
+                black_box(l.call());
+            });
+            println!("cuda {c} {w}");
+            println!("calls {calls}");
+            println!("total {}", 1 + warmup.max(1) + calls);
+            Ok(())
+        }
+        // cuda-threads LIB CALLS_PER_THREAD CPU[,CPU...]: one launching thread per listed CPU, all
+        // starting together; prints `threads <slowest ns> <calls> <threads> <failed> <CPU ns of all threads>`.
+        Some("cuda-threads") => {
+            let (lib, calls, cpus): (String, u64, String) =
+                (arg(args, 1, "lib")?, arg(args, 2, "calls")?, arg(args, 3, "cpus")?);
+            let cpus: Vec<usize> = cpus.split(',').map(|c| c.parse()).collect::<Result<_, _>>().context("cpus")?;
+            let l = cudalib::Launcher::open(&lib)?;
+            println!("pid {}", std::process::id());
+            println!("init {}", l.init_result);
+            println!("first_ret {}", l.call());
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(cpus.len() + 1));
+            let mut threads = Vec::new();
+            for &cpu in &cpus {
+                let b = barrier.clone();
+                threads.push(std::thread::spawn(move || {
+                    let _ = sys::pin_to(cpu);
+                    b.wait();
+                    let (t, c) = (Instant::now(), sys::thread_cpu_ns());
+                    let mut failed = 0u64;
+                    for _ in 0..calls {
+                        failed += u64::from(black_box(l.call()) != 0);
+                    }
+                    (t.elapsed().as_nanos() as u64, failed, sys::thread_cpu_ns() - c)
+                }));
+            }
+            barrier.wait();
+            let t = Instant::now();
+            let (mut slowest, mut failed, mut cpu) = (0, 0, 0);
+            for th in threads {
+                let (ns, f, c) = th.join().map_err(|_| anyhow::anyhow!("launch thread panicked"))?;
+                slowest = slowest.max(ns);
+                failed += f;
+                cpu += c;
+            }
+            let wall = t.elapsed().as_nanos() as u64;
+            println!("threads {} {} {} {failed} {cpu}", wall.max(slowest), calls * cpus.len() as u64, cpus.len());
+            println!("total {}", 1 + calls * cpus.len() as u64);
             Ok(())
         }
         other => bail!("unknown worker mode {other:?}"),
