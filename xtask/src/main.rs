@@ -7,6 +7,7 @@ mod apt_sources;
 mod bench;
 mod build;
 mod cmd;
+mod gpu_check;
 mod setup;
 mod sim;
 mod test;
@@ -43,6 +44,9 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Prepare the real-GPU check: a stripped release `gpu-tracer` in target/gpu-check for the device
+    /// machine, where `scripts/gpu-check/run.sh` compares the tracer with nvidia-smi and torch.cuda.
+    GpuCheck,
 }
 
 fn main() {
@@ -52,6 +56,7 @@ fn main() {
         Command::Test { args } => test::run(&args),
         Command::Sim { args } => sim::run(&args),
         Command::Bench { args } => bench::run(&args),
+        Command::GpuCheck => gpu_check::run(),
     };
     // The whole cause chain on one line; no backtrace (RUST_BACKTRACE is often set in CI).
     if let Err(e) = result {
