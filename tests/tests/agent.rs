@@ -24,6 +24,20 @@ const GIB: u64 = 1 << 30;
 /// The probes are global kernel objects and the machine has two cores: run these tests one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The common start of a test: root checked, the serial lock, a one-GPU fake driver, the agent
+/// (auto mode), one pod cgroup and a workload in it that has initialised GPU 0. Bound as a tuple,
+/// they drop in reverse: workload, pod, agent, driver, lock.
+fn scene() -> (std::sync::MutexGuard<'static, ()>, FakeDriver, Tracer, PodCgroup, Workload) {
+    require_root();
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let t = tracer(&driver, AttachMode::Auto);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    (serial, driver, t, pod, w)
+}
+
 fn cgroup<'a>(s: &'a AgentSnapshot, id: u64) -> Option<&'a CgroupRow> {
     s.state.cgroups.iter().find(|c| c.cgroup_id == id)
 }
@@ -170,13 +184,7 @@ fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
 
 #[test]
 fn a_process_killed_without_freeing_releases_its_memory_at_exit() {
-    require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let driver = FakeDriver::start(1).unwrap();
-    let mut t = tracer(&driver, AttachMode::Auto);
-    let pod = PodCgroup::new().unwrap();
-    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
-    ok(&mut w, "init 0");
+    let (_serial, _driver, mut t, pod, mut w) = scene();
     handle(&mut w, "alloc-rm 2147483648");
     handle(&mut w, "alloc-vidheap 1073741824");
     let s = t.settle();
@@ -192,13 +200,7 @@ fn a_process_killed_without_freeing_releases_its_memory_at_exit() {
 
 #[test]
 fn a_dup_fd_is_still_traced_and_fd_release_frees_clients() {
-    require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let driver = FakeDriver::start(1).unwrap();
-    let mut t = tracer(&driver, AttachMode::Auto);
-    let pod = PodCgroup::new().unwrap();
-    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
-    ok(&mut w, "init 0");
+    let (_serial, _driver, mut t, pod, mut w) = scene();
     // Use a dup of the ctl fd for everything from now on, and close the original.
     ok(&mut w, "dup ctl");
     ok(&mut w, "close-orig ctl");
@@ -259,13 +261,7 @@ fn pid_reuse_is_a_new_process() {
 
 #[test]
 fn bad_ioctl_arguments_become_malformed_events_not_crashes() {
-    require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let driver = FakeDriver::start(1).unwrap();
-    let mut t = tracer(&driver, AttachMode::Auto);
-    let pod = PodCgroup::new().unwrap();
-    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
-    ok(&mut w, "init 0");
+    let (_serial, _driver, mut t, pod, mut w) = scene();
     let s0 = t.settle();
     for cmd in ["bad-null", "bad-unmapped", "bad-guard", "bad-size", "bad-unknown", "bad-nested-null", "bad-race 300"] {
         let line = w.cmd(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
@@ -293,13 +289,7 @@ fn bad_ioctl_arguments_become_malformed_events_not_crashes() {
 
 #[test]
 fn uvm_map_external_and_managed_memory_are_tracked() {
-    require_root();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let driver = FakeDriver::start(1).unwrap();
-    let mut t = tracer(&driver, AttachMode::Auto);
-    let pod = PodCgroup::new().unwrap();
-    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
-    ok(&mut w, "init 0");
+    let (_serial, _driver, mut t, pod, mut w) = scene();
     let h = handle(&mut w, "alloc-rm 67108864");
     ok(&mut w, &format!("uvm-map-external {h:#x} 67108864"));
     let addr = ok(&mut w, "managed-mmap 33554432").number("addr").unwrap();
