@@ -56,7 +56,7 @@ impl Default for Families {
 }
 
 /// The whole configuration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Config {
     /// Directory holding the NVIDIA device nodes (`nvidiactl`, `nvidia0`, `nvidia-uvm`...).
@@ -85,6 +85,131 @@ pub struct Config {
     pub max_processes: usize,
     /// libcuda.so.1 copies to probe; empty: search the usual places (`cuda::attach::SEARCH_PATHS`).
     pub cuda_libraries: Vec<PathBuf>,
+    /// NVML sampling (device and per-process readings).
+    pub nvml: NvmlSettings,
+    /// How each GPU's memory, compute, energy and cost are split between containers.
+    pub attribution: AttributionSettings,
+    /// Kubernetes identity (pods, GPU allocations).
+    pub kubernetes: KubeSettings,
+}
+
+/// Whether a source is used, and whether its absence is fatal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceMode {
+    /// Use it when it is there; keep running and say what is missing when it is not.
+    #[default]
+    Auto,
+    /// Exit with a message naming the cause when it cannot be used.
+    Required,
+    /// Do not use it.
+    Off,
+}
+
+/// NVML settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvmlSettings {
+    pub mode: SourceMode,
+    /// `libnvidia-ml.so.1` to load; default: the dynamic loader's search (`libnvidia-ml.so.1`).
+    pub library: Option<PathBuf>,
+}
+
+impl Default for NvmlSettings {
+    fn default() -> Self {
+        Self { mode: SourceMode::Auto, library: None }
+    }
+}
+
+/// How the cost of an interval is split between containers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CostPolicy {
+    /// By memory held × time (default): the memory a pod holds is what others cannot use.
+    #[default]
+    MemoryTime,
+    /// By SM share × time.
+    ComputeTime,
+    /// `blend_memory_weight` × memory-time + the rest × compute-time.
+    Blended,
+    /// By what each pod was allocated (whole GPUs, MIG slices, time-slicing replicas).
+    RequestBased,
+}
+
+/// What happens to the parts of the bill no container used (idle, driver-reserved, unattributed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnusedCost {
+    /// Keep them as their own lines (default): the waste stays visible.
+    #[default]
+    Lines,
+    /// Spread them over the containers in proportion to their share.
+    Spread,
+}
+
+/// Attribution settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AttributionSettings {
+    /// Price of one GPU for one hour (any currency). Unset: cost is not computed.
+    pub price_per_gpu_hour: Option<f64>,
+    /// Alternatively the node's price per hour, split evenly over its GPUs.
+    pub price_per_node_hour: Option<f64>,
+    pub cost_policy: CostPolicy,
+    /// Weight of memory-time in the `blended` policy (0..=1).
+    pub blend_memory_weight: f64,
+    pub unused_cost: UnusedCost,
+    /// A container holding GPU memory that launched nothing for this long is an idle reservation.
+    pub idle_reservation_after_s: u64,
+    /// Window of the rightsizing statistics (peak, p95).
+    pub rightsizing_window_s: u64,
+    /// Headroom added to the peak before choosing what would fit, percent.
+    pub rightsizing_headroom_pct: u32,
+}
+
+impl Default for AttributionSettings {
+    fn default() -> Self {
+        Self {
+            price_per_gpu_hour: None,
+            price_per_node_hour: None,
+            cost_policy: CostPolicy::MemoryTime,
+            blend_memory_weight: 0.5,
+            unused_cost: UnusedCost::Lines,
+            idle_reservation_after_s: 600,
+            rightsizing_window_s: 3600,
+            rightsizing_headroom_pct: 20,
+        }
+    }
+}
+
+/// Kubernetes settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KubeSettings {
+    pub mode: SourceMode,
+    /// This node's name (the pod watch is restricted to it); default `$NODE_NAME`, else the hostname.
+    pub node_name: Option<String>,
+    /// kubeconfig to use; default: in-cluster config, else `$KUBECONFIG` / `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    /// Pod labels copied into attribution keys (never all labels: cardinality).
+    pub label_allow_list: Vec<String>,
+    /// The kubelet pod-resources socket.
+    pub pod_resources_socket: PathBuf,
+    /// Resource names that are GPUs in pod-resources answers.
+    pub gpu_resource_names: Vec<String>,
+}
+
+impl Default for KubeSettings {
+    fn default() -> Self {
+        Self {
+            mode: SourceMode::Auto,
+            node_name: None,
+            kubeconfig: None,
+            label_allow_list: vec!["team".into(), "app.kubernetes.io/name".into()],
+            pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            gpu_resource_names: vec!["nvidia.com/gpu".into()],
+        }
+    }
 }
 
 impl Default for Config {
@@ -103,6 +228,9 @@ impl Default for Config {
             snapshot_interval_ms: 1000,
             max_processes: 16384,
             cuda_libraries: Vec::new(),
+            nvml: NvmlSettings::default(),
+            attribution: AttributionSettings::default(),
+            kubernetes: KubeSettings::default(),
         }
     }
 }
