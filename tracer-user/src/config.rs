@@ -49,6 +49,13 @@ pub struct Families {
     pub cuda: bool,
 }
 
+impl Families {
+    /// Is any family enabled? With none, no eBPF is loaded at all (NVML-only mode).
+    pub fn any(&self) -> bool {
+        self.lifecycle || self.driver || self.cuda
+    }
+}
+
 impl Default for Families {
     fn default() -> Self {
         Self { lifecycle: true, driver: true, cuda: true }

@@ -156,13 +156,21 @@ pub enum StartError {
     Source(#[from] SourceError),
 }
 
+/// The loaded programs, the ring buffer and the kernel's tracked-process map (memory-mapped).
+struct KernelSide {
+    probes: Probes,
+    ring: RingSource,
+    tracked: crate::source::tracked::TrackedTgids,
+}
+
 /// The running agent.
 pub struct Agent {
     cfg: Config,
     abi: DriverAbi,
     pub driver_version: ResolvedDriverVersion,
-    probes: Probes,
-    ring: RingSource,
+    /// The eBPF side; `None` in NVML-only mode (every probe family off).
+    kernel: Option<KernelSide>,
+    report: ProbeReport,
     state: TracerState,
     cgroups: CgroupResolver,
     procs: HashMap<u32, ProcessInfo>,
@@ -172,8 +180,6 @@ pub struct Agent {
     /// Wall clock minus monotonic clock, to stamp events with wall time.
     mono_to_wall_ns: i128,
     last_sweep: std::time::Instant,
-    /// The kernel's tracked-process map, memory-mapped.
-    tracked: crate::source::tracked::TrackedTgids,
     cuda: crate::cuda::ledger::CudaLedger,
     /// libcuda inodes (dev, ino) probed, and processes whose mappings were checked for others.
     cuda_inodes: std::collections::HashSet<(u64, u64)>,
@@ -197,12 +203,18 @@ impl Agent {
         cfg.validate()?;
         let driver_version = resolve_driver_version(&cfg);
         let abi = DriverAbi::for_version(driver_version.version);
-        let plans = decode::plan::capture_plans(&abi);
-        let sizes = decode::plan::alloc_param_sizes(&abi);
-        let mut probes = Probes::load(&cfg, &abi, &plans, &sizes)?;
-        let ring = RingSource::new(&mut probes.ebpf)?;
-        let tracked = crate::source::tracked::TrackedTgids::map(&probes.ebpf, probes.tracked_entries)
-            .map_err(SourceError::Io)?;
+        let (kernel, report) = if cfg.families.any() {
+            let plans = decode::plan::capture_plans(&abi);
+            let sizes = decode::plan::alloc_param_sizes(&abi);
+            let mut probes = Probes::load(&cfg, &abi, &plans, &sizes)?;
+            let ring = RingSource::new(&mut probes.ebpf)?;
+            let tracked = crate::source::tracked::TrackedTgids::map(&probes.ebpf, probes.tracked_entries)
+                .map_err(SourceError::Io)?;
+            let report = probes.report.clone();
+            (Some(KernelSide { probes, ring, tracked }), report)
+        } else {
+            (None, ProbeReport::nvml_only())
+        };
         let cgroup_root =
             cfg.cgroup_root.clone().or_else(|| procscan::cgroup2_mount(&cfg.proc_root.join("self/mountinfo")));
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i128;
@@ -211,22 +223,21 @@ impl Agent {
             cfg,
             abi,
             driver_version,
-            probes,
-            ring,
+            kernel,
+            report,
             cgroups: CgroupResolver::new(cgroup_root),
             procs: HashMap::new(),
             kernel_fds: HashMap::new(),
             stats: PipelineStats::default(),
             mono_to_wall_ns: wall - monotonic_ns() as i128,
             last_sweep: std::time::Instant::now(),
-            tracked,
             cuda: Default::default(),
             cuda_inodes: Default::default(),
             cuda_checked: Default::default(),
             cuda_late_libraries: Vec::new(),
             late_links: HashMap::new(),
         };
-        for lib in &agent.probes.report.cuda_libraries {
+        for lib in &agent.report.cuda_libraries {
             if let Ok(md) = std::fs::metadata(&lib.path) {
                 agent.cuda_inodes.insert((md.dev(), md.ino()));
             }
@@ -237,7 +248,12 @@ impl Agent {
 
     /// What loading and attaching did.
     pub fn report(&self) -> &ProbeReport {
-        &self.probes.report
+        &self.report
+    }
+
+    /// Are eBPF probes loaded (false in NVML-only mode)?
+    pub fn has_probes(&self) -> bool {
+        self.kernel.is_some()
     }
 
     /// The configuration in use.
@@ -248,6 +264,9 @@ impl Agent {
     /// Scan `/proc` (all processes, or one) for NVIDIA fds, register them with the kernel and feed
     /// synthetic open events through the decoder.
     fn seed_from_proc(&mut self, only: Option<u32>, sink: &mut dyn FnMut(&Event, &Identity)) {
+        if self.kernel.is_none() {
+            return;
+        }
         let prefix = self.cfg.dev_prefix();
         let (found, unreadable) = match only {
             None => procscan::scan(&self.cfg.proc_root, &prefix, std::process::id()),
@@ -279,14 +298,14 @@ impl Agent {
     }
 
     fn kernel_track(&mut self, key: FdKey, dev: DeviceRef) -> Result<(), aya::maps::MapError> {
+        let missing = || aya::maps::MapError::InvalidName { name: map_names::NV_FDS.into() };
+        let k = self.kernel.as_mut().ok_or_else(missing)?;
         {
-            let m = self.probes.ebpf.map_mut(map_names::NV_FDS).ok_or(aya::maps::MapError::InvalidName {
-                name: map_names::NV_FDS.into(),
-            })?;
+            let m = k.probes.ebpf.map_mut(map_names::NV_FDS).ok_or_else(missing)?;
             let mut h: BpfHashMap<&mut MapData, FdKey, DeviceRef> = BpfHashMap::try_from(m)?;
             h.insert(key, dev, 0)?;
         }
-        self.tracked.set(key.tgid, true);
+        k.tracked.set(key.tgid, true);
         self.kernel_fds.entry(key.tgid).or_default().insert(key.fd);
         Ok(())
     }
@@ -294,7 +313,8 @@ impl Agent {
     /// Forget a process's fds in the kernel map (its files were closed by exit).
     fn kernel_forget(&mut self, tgid: u32) {
         let Some(fds) = self.kernel_fds.remove(&tgid) else { return };
-        let Some(m) = self.probes.ebpf.map_mut(map_names::NV_FDS) else { return };
+        let Some(k) = self.kernel.as_mut() else { return };
+        let Some(m) = k.probes.ebpf.map_mut(map_names::NV_FDS) else { return };
         let Ok(mut h) = BpfHashMap::<&mut MapData, FdKey, DeviceRef>::try_from(m) else { return };
         for fd in fds {
             if h.remove(&FdKey { tgid, fd }).is_ok() {
@@ -329,7 +349,8 @@ impl Agent {
             if !self.cuda_inodes.insert(inode) {
                 continue;
             }
-            match crate::cuda::attach::attach_library(&mut self.probes.ebpf, &through_root) {
+            let Some(k) = self.kernel.as_mut() else { return };
+            match crate::cuda::attach::attach_library(&mut k.probes.ebpf, &through_root) {
                 Ok((report, links)) => {
                     self.stats.cuda_libraries_found += 1;
                     tracing::info!(tgid, path = %through_root.display(), "probing a libcuda copy found in a process's mappings");
@@ -354,7 +375,9 @@ impl Agent {
             .collect();
         for inode in done {
             if let Some((links, _)) = self.late_links.remove(&inode) {
-                crate::cuda::attach::detach(&mut self.probes.ebpf, links);
+                if let Some(k) = self.kernel.as_mut() {
+                    crate::cuda::attach::detach(&mut k.probes.ebpf, links);
+                }
                 self.cuda_inodes.remove(&inode);
                 self.stats.cuda_libraries_detached += 1;
             }
@@ -364,7 +387,11 @@ impl Agent {
     /// Wait for records (a wake-up or the drain interval), then process everything waiting.
     /// `sink` sees every event with its identity. Returns how many records were processed.
     pub async fn step(&mut self, sink: &mut dyn FnMut(&Event, &Identity)) -> usize {
-        self.ring.wait(Duration::from_millis(self.cfg.drain_interval_ms.max(1))).await;
+        let wait = Duration::from_millis(self.cfg.drain_interval_ms.max(1));
+        match self.kernel.as_mut() {
+            Some(k) => k.ring.wait(wait).await,
+            None => tokio::time::sleep(wait).await,
+        }
         if self.last_sweep.elapsed() >= Duration::from_secs(5) {
             self.sweep_inflight();
         }
@@ -376,8 +403,9 @@ impl Agent {
     pub fn sweep_inflight(&mut self) -> u64 {
         self.last_sweep = std::time::Instant::now();
         let proc_root = self.cfg.proc_root.clone();
-        let n = sweep_dead::<tracer_common::Inflight>(&mut self.probes.ebpf, map_names::INFLIGHT, &proc_root)
-            + sweep_dead::<tracer_common::CudaAllocInflight>(&mut self.probes.ebpf, map_names::CUDA_INFLIGHT, &proc_root);
+        let Some(k) = self.kernel.as_mut() else { return 0 };
+        let n = sweep_dead::<tracer_common::Inflight>(&mut k.probes.ebpf, map_names::INFLIGHT, &proc_root)
+            + sweep_dead::<tracer_common::CudaAllocInflight>(&mut k.probes.ebpf, map_names::CUDA_INFLIGHT, &proc_root);
         self.stats.inflight_swept += n;
         n
     }
@@ -387,7 +415,8 @@ impl Agent {
         let mut total = 0;
         loop {
             let mut batch: Vec<Vec<u8>> = Vec::new();
-            let n = self.ring.drain(4096, |b| batch.push(b.to_vec()));
+            let Some(k) = self.kernel.as_mut() else { return total };
+            let n = k.ring.drain(4096, |b| batch.push(b.to_vec()));
             self.stats.received += n as u64;
             for b in &batch {
                 self.handle_bytes(b, true, sink);
@@ -471,9 +500,11 @@ impl Agent {
                 self.kernel_forget(h.tgid);
                 self.procs.remove(&h.tgid);
                 // Fold the process's final launch counts into its cgroup, then drop its rows.
-                self.cuda.update_counts(crate::source::cuda_counts::read(&self.probes.ebpf));
+                self.refresh_cuda_counts();
                 self.cuda.process_exit(h.tgid);
-                crate::source::cuda_counts::forget(&mut self.probes.ebpf, h.tgid);
+                if let Some(k) = self.kernel.as_mut() {
+                    crate::source::cuda_counts::forget(&mut k.probes.ebpf, h.tgid);
+                }
             }
             Event::ProcessFork { child_pid, .. } => {
                 // A new process (not a thread) inherits the parent's NVIDIA fds: register them.
@@ -490,8 +521,15 @@ impl Agent {
     /// Launch counts since the previous call, per (cgroup, tgid, entry point), read fresh from the
     /// kernel: the `events` command reports them as launch-batch events once per interval.
     pub fn launch_batches(&mut self) -> Vec<(tracer_common::CudaCountKey, u64)> {
-        self.cuda.update_counts(crate::source::cuda_counts::read(&self.probes.ebpf));
+        self.refresh_cuda_counts();
         self.cuda.take_launch_batches()
+    }
+
+    /// Read the in-kernel launch counts into the CUDA ledger.
+    fn refresh_cuda_counts(&mut self) {
+        if let Some(k) = &self.kernel {
+            self.cuda.update_counts(crate::source::cuda_counts::read(&k.probes.ebpf));
+        }
     }
 
     /// Enrichment for an event of `tgid` in `cgroup_id` made now (for events user space makes).
@@ -524,8 +562,9 @@ impl Agent {
     pub fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), aya::maps::MapError> {
         use tracer_common::{family, PerEventKey, PER_EVENT_CGROUP, PER_EVENT_TGID};
         let missing = |n: &str| aya::maps::MapError::InvalidName { name: n.to_string() };
+        let k = self.kernel.as_mut().ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
         {
-            let m = self.probes.ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
+            let m = k.probes.ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
             let mut h: BpfHashMap<&mut MapData, PerEventKey, u32> = BpfHashMap::try_from(m)?;
             let old: Vec<PerEventKey> = h.keys().filter_map(Result::ok).collect();
             for k in old {
@@ -538,7 +577,7 @@ impl Agent {
                 h.insert(PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: *t as u64 }, 1, 0)?;
             }
         }
-        let m = self.probes.ebpf.map_mut(map_names::CONFIG).ok_or_else(|| missing(map_names::CONFIG))?;
+        let m = k.probes.ebpf.map_mut(map_names::CONFIG).ok_or_else(|| missing(map_names::CONFIG))?;
         let mut a: aya::maps::Array<&mut MapData, tracer_common::TracerConfig> = aya::maps::Array::try_from(m)?;
         let mut cfg = a.get(&0, 0)?;
         if cgroups.is_empty() && tgids.is_empty() {
@@ -552,7 +591,7 @@ impl Agent {
 
     /// Read the kernel counters and check the accounting identity.
     pub fn accounting(&self) -> (KernelCounters, Accounting) {
-        let kc = counters::read(&self.probes.ebpf).unwrap_or_default();
+        let kc = self.kernel.as_ref().and_then(|k| counters::read(&k.probes.ebpf).ok()).unwrap_or_default();
         let t = kc.total();
         let in_flight = t.emitted as i64 - self.stats.received as i64;
         let acc = Accounting {
@@ -569,7 +608,7 @@ impl Agent {
     /// The immutable snapshot of this moment.
     pub fn snapshot(&mut self) -> AgentSnapshot {
         let (kernel, accounting) = self.accounting();
-        self.cuda.update_counts(crate::source::cuda_counts::read(&self.probes.ebpf));
+        self.refresh_cuda_counts();
         let cgroups = &mut self.cgroups;
         let cuda = self.cuda.snapshot(&mut |id| cgroups.resolve(id));
         let state = self.state.snapshot();
@@ -595,7 +634,7 @@ impl Agent {
             kernel,
             pipeline: self.stats.clone(),
             accounting,
-            attach_mode: self.probes.report.attach_mode,
+            attach_mode: self.report.attach_mode,
             driver_version: self.driver_version.version_string(),
         }
     }

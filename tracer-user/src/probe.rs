@@ -89,6 +89,22 @@ pub struct ProbeReport {
     pub cuda_libraries: Vec<crate::cuda::attach::LibraryReport>,
 }
 
+impl ProbeReport {
+    /// The report of an agent that loads no eBPF (every family off: NVML-only mode).
+    pub fn nvml_only() -> Self {
+        ProbeReport {
+            features: KernelFeatures::detect(),
+            attach_mode: "none (nvml-only)",
+            attach_reason: "every probe family is disabled: numbers come from NVML and /proc only".into(),
+            driver_abi: String::new(),
+            driver: FamilyStatus::Disabled,
+            lifecycle: FamilyStatus::Disabled,
+            cuda: FamilyStatus::Disabled,
+            cuda_libraries: Vec::new(),
+        }
+    }
+}
+
 /// Errors that stop the agent from tracing at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
