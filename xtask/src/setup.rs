@@ -15,12 +15,20 @@ use std::time::Instant;
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages the tests need: FUSE (fake /dev/nvidia*), bpftrace (overhead comparisons), and
 /// NVIDIA's real user-space libraries from non-free (they load without a GPU).
-const APT_PACKAGES: &[&str] = &["fuse3", "bpftrace", "libcuda1", "libnvidia-ml1"];
+/// `python3-venv` holds the venv of the deployment validator ([`deploy_validator`]).
+const APT_PACKAGES: &[&str] = &["fuse3", "bpftrace", "libcuda1", "libnvidia-ml1", "python3-venv"];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];
 /// The components [`NON_FREE_PACKAGES`] and their dependencies need.
 const COMPONENTS: &[&str] = &["contrib", "non-free"];
 const TRACEFS: &str = "/sys/kernel/tracing";
+/// PyPI packages of the deployment test (tests/tests/deploy.rs, deploy/validate.py), pinned:
+/// helm-python-sdk embeds Helm's own Go engine (`helm template`/`helm lint` without a helm binary,
+/// which no registry we reach ships); kubernetes-validate ships the Kubernetes OpenAPI schemas.
+const DEPLOY_PIP_PACKAGES: &[(&str, &str)] = &[("helm-python-sdk", "0.2.2"), ("kubernetes-validate", "1.37.0")];
+/// Where their venv lives unless `GPU_TRACER_DEPLOY_VENV` says otherwise (tests/tests/deploy.rs
+/// looks in the same place).
+const DEPLOY_VENV: &str = "/opt/gpu-tracer/deploy-venv";
 /// The apt sources file setup writes (and may rewrite) when contrib or non-free is missing.
 const OUR_SOURCES: &str = "/etc/apt/sources.list.d/gpu-tracer-contrib-non-free.sources";
 
@@ -83,6 +91,8 @@ pub fn run_setup() -> anyhow::Result<BuildEnv> {
     step(&format!("bpf-linker {BPF_LINKER_VERSION} (against {tc}'s libLLVM)"), bpf_linker(&tc));
     step(&format!("tracefs at {TRACEFS}"), tracefs());
     apt(&mut step);
+    step("deployment validator (helm-python-sdk, kubernetes-validate)", deploy_validator());
+    step("kubectl (kustomize, for the privileged overlay)", kubectl());
 
     if !failed.is_empty() {
         bail!("setup failed: {} (see the FAILED lines above)", failed.join(", "));
@@ -346,6 +356,61 @@ fn non_free_components(needed: bool) -> anyhow::Result<Outcome> {
     let others: Vec<_> = entries.into_iter().filter(|e| e.file != Path::new(OUR_SOURCES)).collect();
     let text = apt_sources::stanzas_enabling(&others, &codename, COMPONENTS);
     std::fs::write(OUR_SOURCES, text).with_context(|| format!("cause: could not write {OUR_SOURCES}"))?;
+    Ok(Outcome::Installed)
+}
+
+fn deploy_venv() -> PathBuf {
+    std::env::var_os("GPU_TRACER_DEPLOY_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEPLOY_VENV))
+}
+
+/// The pinned versions `pip` reports, one `name==version` per line, when they are all there.
+fn deploy_packages_current(python: &Path) -> bool {
+    let out = cmd::output(Command::new(python).args(["-m", "pip", "freeze", "--disable-pip-version-check"]))
+        .unwrap_or_default();
+    let have: Vec<String> = out.lines().map(|l| l.trim().to_ascii_lowercase().replace('_', "-")).collect();
+    DEPLOY_PIP_PACKAGES.iter().all(|(name, version)| have.iter().any(|l| *l == format!("{name}=={version}")))
+}
+
+/// A venv (Debian's python3 + python3-venv) with [`DEPLOY_PIP_PACKAGES`]; pip runs only when a
+/// pinned version is missing.
+fn deploy_validator() -> anyhow::Result<Outcome> {
+    let venv = deploy_venv();
+    let python = venv.join("bin/python");
+    if python.exists() && deploy_packages_current(&python) {
+        return Ok(Outcome::Already);
+    }
+    if !python.exists() {
+        std::fs::create_dir_all(venv.parent().unwrap_or(Path::new("/"))).with_context(|| {
+            format!("cause: cannot create {}; fix: rerun as root or set GPU_TRACER_DEPLOY_VENV", venv.display())
+        })?;
+        cmd::run(Command::new("/usr/bin/python3").args(["-m", "venv"]).arg(&venv)).context(
+            "cause: Debian's python3 could not make a venv; fix: `apt-get install python3-venv` (the package step above)",
+        )?;
+    }
+    let pins: Vec<String> = DEPLOY_PIP_PACKAGES.iter().map(|(n, v)| format!("{n}=={v}")).collect();
+    cmd::run(Command::new(&python).args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]).args(&pins))
+        .context("fix: check access to PyPI, then rerun")?;
+    if !deploy_packages_current(&python) {
+        bail!(
+            "cause: pip finished but {} does not hold {}; fix: remove {} and rerun",
+            venv.display(),
+            pins.join(" "),
+            venv.display()
+        );
+    }
+    Ok(Outcome::Installed)
+}
+
+/// `kubectl kustomize` renders the privileged overlay. Any kubectl on PATH will do (the image's,
+/// or Debian's kubernetes-client, whose older kustomize reads the same `patchesStrategicMerge`).
+fn kubectl() -> anyhow::Result<Outcome> {
+    if cmd::output(Command::new("kubectl").args(["kustomize", "--help"])).is_ok() {
+        return Ok(Outcome::Already);
+    }
+    if !cmd::is_root() {
+        bail!("cause: kubectl is missing and installing it needs root; fix: `sudo apt-get install kubernetes-client`");
+    }
+    install(&["kubernetes-client"])?;
     Ok(Outcome::Installed)
 }
 

@@ -6,6 +6,8 @@ use serde::Serialize;
 
 use crate::{config::Config, probe::KernelFeatures};
 
+pub mod privileges;
+
 /// One line of the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Check {
@@ -28,24 +30,9 @@ impl Check {
     }
 }
 
-/// Linux capability numbers the agent cares about.
-const CAPS: [(u32, &str, &str); 5] = [
-    (39, "CAP_BPF", "load eBPF programs and create maps"),
-    (38, "CAP_PERFMON", "attach tracepoints and read kernel/user memory from programs"),
-    (21, "CAP_SYS_ADMIN", "older kernels need it instead of CAP_BPF/CAP_PERFMON"),
-    (19, "CAP_SYS_PTRACE", "read other processes' /proc/PID/fd for the start-up scan, and kcmp"),
-    (2, "CAP_DAC_READ_SEARCH", "read /proc of processes owned by other users"),
-];
-
 /// Effective capabilities of this process (`CapEff` in /proc/self/status).
 pub fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:").map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0)))
-        })
-        .unwrap_or(0)
+    std::fs::read_to_string("/proc/self/status").ok().and_then(|s| privileges::parse_cap_eff(&s)).unwrap_or(0)
 }
 
 /// Static checks (no programs loaded).
@@ -90,15 +77,14 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
         true,
         if f.syscall_tracepoints { "syscalls:* present" } else { "syscalls:* absent (CONFIG_FTRACE_SYSCALLS unset)" },
     ));
-    let caps = effective_caps();
-    for (bit, name, why) in CAPS {
-        let has = caps & (1u64 << bit) != 0;
-        // Only BPF and PERFMON are hard requirements (SYS_ADMIN substitutes on old kernels).
-        let warn_only = !(bit == 39 || bit == 38) || caps & (1 << 21) != 0;
-        out.push(Check::new(name, has, warn_only, if has { format!("held: {why}") } else { format!("missing: needed to {why}") }));
-    }
+    out.extend(privileges::privilege_checks(cfg, &f.release));
     let ver = crate::config::resolve_driver_version(cfg);
-    out.push(Check::new("driver version", ver.from_driver, true, format!("{} (from {})", ver.version_string(), ver.source)));
+    out.push(Check::new(
+        "driver version",
+        ver.from_driver,
+        true,
+        format!("{} (from {})", ver.version_string(), ver.source),
+    ));
     let prefix = cfg.dev_prefix();
     let ctl = format!("{prefix}ctl");
     out.push(Check::new(

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Render and schema-validate gpu-tracer's deployment; print every object as JSON.
+
+Run by tests/tests/deploy.rs with the Python of the venv `cargo xtask setup` makes (it holds
+helm-python-sdk, Helm's own Go engine, and kubernetes-validate, the Kubernetes OpenAPI schemas).
+
+  validate.py REPO_ROOT  ->  {"base": [...], "privileged_overlay": [...], "chart": {VARIANT: [...]},
+                              "lint": {...}, "unvalidated": [...]}  on stdout, exit 0
+Any render, lint or schema error: a message on stderr, exit 1.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import helm_python
+import kubernetes_validate
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError
+
+# Oldest Kubernetes the deployment supports (securityContext.appArmorProfile is 1.30) and the
+# newest schema kubernetes-validate ships.
+K8S_VERSIONS = ["1.30.0", kubernetes_validate.utils.latest_version()]
+# Kinds with no schema in Kubernetes' OpenAPI (CRDs): checked structurally by the Rust test.
+CRD_GROUPS = ("monitoring.coreos.com/",)
+RELEASE = "gpu-tracer"
+VARIANTS = {
+    "default": {},
+    "privileged": {"privileged": True},
+    "cuda_memlock_price": {
+        "cudaProbes": True,
+        "memlockCapability": True,
+        "config": {"attribution": {"pricePerGpuHour": 2.5}},
+        "priorityClassName": "system-node-critical",
+        "runtimeClassName": "nvidia",
+    },
+    "servicemonitor": {"serviceMonitor": {"enabled": True}},
+}
+
+errors = []
+unvalidated = []
+
+
+def docs(text, origin):
+    out = [d for d in yaml.safe_load_all(text) if d]
+    for d in out:
+        if not isinstance(d, dict) or "kind" not in d or "apiVersion" not in d:
+            errors.append(f"{origin}: a document is not a Kubernetes object: {str(d)[:80]}")
+    return out
+
+
+def validate(objs, origin):
+    for o in objs:
+        what = f"{origin}: {o.get('kind')}/{o.get('metadata', {}).get('name')}"
+        for v in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(o, v, strict=True)
+            except SchemaNotFoundError:
+                if o["apiVersion"].startswith(CRD_GROUPS):
+                    unvalidated.append(f"{what} (CRD, no schema in Kubernetes {v})")
+                else:
+                    errors.append(f"{what}: no schema for {o['apiVersion']} {o['kind']} in Kubernetes {v}")
+            except kubernetes_validate.ValidationError as e:
+                path = ".".join(str(p) for p in e.path)
+                errors.append(f"{what}: invalid against Kubernetes {e.version} (strict): {path}: {e.message}")
+
+
+def main():
+    root = sys.argv[1]
+    base_dir = os.path.join(root, "deploy/kubernetes/base")
+    kust = yaml.safe_load(open(os.path.join(base_dir, "kustomization.yaml")))
+    base = []
+    for f in kust["resources"]:
+        base += docs(open(os.path.join(base_dir, f)).read(), f"deploy/kubernetes/base/{f}")
+    validate(base, "base")
+
+    kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    if not kubectl:
+        errors.append("kubectl not found (its kustomize renders the privileged overlay); run `cargo xtask setup`")
+        overlay = []
+    else:
+        r = subprocess.run([kubectl, "kustomize", os.path.join(root, "deploy/kubernetes/privileged")],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            errors.append(f"kubectl kustomize deploy/kubernetes/privileged failed: {r.stderr.strip()}")
+            overlay = []
+        else:
+            overlay = docs(r.stdout, "privileged overlay")
+    validate(overlay, "privileged overlay")
+
+    chart_dir = os.path.join(root, "deploy/helm/gpu-tracer")
+    chart = helm_python.Chart.load(chart_dir)
+    lint = helm_python.lint(chart_dir, strict=True, namespace=RELEASE, kube_version="v1.30.0")
+    for m in lint.get("messages") or []:
+        if m.get("severity", 0) >= 2:
+            errors.append(f"helm lint: {m.get('path')}: {m.get('error')}")
+    for e in lint.get("errors") or []:
+        errors.append(f"helm lint: {e}")
+    rendered = {}
+    for name, values in VARIANTS.items():
+        manifests = chart.render(values=values, name=RELEASE, namespace=RELEASE, is_install=True)
+        objs = []
+        for path, text in sorted(manifests.items()):
+            if path.endswith(".yaml"):
+                objs += docs(text, f"chart[{name}] {path}")
+        validate(objs, f"chart[{name}]")
+        rendered[name] = objs
+
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        sys.exit(1)
+    json.dump({"base": base, "privileged_overlay": overlay, "chart": rendered, "lint": lint,
+               "unvalidated": unvalidated, "k8s_versions": K8S_VERSIONS}, sys.stdout)
+
+
+main()

@@ -1,0 +1,220 @@
+//! The Kubernetes deployment: plain manifests, the privileged overlay and the Helm chart are
+//! rendered (real Helm engine, real kustomize) and validated against the Kubernetes OpenAPI
+//! schemas in strict mode (unknown fields are errors) by `deploy/validate.py`; this test then
+//! checks the security invariants of docs/security.md on the objects it prints. No root needed;
+//! it fails (never skips) when the tools `cargo xtask setup` installs are missing.
+use std::{collections::BTreeSet, path::PathBuf, process::Command};
+
+use serde_json::Value;
+
+/// The least-privilege capability set of docs/security.md.
+const CAPS: [&str; 4] = ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"];
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The venv `cargo xtask setup` fills (kept in step with xtask/src/setup.rs).
+fn deploy_python() -> PathBuf {
+    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
+    venv.join("bin/python")
+}
+
+fn render(root: &std::path::Path) -> Result<Value, String> {
+    let py = deploy_python();
+    assert!(
+        py.exists(),
+        "{} not found: the deployment validator (helm-python-sdk, kubernetes-validate) is missing; run \
+         `cargo xtask setup` (or set GPU_TRACER_DEPLOY_VENV)",
+        py.display()
+    );
+    let out = Command::new(&py).arg(root.join("deploy/validate.py")).arg(root).output().expect("run validate.py");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(serde_json::from_slice(&out.stdout).expect("validate.py prints JSON"))
+}
+
+fn find<'a>(objs: &'a Value, kind: &str) -> &'a Value {
+    objs.as_array().unwrap().iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"))
+}
+
+fn container(ds: &Value) -> &Value {
+    let cs = ds["spec"]["template"]["spec"]["containers"].as_array().unwrap();
+    assert_eq!(cs.len(), 1, "one container");
+    &cs[0]
+}
+
+fn strings(v: &Value) -> BTreeSet<String> {
+    v.as_array().map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect()).unwrap_or_default()
+}
+
+fn config_of(objs: &Value) -> tracer_user::config::Config {
+    let text = find(objs, "ConfigMap")["data"]["config.toml"].as_str().unwrap();
+    let (cfg, warnings) = tracer_user::config::Config::from_toml(text).expect("config.toml parses");
+    assert!(warnings.is_empty(), "config.toml has unknown keys: {warnings:?}");
+    cfg.validate().expect("config.toml is valid");
+    cfg
+}
+
+/// The invariants of the least-privilege deployment (docs/security.md).
+fn check_least_privilege(objs: &Value, what: &str) {
+    let ds = find(objs, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true, "{what}: hostPID");
+    assert!(pod.get("hostNetwork").is_none_or(|v| v == false), "{what}: no hostNetwork");
+    let sc = &container(ds)["securityContext"];
+    assert_eq!(sc["privileged"], false, "{what}: privileged must be false");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
+    assert_eq!(sc["runAsUser"], 0, "{what}: uid 0 (docs/security.md)");
+    assert_eq!(strings(&sc["capabilities"]["drop"]), BTreeSet::from(["ALL".to_string()]), "{what}");
+    let want: BTreeSet<String> = CAPS.iter().map(|c| c.to_string()).collect();
+    assert_eq!(strings(&sc["capabilities"]["add"]), want, "{what}: capabilities");
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{what}");
+    assert!(
+        !serde_json::to_string(objs).unwrap().contains("\"privileged\":true"),
+        "{what}: privileged: true somewhere"
+    );
+    // Every hostPath is mounted read-only (the pod-resources socket too: connect() needs write
+    // permission on the socket inode, which a read-only mount does not remove).
+    let host_paths: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert!(host_paths.len() >= 5, "{what}: host mounts {host_paths:?}");
+    for m in container(ds)["volumeMounts"].as_array().unwrap() {
+        if host_paths.contains(&m["name"].as_str().unwrap()) {
+            assert_eq!(m["readOnly"], true, "{what}: hostPath mount {} must be readOnly", m["name"]);
+        }
+    }
+    // RBAC: read-only verbs on pods and resource claims, nothing else.
+    let role = find(objs, "ClusterRole");
+    let mut resources = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        for verb in strings(&rule["verbs"]) {
+            assert!(["get", "list", "watch"].contains(&verb.as_str()), "{what}: RBAC verb {verb}");
+        }
+        resources.extend(strings(&rule["resources"]));
+    }
+    assert_eq!(resources, BTreeSet::from(["pods".to_string(), "resourceclaims".to_string()]), "{what}");
+    let cfg = config_of(objs);
+    assert!(!cfg.families.cuda, "{what}: the cuda family needs SYS_ADMIN, so it is off");
+}
+
+/// Drops what only Helm adds: its labels and the config checksum annotation.
+fn without_helm_marks(mut v: Value) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Object(labels)) = m.get_mut("labels") {
+                    labels.remove("helm.sh/chart");
+                    labels.remove("app.kubernetes.io/managed-by");
+                }
+                if let Some(Value::Object(ann)) = m.get_mut("annotations") {
+                    ann.remove("checksum/config");
+                    if ann.is_empty() {
+                        m.remove("annotations");
+                    }
+                }
+                m.values_mut().for_each(walk);
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    v
+}
+
+#[test]
+fn manifests_and_chart_validate_and_hold_least_privilege() {
+    let root = repo_root();
+    let r = render(&root).unwrap_or_else(|e| panic!("deployment does not validate:\n{e}"));
+    assert_eq!(r["k8s_versions"].as_array().unwrap().len(), 2);
+    check_least_privilege(&r["base"], "deploy/kubernetes/base");
+    check_least_privilege(&r["chart"]["default"], "chart defaults");
+
+    // The chart with default values renders the plain manifests (less the Namespace).
+    let mut base: Vec<Value> =
+        r["base"].as_array().unwrap().iter().filter(|o| o["kind"] != "Namespace").cloned().collect();
+    let mut chart: Vec<Value> =
+        r["chart"]["default"].as_array().unwrap().iter().cloned().map(without_helm_marks).collect();
+    let key = |o: &Value| format!("{}/{}", o["kind"], o["metadata"]["name"]);
+    base.sort_by_key(key);
+    chart.sort_by_key(key);
+    assert_eq!(
+        base.len(),
+        chart.len(),
+        "same objects: {:?} vs {:?}",
+        base.iter().map(key).collect::<Vec<_>>(),
+        chart.iter().map(key).collect::<Vec<_>>()
+    );
+    for (b, c) in base.iter().zip(&chart) {
+        assert_eq!(b, c, "chart default differs from deploy/kubernetes/base for {}", key(b));
+    }
+
+    // Opt-ins: privileged (overlay and chart), cuda probes (+SYS_ADMIN), memlock (+SYS_RESOURCE).
+    for (objs, what) in [(&r["privileged_overlay"], "overlay"), (&r["chart"]["privileged"], "chart privileged=true")] {
+        let sc = &container(find(objs, "DaemonSet"))["securityContext"];
+        assert_eq!(sc["privileged"], true, "{what}");
+        assert!(sc.get("capabilities").is_none(), "{what}: no capability list beside privileged");
+    }
+    let opt = &r["chart"]["cuda_memlock_price"];
+    let sc = &container(find(opt, "DaemonSet"))["securityContext"];
+    let mut want: BTreeSet<String> = CAPS.iter().map(|c| c.to_string()).collect();
+    want.extend(["SYS_ADMIN".to_string(), "SYS_RESOURCE".to_string()]);
+    assert_eq!(strings(&sc["capabilities"]["add"]), want);
+    assert_eq!(sc["privileged"], false);
+    let cfg = config_of(opt);
+    assert!(cfg.families.cuda);
+    assert_eq!(cfg.attribution.price_per_gpu_hour, Some(2.5));
+    let pod = &find(opt, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
+    assert_eq!(pod["runtimeClassName"], "nvidia");
+    let sm = find(&r["chart"]["servicemonitor"], "ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(r["unvalidated"].as_array().unwrap().len(), 2, "only the ServiceMonitor CRD lacks a schema");
+
+    // docs/security.md names every capability and host path the deployment uses.
+    let doc = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
+    for c in CAPS.iter().chain(&["SYS_ADMIN", "SYS_RESOURCE"]) {
+        assert!(doc.contains(&format!("CAP_{c}")), "docs/security.md does not explain CAP_{c}");
+    }
+    for v in find(&r["base"], "DaemonSet")["spec"]["template"]["spec"]["volumes"].as_array().unwrap() {
+        if let Some(p) = v["hostPath"]["path"].as_str() {
+            assert!(doc.contains(&format!("`{p}`")), "docs/security.md does not explain the mount {p}");
+        }
+    }
+}
+
+/// The validator is not a rubber stamp: an unknown field and a wrong type are rejected.
+#[test]
+fn validator_rejects_unknown_fields_and_wrong_types() {
+    let root = repo_root();
+    for (needle, broken) in [
+        (
+            "\n            readOnlyRootFilesystem: true\n",
+            "\n            readOnlyRootFilesystem: true\n            runAsRoot: true\n",
+        ),
+        ("\n      hostPID: true\n", "\n      hostPID: \"yes\"\n"),
+    ] {
+        let tmp = std::env::temp_dir().join(format!("gpu-tracer-deploy-{}-{}", std::process::id(), needle.len()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        let copy = Command::new("cp").arg("-r").arg(root.join("deploy")).arg(&tmp).status();
+        assert!(copy.unwrap().success());
+        let ds = tmp.join("deploy/kubernetes/base/daemonset.yaml");
+        let text = std::fs::read_to_string(&ds).unwrap();
+        assert!(text.contains(needle));
+        std::fs::write(&ds, text.replacen(needle, broken, 1)).unwrap();
+        let err = render(&tmp).expect_err("a broken DaemonSet must not validate");
+        assert!(err.contains("DaemonSet/gpu-tracer"), "{err}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}
