@@ -143,6 +143,8 @@ pub struct AgentSnapshot {
     pub accounting: Accounting,
     pub attach_mode: &'static str,
     pub driver_version: String,
+    /// NVML: in use or why not, and the latest sample.
+    pub nvml: NvmlView,
 }
 
 /// Errors starting the pipeline.
@@ -154,6 +156,27 @@ pub enum StartError {
     Probe(#[from] ProbeError),
     #[error(transparent)]
     Source(#[from] SourceError),
+    #[error("NVML is required (nvml.mode = \"required\") but cannot be used: {0}")]
+    Nvml(#[from] crate::nvml::sampler::NvmlOpenError),
+}
+
+/// What the agent knows about NVML: whether it is used, why not, and its latest sample.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NvmlView {
+    /// `ready`, `unavailable` (mode auto, with `reason`) or `off`.
+    pub status: &'static str,
+    /// Why NVML is not used (names the cause and the fix).
+    pub reason: Option<String>,
+    /// The library loaded.
+    pub library: Option<String>,
+    pub driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+    /// Readings NVML refused so far, by reason (`not_supported` is a feature the GPU lacks).
+    pub failed_readings: BTreeMap<&'static str, u64>,
+    /// Samples taken so far.
+    pub samples: u64,
+    /// The latest sample.
+    pub sample: Option<std::sync::Arc<crate::nvml::model::NvmlSample>>,
 }
 
 /// The loaded programs, the ring buffer and the kernel's tracked-process map (memory-mapped).
@@ -163,9 +186,57 @@ struct KernelSide {
     tracked: crate::source::tracked::TrackedTgids,
 }
 
+/// The NVML side of the agent.
+struct NvmlSide {
+    source: Option<crate::nvml::sampler::NvmlSource>,
+    status: &'static str,
+    reason: Option<String>,
+    /// The latest sample and the one before it (energy deltas, rates).
+    last: Option<std::sync::Arc<crate::nvml::model::NvmlSample>>,
+    prev: Option<std::sync::Arc<crate::nvml::model::NvmlSample>>,
+}
+
+impl NvmlSide {
+    fn open(cfg: &Config) -> Result<NvmlSide, StartError> {
+        use crate::nvml::sampler::{NvmlOpen, NvmlSource};
+        let side = |source, status, reason| NvmlSide { source, status, reason, last: None, prev: None };
+        Ok(match NvmlSource::open(&cfg.nvml)? {
+            NvmlOpen::Ready(s) => side(Some(*s), "ready", None),
+            NvmlOpen::Unavailable(e) => {
+                tracing::warn!(reason = e.reason(), "NVML not used: {e}");
+                side(None, "unavailable", Some(e.to_string()))
+            }
+            NvmlOpen::Off => side(None, "off", Some("nvml.mode = \"off\"".into())),
+        })
+    }
+
+    /// Take a sample now (when NVML is in use).
+    fn sample(&mut self) {
+        if let Some(src) = self.source.as_mut() {
+            let s = std::sync::Arc::new(src.sample());
+            self.prev = self.last.replace(s);
+        }
+    }
+
+    fn view(&self) -> NvmlView {
+        let st = self.source.as_ref().map(|s| s.status());
+        NvmlView {
+            status: self.status,
+            reason: self.reason.clone(),
+            library: st.map(|s| s.library.display().to_string()),
+            driver_version: st.and_then(|s| s.driver_version.clone()),
+            nvml_version: st.and_then(|s| s.nvml_version.clone()),
+            failed_readings: st.map(|s| s.failed_readings.clone()).unwrap_or_default(),
+            samples: st.map_or(0, |s| s.samples),
+            sample: self.last.clone(),
+        }
+    }
+}
+
 /// The running agent.
 pub struct Agent {
     cfg: Config,
+    nvml: NvmlSide,
     abi: DriverAbi,
     pub driver_version: ResolvedDriverVersion,
     /// The eBPF side; `None` in NVML-only mode (every probe family off).
@@ -203,6 +274,8 @@ impl Agent {
         cfg.validate()?;
         let driver_version = resolve_driver_version(&cfg);
         let abi = DriverAbi::for_version(driver_version.version);
+        // NVML first: when it is required and missing, fail before loading anything.
+        let nvml = NvmlSide::open(&cfg)?;
         let (kernel, report) = if cfg.families.any() {
             let plans = decode::plan::capture_plans(&abi);
             let sizes = decode::plan::alloc_param_sizes(&abi);
@@ -219,6 +292,7 @@ impl Agent {
             cfg.cgroup_root.clone().or_else(|| procscan::cgroup2_mount(&cfg.proc_root.join("self/mountinfo")));
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i128;
         let mut agent = Agent {
+            nvml,
             state: TracerState::new(cfg.max_processes),
             cfg,
             abi,
@@ -605,8 +679,25 @@ impl Agent {
         (kc, acc)
     }
 
-    /// The immutable snapshot of this moment.
+    /// Take an NVML sample (and attribute the interval since the previous one) now, whatever the
+    /// snapshot interval says.
+    pub fn sample_now(&mut self) {
+        self.nvml.sample();
+    }
+
+    /// Is an NVML sample due (none yet, or the snapshot interval has passed since the last)?
+    fn nvml_due(&self) -> bool {
+        let period = self.cfg.snapshot_interval_ms.max(1) * 1_000_000 * 9 / 10;
+        self.nvml.source.is_some()
+            && self.nvml.last.as_ref().is_none_or(|l| monotonic_ns().saturating_sub(l.taken_mono_ns) >= period)
+    }
+
+    /// The immutable snapshot of this moment. NVML is sampled (and the interval attributed) when
+    /// a snapshot interval has passed since the previous sample.
     pub fn snapshot(&mut self) -> AgentSnapshot {
+        if self.nvml_due() {
+            self.sample_now();
+        }
         let (kernel, accounting) = self.accounting();
         self.refresh_cuda_counts();
         let cgroups = &mut self.cgroups;
@@ -636,6 +727,7 @@ impl Agent {
             accounting,
             attach_mode: self.report.attach_mode,
             driver_version: self.driver_version.version_string(),
+            nvml: self.nvml.view(),
         }
     }
 }

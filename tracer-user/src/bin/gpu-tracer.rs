@@ -8,7 +8,7 @@ use std::{
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tracer_user::{
-    config::{AttachMode, Config},
+    config::{AttachMode, Config, CostPolicy, SourceMode, UnusedCost},
     doctor,
     export::{
         events::{EventFormat, EventWriter, to_proto},
@@ -67,6 +67,30 @@ struct CommonArgs {
     /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths).
     #[arg(long = "libcuda", global = true)]
     libcuda: Vec<PathBuf>,
+    /// NVML use: auto (use it when there; say why not otherwise), required (exit when it cannot be
+    /// used), off [default: auto].
+    #[arg(long, global = true, value_enum)]
+    nvml: Option<SourceMode>,
+    /// The libnvidia-ml.so.1 to load [default: the dynamic loader's search].
+    #[arg(long, global = true, value_name = "PATH")]
+    nvml_library: Option<PathBuf>,
+    /// No eBPF at all: per-container memory and SM share from NVML and /proc only (works without
+    /// CAP_BPF; no launch counts, no allocation ledger, no events).
+    #[arg(long, global = true)]
+    nvml_only: bool,
+    /// Price of one GPU-hour (any currency): turns on the cost split.
+    #[arg(long, global = true, value_name = "PRICE")]
+    price_per_gpu_hour: Option<f64>,
+    /// Price of the node per hour, split evenly over its GPUs (instead of --price-per-gpu-hour).
+    #[arg(long, global = true, value_name = "PRICE")]
+    price_per_node_hour: Option<f64>,
+    /// How cost is split between containers [default: memory-time].
+    #[arg(long, global = true, value_enum)]
+    cost_policy: Option<CostPolicy>,
+    /// What happens to idle / reserved / unattributed cost: kept as lines, or spread over the
+    /// containers [default: lines].
+    #[arg(long, global = true, value_enum)]
+    unused_cost: Option<UnusedCost>,
     /// Log level filter (also RUST_LOG) [default: warn].
     #[arg(long, global = true, default_value = "warn")]
     log: String,
@@ -169,6 +193,29 @@ fn build_config(c: &CommonArgs) -> Result<Config> {
     }
     if !c.libcuda.is_empty() {
         cfg.cuda_libraries = c.libcuda.clone();
+    }
+    if let Some(m) = c.nvml {
+        cfg.nvml.mode = m;
+    }
+    if let Some(p) = &c.nvml_library {
+        cfg.nvml.library = Some(p.clone());
+    }
+    if c.nvml_only {
+        cfg.families.driver = false;
+        cfg.families.lifecycle = false;
+        cfg.families.cuda = false;
+    }
+    if let Some(p) = c.price_per_gpu_hour {
+        cfg.attribution.price_per_gpu_hour = Some(p);
+    }
+    if let Some(p) = c.price_per_node_hour {
+        cfg.attribution.price_per_node_hour = Some(p);
+    }
+    if let Some(p) = c.cost_policy {
+        cfg.attribution.cost_policy = p;
+    }
+    if let Some(u) = c.unused_cost {
+        cfg.attribution.unused_cost = u;
     }
     cfg.validate()?;
     Ok(cfg)
@@ -322,7 +369,26 @@ impl StreamOut {
 
 fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
     let mut checks = doctor::static_checks(&cfg);
-    let probe_result = Agent::start(cfg.clone());
+    let mut probe_result = Agent::start(cfg.clone());
+    if let Ok(agent) = probe_result.as_mut() {
+        let v = agent.snapshot().nvml;
+        let (status, detail) = match (v.status, &v.sample) {
+            ("ready", Some(s)) => (
+                "ok",
+                format!(
+                    "{} loaded: driver {}, NVML {}, {} GPU(s){}",
+                    v.library.as_deref().unwrap_or("libnvidia-ml.so.1"),
+                    v.driver_version.as_deref().unwrap_or("?"),
+                    v.nvml_version.as_deref().unwrap_or("?"),
+                    s.devices.len(),
+                    if s.devices.iter().any(|d| d.lost) { " (some lost: fell off the bus?)" } else { "" }
+                ),
+            ),
+            ("off", _) => ("warn", "off by configuration: per-process memory and SM share come only from eBPF".into()),
+            (_, _) => ("warn", v.reason.clone().unwrap_or_else(|| "not sampled".into())),
+        };
+        checks.push(doctor::Check { name: "nvml", status, detail });
+    }
     let report = match &probe_result {
         Ok(agent) => Some(agent.report().clone()),
         Err(e) => {
