@@ -15,6 +15,7 @@ pub mod fake_driver;
 pub mod fake_libcuda;
 pub mod harness;
 pub mod le;
+pub mod nvml_model;
 pub mod tracer;
 pub mod workload;
 
