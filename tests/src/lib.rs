@@ -9,11 +9,14 @@
 //! * [`harness`] (re-exported here): RAII guards — [`FakeDriver`], [`PodCgroup`], [`Workload`] —
 //!   and [`require_root`], so privileged tests fail (never skip) where they cannot run and leave
 //!   the machine clean when they fail.
+//! * [`kube_api`]: [`kube_api::FakeApiServer`], an in-process Kubernetes API server (pods:
+//!   list, watch, get) for the real `kube` client and reflector, and [`kube_api::FakePod`].
 //! * [`tracer`]: the tracer in-process ([`Tracer`]) with helpers that wait for it to catch up.
 
 pub mod fake_driver;
 pub mod fake_libcuda;
 pub mod harness;
+pub mod kube_api;
 pub mod le;
 pub mod nvml_model;
 pub mod tracer;

@@ -10,6 +10,7 @@ pub mod decode;
 pub mod doctor;
 pub mod enrich;
 pub mod export;
+pub mod identity;
 pub mod nvml;
 pub mod pipeline;
 pub mod probe;
