@@ -108,6 +108,8 @@ struct ContainerState {
     idle_since: Option<u64>,
     history: VecDeque<Bucket>,
     gpu_total: u64,
+    /// Rightsizing over `history`, recomputed only when the history or the request changes.
+    rightsizing: Option<Rightsizing>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -295,31 +297,47 @@ impl Attributor {
         }
         for (k, a) in acc {
             let c = self.containers.entry(k).or_default();
-            if let Some(info) = input.containers.get(&k) {
-                if info.name.is_some() {
-                    c.name = info.name.clone();
-                }
-                if info.request.is_some() {
-                    c.request = info.request.clone();
-                }
+            if let Some(info) = input.containers.get(&k)
+                && info.name.is_some()
+                && info.name != c.name
+            {
+                c.name = info.name.clone();
+            }
+            let mut changed = false;
+            if let Some(info) = input.containers.get(&k)
+                && info.request.is_some()
+                && info.request != c.request
+            {
+                c.request = info.request.clone();
+                changed = true;
             }
             c.cost = c.cost.saturating_add(a.cost);
             c.energy = c.energy.saturating_add(a.energy);
             c.last_seen = now;
-            c.gpu_total = if a.max_mem > 0 || c.gpu_total == 0 { a.gpu_total } else { c.gpu_total };
+            let gpu_total = if a.max_mem > 0 || c.gpu_total == 0 { a.gpu_total } else { c.gpu_total };
+            changed |= gpu_total != c.gpu_total;
+            c.gpu_total = gpu_total;
             let idle = a.mem > 0 && a.launches == 0 && a.sm == 0 && a.observable;
             c.idle_since = if idle { c.idle_since.or(Some(input.start_unix_ns)) } else { None };
             match c.history.back_mut() {
                 Some(b) if b.index == bucket => {
+                    changed |= a.max_mem > b.max_memory || a.sm > b.max_sm;
                     b.max_memory = b.max_memory.max(a.max_mem);
                     b.max_sm = b.max_sm.max(a.sm);
                 }
-                _ => c.history.push_back(Bucket { index: bucket, max_memory: a.max_mem, max_sm: a.sm }),
+                _ => {
+                    c.history.push_back(Bucket { index: bucket, max_memory: a.max_mem, max_sm: a.sm });
+                    changed = true;
+                }
             }
             while c.history.front().is_some_and(|b| b.index + window_buckets <= bucket)
                 || c.history.len() > HISTORY_BUCKETS
             {
                 c.history.pop_front();
+                changed = true;
+            }
+            if changed || c.rightsizing.is_none() {
+                c.rightsizing = rightsizing_of(c, bucket_ns, s.rightsizing_headroom_pct);
             }
         }
         // Bounded: the containers seen longest ago go first; their cost stays in the bill.
@@ -337,36 +355,16 @@ impl Attributor {
     fn summaries(&self, input: &AttributionInput, gpus: &[GpuAttribution]) -> Vec<ContainerSummary> {
         let s = &self.settings;
         let now = input.start_unix_ns.saturating_add(input.interval_ns);
-        let bucket_ns = (s.rightsizing_window_s.saturating_mul(1_000_000_000) / HISTORY_BUCKETS as u64).max(1);
-        let mut out: BTreeMap<ContainerKey, ContainerSummary> = self
+        // In key order (the map's), so a GPU line finds its summary by binary search.
+        let mut out: Vec<ContainerSummary> = self
             .containers
             .iter()
             .map(|(k, c)| {
                 let idle_reservation = c.idle_since.filter(|since| {
                     now.saturating_sub(*since) >= s.idle_reservation_after_s.saturating_mul(1_000_000_000)
                 });
-                let rightsizing = (!c.history.is_empty()).then(|| {
-                    let mut mem: Vec<u64> = c.history.iter().map(|b| b.max_memory).collect();
-                    let mut sm: Vec<u64> = c.history.iter().map(|b| b.max_sm as u64).collect();
-                    let peak_memory = mem.iter().copied().max().unwrap_or(0);
-                    let peak_sm = sm.iter().copied().max().unwrap_or(0) as u32;
-                    let f = fit(c.gpu_total, peak_memory, peak_sm, s.rightsizing_headroom_pct);
-                    let first = c.history.front().map_or(0, |b| b.index);
-                    let last = c.history.back().map_or(0, |b| b.index);
-                    Rightsizing {
-                        covered_s: (last - first + 1).saturating_mul(bucket_ns) / 1_000_000_000,
-                        samples: c.history.len(),
-                        peak_memory_bytes: peak_memory,
-                        p95_memory_bytes: p95(&mut mem),
-                        peak_sm_millipct: peak_sm,
-                        p95_sm_millipct: p95(&mut sm) as u32,
-                        gpu_total_bytes: c.gpu_total,
-                        over_requested: c.request.as_ref().is_some_and(|r| is_over_requested(r, &f)),
-                        request: c.request.clone(),
-                        fit: f,
-                    }
-                });
-                let summary = ContainerSummary {
+                let rightsizing = c.rightsizing.clone();
+                ContainerSummary {
                     container: *k,
                     name: c.name.clone(),
                     gpus: Vec::new(),
@@ -381,13 +379,13 @@ impl Attributor {
                     idle_reservation: idle_reservation
                         .map(|since| IdleReservation { since_unix_ns: since, held_bytes: 0 }),
                     rightsizing,
-                };
-                (*k, summary)
+                }
             })
             .collect();
         for g in gpus {
             for l in &g.containers {
-                if let Some(s) = out.get_mut(&l.container) {
+                if let Ok(i) = out.binary_search_by_key(&l.container, |s| s.container) {
+                    let s = &mut out[i];
                     s.gpus.push(g.uuid.clone());
                     s.memory_bytes = s.memory_bytes.saturating_add(l.memory_bytes);
                     s.sm_millipct = s.sm_millipct.max(l.sm_millipct);
@@ -397,13 +395,46 @@ impl Attributor {
                 }
             }
         }
-        for s in out.values_mut() {
+        for s in out.iter_mut() {
             if let Some(r) = &mut s.idle_reservation {
                 r.held_bytes = s.memory_bytes;
             }
         }
-        out.into_values().collect()
+        out
     }
+}
+
+/// Peak and p95 over the history buckets, and what would fit.
+fn rightsizing_of(c: &ContainerState, bucket_ns: u64, headroom_pct: u32) -> Option<Rightsizing> {
+    if c.history.is_empty() {
+        return None;
+    }
+    // On the stack: the history is at most HISTORY_BUCKETS long.
+    let mut mem = [0u64; HISTORY_BUCKETS];
+    let mut sm = [0u64; HISTORY_BUCKETS];
+    let n = c.history.len().min(HISTORY_BUCKETS);
+    for (i, b) in c.history.iter().take(n).enumerate() {
+        mem[i] = b.max_memory;
+        sm[i] = b.max_sm as u64;
+    }
+    let (mem, sm) = (&mut mem[..n], &mut sm[..n]);
+    let peak_memory = mem.iter().copied().max().unwrap_or(0);
+    let peak_sm = sm.iter().copied().max().unwrap_or(0) as u32;
+    let f = fit(c.gpu_total, peak_memory, peak_sm, headroom_pct);
+    let first = c.history.front().map_or(0, |b| b.index);
+    let last = c.history.back().map_or(0, |b| b.index);
+    Some(Rightsizing {
+        covered_s: (last - first + 1).saturating_mul(bucket_ns) / 1_000_000_000,
+        samples: n,
+        peak_memory_bytes: peak_memory,
+        p95_memory_bytes: p95(mem),
+        peak_sm_millipct: peak_sm,
+        p95_sm_millipct: p95(sm) as u32,
+        gpu_total_bytes: c.gpu_total,
+        over_requested: c.request.as_ref().is_some_and(|r| is_over_requested(r, &f)),
+        request: c.request.clone(),
+        fit: f,
+    })
 }
 
 /// Is this fit worth a footnote? (Smaller than the request, or no request and smaller than a GPU.)

@@ -128,14 +128,13 @@ pub struct Rightsizing {
     pub over_requested: bool,
 }
 
-/// Nearest-rank p95 of `v` (sorted in place).
+/// Nearest-rank p95 of `v` (reordered in place; linear time).
 pub fn p95(v: &mut [u64]) -> u64 {
     if v.is_empty() {
         return 0;
     }
-    v.sort_unstable();
     let rank = (v.len() * 95).div_ceil(100).max(1);
-    v[rank - 1]
+    *v.select_nth_unstable(rank - 1).1
 }
 
 /// The smallest thing that fits `peak_memory` and `peak_sm_millipct` with `headroom_pct` added.
