@@ -8,8 +8,10 @@
 //! empty-program floor; (2) what an NVIDIA RM_ALLOC ioctl pays, against bpftrace counting the same
 //! calls; (3) ring-buffer ingest, offline and live under loss; (4) the agent's memory and CPU;
 //! (5) what a libcuda launch pays under the agent's placed uprobe, one at the symbol address and
-//! bpftrace's, and the launch rate the agent counts from two threads.
+//! bpftrace's, and the launch rate the agent counts from two threads; (6) the attribution engine's
+//! cost per interval on an 8-GPU × 100-container node (no kernel, no root).
 mod agent_run;
+mod attribution;
 mod bpftrace;
 mod cuda;
 mod cudalib;
@@ -76,7 +78,8 @@ pub struct Opts {
     /// Skip the bpftrace comparison.
     #[arg(long)]
     no_bpftrace: bool,
-    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5); the others say "skipped".
+    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`); the others
+    /// say "skipped".
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -604,6 +607,11 @@ fn main() -> Result<()> {
     let hwm_kb = sys::status_kb("VmHWM").unwrap_or(0);
     let off = if opts.wants("3a") { section_offline(&ctx) } else { OfflineSection { result: Err(SKIPPED.into()) } };
     let cuda = if opts.wants("5") { cuda::section(&ctx) } else { cuda::CudaSection::skipped(SKIPPED) };
+    let attribution = if opts.wants("6") || opts.wants("attribution") {
+        attribution::section(opts.quick)
+    } else {
+        attribution::AttributionSection::skipped(SKIPPED)
+    };
 
     let doc = Report {
         ctx: &ctx,
@@ -614,6 +622,7 @@ fn main() -> Result<()> {
         offline: off,
         idle,
         cuda,
+        attribution,
         hwm_before_offline_kb: hwm_kb,
         load: (load_start, sys::loadavg()),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),

@@ -216,6 +216,7 @@ pub struct Report<'a> {
     pub offline: OfflineSection,
     pub idle: IdleSection,
     pub cuda: CudaSection,
+    pub attribution: crate::attribution::AttributionSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -385,6 +386,7 @@ impl Report<'_> {
         self.render_ingest(&mut s);
         self.render_resources(&mut s);
         self.render_cuda(&mut s);
+        self.attribution.render(&mut s);
         self.render_reading(&mut s);
         s
     }

@@ -4,6 +4,7 @@
 //! counters, `/proc` seeding) → `decode` (pure: bytes → events) → `state` (fd table, RM handle
 //! ledger → live memory) → `enrich` (cgroup paths, process identity) → `export` (event stream,
 //! `top`). `pipeline` wires the stages together; `doctor` reports what works on this node.
+pub mod attribution;
 pub mod config;
 pub mod cuda;
 pub mod decode;

@@ -1,6 +1,8 @@
 //! The last pipeline stage: what leaves the tracer.
 //!
+//! - [`attribution_table`]: the attribution snapshot as per-GPU tables that add up.
 //! - [`events`]: decoded events as the versioned `gputracer.v1` protobuf schema, written as a
 //!   length-delimited stream or as JSON lines (`gpu-tracer events`).
+pub mod attribution_table;
 pub mod events;
 pub mod top;
