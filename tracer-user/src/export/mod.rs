@@ -2,5 +2,9 @@
 //!
 //! - [`events`]: decoded events as the versioned `gputracer.v1` protobuf schema, written as a
 //!   length-delimited stream or as JSON lines (`gpu-tracer events`).
+//! - [`metrics`]: a snapshot as Prometheus / OpenMetrics text (`docs/metrics.md`).
+//! - [`http`]: the agent's `/metrics`, `/healthz` and `/readyz` server.
 pub mod events;
+pub mod http;
+pub mod metrics;
 pub mod top;
