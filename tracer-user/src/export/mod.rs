@@ -3,6 +3,10 @@
 //! - [`attribution_table`]: the attribution snapshot as per-GPU tables that add up.
 //! - [`events`]: decoded events as the versioned `gputracer.v1` protobuf schema, written as a
 //!   length-delimited stream or as JSON lines (`gpu-tracer events`).
+//! - [`metrics`]: a snapshot as Prometheus / OpenMetrics text (`docs/metrics.md`).
+//! - [`http`]: the agent's `/metrics`, `/healthz` and `/readyz` server.
 pub mod attribution_table;
 pub mod events;
+pub mod http;
+pub mod metrics;
 pub mod top;
