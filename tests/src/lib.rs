@@ -9,17 +9,21 @@
 //! * [`harness`] (re-exported here): RAII guards — [`FakeDriver`], [`PodCgroup`], [`Workload`] —
 //!   and [`require_root`], so privileged tests fail (never skip) where they cannot run and leave
 //!   the machine clean when they fail.
+//! * [`pod_resources`]: the kubelet pod-resources gRPC service on a Unix socket
+//!   ([`FakePodResources`]), answering what a test sets.
 //! * [`tracer`]: the tracer in-process ([`Tracer`]) with helpers that wait for it to catch up.
 
 pub mod fake_driver;
 pub mod fake_libcuda;
 pub mod harness;
 pub mod le;
+pub mod pod_resources;
 pub mod tracer;
 pub mod workload;
 
 pub use fake_driver::DriverStats;
 pub use fake_libcuda::fake_libcuda;
+pub use pod_resources::{FakePodResources, PodResourcesCalls};
 pub use tracer::{config_for, Tracer};
 pub use harness::{
     Answer, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime, Workload, WorkloadBuilder,

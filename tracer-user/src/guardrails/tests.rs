@@ -74,7 +74,10 @@ fn run(allocs: &GpuAllocations, procs: &[GpuProcessObservation]) -> Vec<Violatio
     Guardrails::new("/dev").evaluate(procs, &map(), allocs)
 }
 
-fn kinds(v: &[Violation]) -> Vec<(ViolationKind, Option<String>)> {
+/// (kind, GPU or MIG UUID) of each violation.
+type Kinds = Vec<(ViolationKind, Option<String>)>;
+
+fn kinds(v: &[Violation]) -> Kinds {
     v.iter().map(|v| (v.kind, v.gpu.as_ref().and_then(|g| g.uuid.clone().or(g.mig_uuid.clone())))).collect()
 }
 
@@ -101,7 +104,7 @@ fn allocated_gpu_a_opening_gpu_b_is_one_violation_with_evidence() {
 fn each_kind_by_example() {
     use ViolationKind::*;
     let allocs = allocations(&[("train", &[GPU_A])]);
-    let table: Vec<(&str, GpuProcessObservation, Vec<(ViolationKind, Option<String>)>)> = vec![
+    let table: Vec<(&str, GpuProcessObservation, Kinds)> = vec![
         ("own GPU: opened and in NVML", proc_in(Some("train"), &[0], &[GPU_A]), vec![]),
         ("opens another GPU", proc_in(Some("train"), &[1], &[]), vec![(UnallocatedGpuOpen, Some(GPU_B.into()))]),
         (
@@ -301,7 +304,7 @@ impl Drop for Child {
 #[test]
 fn visible_devices_from_a_real_process_and_nothing_else() {
     let child = Child(
-        std::process::Command::new("sleep")
+        std::process::Command::new("/bin/sleep")
             .arg("30")
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -321,7 +324,7 @@ fn visible_devices_from_a_real_process_and_nothing_else() {
     }
 
     // Unset: None, not empty strings.
-    let bare = Child(std::process::Command::new("sleep").arg("30").env_clear().spawn().expect("sleep starts"));
+    let bare = Child(std::process::Command::new("/bin/sleep").arg("30").env_clear().spawn().expect("sleep starts"));
     assert_eq!(read_visible_devices(Path::new("/proc"), bare.0.id()).unwrap(), VisibleDevices::default());
 }
 
