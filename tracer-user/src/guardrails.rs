@@ -524,8 +524,9 @@ impl EnvironError {
 const MAX_VALUE_BYTES: usize = 4096;
 
 /// `NVIDIA_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES` of `pid`, from `<proc_root>/<pid>/environ`
-/// (the environment it was started with). Every other entry is skipped as it is read: it is never
-/// stored, returned or logged.
+/// (the environment it was started with; a process still inside `execve` reads as empty, so read
+/// it at a GPU open, not at exec). Every other entry is skipped as it is read: it is never stored,
+/// returned or logged.
 pub fn read_visible_devices(proc_root: &Path, pid: u32) -> Result<VisibleDevices, EnvironError> {
     let path = proc_root.join(pid.to_string()).join("environ");
     let io_err = |source: std::io::Error| match source.kind() {

@@ -301,6 +301,21 @@ impl Drop for Child {
     }
 }
 
+/// Wait until `pid` sleeps: spawn returns while the child may still be inside execve, when its
+/// environment reads as empty.
+fn wait_asleep(pid: u32) {
+    let start = std::time::Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // The state follows the `)` closing the command name.
+        if stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('S')) {
+            return;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "{pid} never went to sleep: {stat}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn visible_devices_from_a_real_process_and_nothing_else() {
     let child = Child(
@@ -316,6 +331,7 @@ fn visible_devices_from_a_real_process_and_nothing_else() {
             .spawn()
             .expect("sleep starts"),
     );
+    wait_asleep(child.0.id());
     let v = read_visible_devices(Path::new("/proc"), child.0.id()).unwrap();
     assert_eq!(v, VisibleDevices { nvidia: Some(format!("{GPU_A},{GPU_B}")), cuda: Some("1,0".into()) });
     let shown = format!("{v:?} {}", serde_json::to_string(&v).unwrap());
@@ -325,6 +341,7 @@ fn visible_devices_from_a_real_process_and_nothing_else() {
 
     // Unset: None, not empty strings.
     let bare = Child(std::process::Command::new("/bin/sleep").arg("30").env_clear().spawn().expect("sleep starts"));
+    wait_asleep(bare.0.id());
     assert_eq!(read_visible_devices(Path::new("/proc"), bare.0.id()).unwrap(), VisibleDevices::default());
 }
 
