@@ -1,13 +1,15 @@
 //! Generates the Rust types for `gputracer/v1/*.proto` with protox (a pure-Rust protobuf compiler,
-//! so no `protoc` is needed on the build machine) and prost-build.
+//! so no `protoc` is needed on the build machine) and prost-build; with the `kubelet` feature also
+//! the kubelet pod-resources API (`podresources/v1/api.proto`) with its tonic client and server.
 
 use std::path::PathBuf;
 
 const PROTOS: &[&str] = &["gputracer/v1/events.proto"];
+const KUBELET_PROTOS: &[&str] = &["podresources/v1/api.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    for proto in PROTOS {
+    for proto in PROTOS.iter().chain(KUBELET_PROTOS) {
         println!("cargo:rerun-if-changed={}", root.join(proto).display());
     }
     let fds = protox::compile(PROTOS, [&root])?;
@@ -15,5 +17,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Only with the `serde` feature; cfg_attr keeps the generated file the same either way.
     config.type_attribute(".", "#[cfg_attr(feature = \"serde\", derive(serde::Serialize, serde::Deserialize))]");
     config.compile_fds(fds)?;
+    #[cfg(feature = "kubelet")]
+    kubelet(&root)?;
+    Ok(())
+}
+
+/// `v1.rs`: messages, `pod_resources_lister_client` and `pod_resources_lister_server`. The
+/// transport-free codegen: the caller picks the channel (tracer-user connects over a Unix socket).
+#[cfg(feature = "kubelet")]
+fn kubelet(root: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let fds = protox::compile(KUBELET_PROTOS, [root])?;
+    tonic_prost_build::configure().build_client(true).build_server(true).build_transport(false).compile_fds(fds)?;
     Ok(())
 }

@@ -11,7 +11,22 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/gputracer.v1.rs"));
 }
 
+/// The kubelet pod-resources API (`k8s.io/kubelet/pkg/apis/podresources/v1`, proto package `v1`),
+/// generated from `proto/podresources/v1/api.proto` with its tonic client
+/// ([`podresources::v1::pod_resources_lister_client`]) and server
+/// ([`podresources::v1::pod_resources_lister_server`]). Only with the `kubelet` feature.
+#[cfg(feature = "kubelet")]
+pub mod podresources {
+    /// Generated types of package `v1`.
+    pub mod v1 {
+        #![allow(missing_docs, clippy::all)]
+        include!(concat!(env!("OUT_DIR"), "/v1.rs"));
+    }
+}
+
 pub use prost;
+#[cfg(feature = "kubelet")]
+pub use tonic;
 
 use prost::Message;
 

@@ -11,6 +11,8 @@
 //!   the machine clean when they fail.
 //! * [`kube_api`]: [`kube_api::FakeApiServer`], an in-process Kubernetes API server (pods:
 //!   list, watch, get) for the real `kube` client and reflector, and [`kube_api::FakePod`].
+//! * [`pod_resources`]: the kubelet pod-resources gRPC service on a Unix socket
+//!   ([`FakePodResources`]), answering what a test sets.
 //! * [`tracer`]: the tracer in-process ([`Tracer`]) with helpers that wait for it to catch up.
 
 pub mod fake_driver;
@@ -19,11 +21,13 @@ pub mod harness;
 pub mod kube_api;
 pub mod le;
 pub mod nvml_model;
+pub mod pod_resources;
 pub mod tracer;
 pub mod workload;
 
 pub use fake_driver::DriverStats;
 pub use fake_libcuda::fake_libcuda;
+pub use pod_resources::{FakePodResources, PodResourcesCalls};
 pub use tracer::{config_for, Tracer};
 pub use harness::{
     Answer, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime, Workload, WorkloadBuilder,

@@ -2,8 +2,12 @@
 //!
 //! Modules follow the pipeline: `probe` (load, feature detection, attach) → `source` (ring buffer,
 //! counters, `/proc` seeding) → `decode` (pure: bytes → events) → `state` (fd table, RM handle
-//! ledger → live memory) → `enrich` (cgroup paths, process identity) → `export` (event stream,
-//! `top`). `pipeline` wires the stages together; `doctor` reports what works on this node.
+//! ledger → live memory) → `enrich` (cgroup paths, process identity) → `identity` (cgroup path →
+//! container and pod; the pod watcher) → `allocation` (which GPUs the kubelet gave each container)
+//! → `nvml` (device and per-process readings) → `attribution` (per-GPU lines that add up) →
+//! `guardrails` (GPU use outside the allocations) → `export` (event stream, `top`, metrics).
+//! `pipeline` wires the stages together; `doctor` reports what works on this node.
+pub mod allocation;
 pub mod attribution;
 pub mod config;
 pub mod cuda;
@@ -11,6 +15,7 @@ pub mod decode;
 pub mod doctor;
 pub mod enrich;
 pub mod export;
+pub mod guardrails;
 pub mod identity;
 pub mod nvml;
 pub mod pipeline;

@@ -767,6 +767,7 @@ pub(crate) mod tests {
         };
         let probe = |seen, emitted, rb| ProbeCounters { seen, emitted, dropped_ringbuf_full: rb, ..Default::default() };
         AgentSnapshot {
+            nvml: Default::default(),
             state,
             cuda,
             ledger_check: Vec::new(),

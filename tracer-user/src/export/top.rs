@@ -269,6 +269,7 @@ mod width_tests {
             });
         }
         AgentSnapshot {
+            nvml: Default::default(),
             state,
             cuda: Default::default(),
             ledger_check: Vec::new(),
