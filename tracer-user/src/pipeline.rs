@@ -28,6 +28,8 @@ use crate::{
     state::{Snapshot, TracerState},
 };
 
+mod join;
+
 /// Identity attached to an event after decoding.
 #[derive(Clone, Debug, Default)]
 pub struct Identity {
@@ -39,6 +41,8 @@ pub struct Identity {
     pub released_bytes: Option<u64>,
     /// For a launch: the kernel name of its function handle, when a lookup named it.
     pub kernel_name: Option<String>,
+    /// Who the cgroup is (container, pod, allocated GPUs), when resolved.
+    pub container: Option<std::sync::Arc<crate::identity::ContainerIdentity>>,
 }
 
 /// Remove the entries of a pid_tgid-keyed map whose thread no longer exists.
@@ -68,6 +72,7 @@ impl Identity {
             comm: self.comm.clone(),
             released_bytes: self.released_bytes,
             kernel_name: self.kernel_name.clone(),
+            container: self.container.clone(),
         }
     }
 }
@@ -145,6 +150,17 @@ pub struct AgentSnapshot {
     pub driver_version: String,
     /// NVML: in use or why not, and the latest sample.
     pub nvml: NvmlView,
+    /// Per GPU (and MIG instance): each container's memory, SM share, energy and cost, and the
+    /// lines that belong to no container; all of it sums to the device. `None` without NVML.
+    pub attribution: Option<std::sync::Arc<crate::attribution::AttributionSnapshot>>,
+    /// Who each cgroup seen is (cgroup, container, pod, allocated GPUs), by cgroup id.
+    pub containers: BTreeMap<u64, crate::identity::ContainerIdentity>,
+    /// Allocated vs used GPUs per container (when the kubelet's allocations are known).
+    pub allocation_use: Vec<AllocationUse>,
+    /// Violations raised so far (each once per container, GPU and kind), and the counts.
+    pub violations: Vec<crate::guardrails::Violation>,
+    pub violation_counts: crate::guardrails::ViolationCounts,
+    pub kubernetes: KubeView,
 }
 
 /// Errors starting the pipeline.
@@ -158,6 +174,38 @@ pub enum StartError {
     Source(#[from] SourceError),
     #[error("NVML is required (nvml.mode = \"required\") but cannot be used: {0}")]
     Nvml(#[from] crate::nvml::sampler::NvmlOpenError),
+    #[error("Kubernetes is required (kubernetes.mode = \"required\") but cannot be used: {0}")]
+    Kube(#[from] crate::identity::KubeError),
+    #[error("the kubelet pod-resources API is required (kubernetes.mode = \"required\") but cannot be used: {0}")]
+    PodResources(#[from] crate::allocation::pod_resources::PodResourcesError),
+}
+
+/// Where Kubernetes identity stands.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KubeView {
+    /// `running`, `not-in-use`, `unavailable`, `off`, or `not-started`.
+    pub status: &'static str,
+    /// A line for people (what is used, or why not).
+    pub detail: String,
+    /// The pod watcher's state, when it runs.
+    pub watcher: Option<crate::identity::KubeStatus>,
+    /// The kubelet pod-resources poller's state, when it runs.
+    pub pod_resources: Option<crate::allocation::source::AllocationStatus>,
+}
+
+/// A container's GPU allocation beside its use: what the kubelet gave it and which GPUs it used
+/// this interval; `outside_allocation` lists GPUs it used without holding them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AllocationUse {
+    pub cgroup_id: u64,
+    pub name: String,
+    /// Raw kubelet device ids.
+    pub allocated: Vec<String>,
+    /// Physical GPU (or MIG device) UUIDs it was allocated, resolved through NVML.
+    pub allocated_gpus: Vec<String>,
+    /// GPU UUIDs it used (memory, processes or an open device node).
+    pub used_gpus: Vec<String>,
+    pub outside_allocation: Vec<String>,
 }
 
 /// What the agent knows about NVML: whether it is used, why not, and its latest sample.
@@ -233,10 +281,34 @@ impl NvmlSide {
     }
 }
 
+/// Kubernetes: the pod watcher and the kubelet pod-resources poller (both optional).
+#[derive(Default)]
+struct KubeSide {
+    started: bool,
+    status: &'static str,
+    detail: String,
+    watcher: Option<crate::identity::PodWatcher>,
+    pods: Option<crate::identity::PodCache>,
+    allocations: Option<crate::allocation::source::AllocationSource>,
+}
+
 /// The running agent.
 pub struct Agent {
     cfg: Config,
     nvml: NvmlSide,
+    kube: KubeSide,
+    attributor: crate::attribution::Attributor,
+    attribution: Option<std::sync::Arc<crate::attribution::AttributionSnapshot>>,
+    /// Cumulative launches per cgroup at the previous attribution (for per-interval deltas).
+    launches_at_last_sample: HashMap<u64, u64>,
+    identities: BTreeMap<u64, std::sync::Arc<crate::identity::ContainerIdentity>>,
+    guardrails: crate::guardrails::Guardrails,
+    violations: Vec<crate::guardrails::Violation>,
+    /// Violations not yet taken by `take_new_violations` (the event stream).
+    new_violations: Vec<crate::guardrails::Violation>,
+    /// `NVIDIA_VISIBLE_DEVICES` / `CUDA_VISIBLE_DEVICES` per (pid, start time), read once.
+    visible_devices: HashMap<(u32, u64), crate::guardrails::VisibleDevices>,
+    allocation_use: Vec<AllocationUse>,
     abi: DriverAbi,
     pub driver_version: ResolvedDriverVersion,
     /// The eBPF side; `None` in NVML-only mode (every probe family off).
@@ -293,6 +365,16 @@ impl Agent {
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i128;
         let mut agent = Agent {
             nvml,
+            kube: KubeSide { status: "not-started", ..Default::default() },
+            attributor: crate::attribution::Attributor::new(&cfg.attribution),
+            attribution: None,
+            launches_at_last_sample: HashMap::new(),
+            identities: BTreeMap::new(),
+            guardrails: crate::guardrails::Guardrails::new(cfg.dev_dir.clone()),
+            violations: Vec::new(),
+            new_violations: Vec::new(),
+            visible_devices: HashMap::new(),
+            allocation_use: Vec::new(),
             state: TracerState::new(cfg.max_processes),
             cfg,
             abi,
@@ -565,6 +647,7 @@ impl Agent {
             cgroup_path,
             released_bytes: released,
             kernel_name,
+            container: self.cached_identity(h.cgroup_id),
         };
         sink(&ev, &id);
         match &ev {
@@ -617,6 +700,7 @@ impl Agent {
             cgroup_path: self.cgroups.resolve(cgroup_id),
             released_bytes: None,
             kernel_name: None,
+            container: self.cached_identity(cgroup_id),
         };
         (now, id.to_enrichment())
     }
@@ -682,7 +766,15 @@ impl Agent {
     /// Take an NVML sample (and attribute the interval since the previous one) now, whatever the
     /// snapshot interval says.
     pub fn sample_now(&mut self) {
+        if self.nvml.source.is_none() {
+            return;
+        }
         self.nvml.sample();
+        self.refresh_cuda_counts();
+        let state = self.state.snapshot();
+        let cgroups = &mut self.cgroups;
+        let cuda = self.cuda.snapshot(&mut |id| cgroups.resolve(id));
+        self.attribute(&state, &cuda);
     }
 
     /// Is an NVML sample due (none yet, or the snapshot interval has passed since the last)?
@@ -718,6 +810,7 @@ impl Agent {
                 })
             })
             .collect();
+        let containers = self.snapshot_identities(&state);
         AgentSnapshot {
             state,
             cuda,
@@ -728,6 +821,12 @@ impl Agent {
             attach_mode: self.report.attach_mode,
             driver_version: self.driver_version.version_string(),
             nvml: self.nvml.view(),
+            attribution: self.attribution.clone(),
+            containers,
+            allocation_use: self.allocation_use.clone(),
+            violations: self.violations.clone(),
+            violation_counts: self.guardrails.counts(),
+            kubernetes: self.kube_view(),
         }
     }
 }

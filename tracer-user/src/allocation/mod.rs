@@ -7,7 +7,7 @@
 //! [`GpuDevice`] (the raw id is kept too), so the guardrails can map every allocation back to a
 //! physical GPU (`/dev/nvidiaN`).
 pub mod pod_resources;
-mod source;
+pub mod source;
 
 use std::collections::BTreeMap;
 

@@ -31,7 +31,7 @@ use crate::decode::{
 };
 
 /// What later stages know about an event that the kernel record does not carry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Enrichment {
     /// Wall-clock time of the event, ns since the Unix epoch (from `ktime_ns` and the boot offset).
     pub wall_time_unix_ns: u64,
@@ -45,6 +45,50 @@ pub struct Enrichment {
     pub released_bytes: Option<u64>,
     /// The kernel name of a launch's function, resolved from the handle lookups seen.
     pub kernel_name: Option<String>,
+    /// Who the event's cgroup is (container, pod, allocated GPUs), when resolved.
+    pub container: Option<std::sync::Arc<crate::identity::ContainerIdentity>>,
+}
+
+/// The protobuf form of a container identity.
+pub fn container_proto(c: &crate::identity::ContainerIdentity) -> v1::ContainerIdentity {
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    v1::ContainerIdentity {
+        kind: c.kind.into(),
+        runtime: c.runtime.unwrap_or_default().into(),
+        container_id: s(&c.container_id),
+        pod_uid: s(&c.pod_uid),
+        qos: c.qos.unwrap_or_default().into(),
+        namespace: s(&c.namespace),
+        pod: s(&c.pod),
+        container: s(&c.container),
+        owner_kind: s(&c.owner_kind),
+        owner_name: s(&c.owner_name),
+        labels: c.labels.clone().into_iter().collect(),
+        allocated_gpus: c.allocated_gpus.clone(),
+        allocations_known: c.allocations_known,
+    }
+}
+
+/// A guardrail violation as an event (user space makes it; `ktime_ns` is when it was raised).
+pub fn violation_to_proto(v: &crate::guardrails::Violation, cgroup_id: u64, ktime_ns: u64, e: &Enrichment) -> v1::Event {
+    let h = Header { ktime_ns, tgid: v.pid, pid: v.pid, cgroup_id };
+    let g = v.gpu.clone().unwrap_or_default();
+    let payload = Payload::Violation(v1::Violation {
+        kind: v.kind.as_str().into(),
+        namespace: v.namespace.clone(),
+        pod: v.pod.clone(),
+        container: v.container.clone(),
+        gpu_uuid: g.uuid.unwrap_or_default(),
+        gpu_minor: g.minor,
+        gpu_index: g.index,
+        mig_uuid: g.mig_uuid.unwrap_or_default(),
+        device_path: v.evidence.device_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        nvml_uuid: v.evidence.nvml_uuid.clone().unwrap_or_default(),
+        nvidia_visible_devices: v.evidence.visible_devices.nvidia.clone(),
+        cuda_visible_devices: v.evidence.visible_devices.cuda.clone(),
+        allocated: v.evidence.allocated.clone(),
+    });
+    message(&h, e, None, Call::default(), None, None, payload)
 }
 
 /// Converts one decoded event into its `gputracer.v1` message. `header.kind` always matches the
@@ -198,6 +242,7 @@ fn message(
             comm,
             duration_ns: call.duration_ns,
             syscall_ret: call.ret,
+            container: e.container.as_deref().map(container_proto),
         }),
         device: device.map(device_proto),
         fd,
@@ -209,6 +254,7 @@ fn message(
 pub fn event_kind(p: &Payload) -> v1::EventKind {
     use v1::EventKind as K;
     match p {
+        Payload::Violation(_) => K::Violation,
         Payload::FdOpened(_) => K::FdOpened,
         Payload::FdClosed(_) => K::FdClosed,
         Payload::FdDuped(_) => K::FdDuped,
@@ -467,6 +513,17 @@ pub fn to_json(ev: &v1::Event) -> Value {
     m.insert("cgroup_id".into(), h.cgroup_id.into());
     m.insert("cgroup_path".into(), h.cgroup_path.into());
     m.insert("comm".into(), h.comm.into());
+    if let Some(c) = h.container {
+        m.insert(
+            "container".into(),
+            serde_json::json!({
+                "kind": c.kind, "runtime": c.runtime, "container_id": c.container_id, "pod_uid": c.pod_uid,
+                "qos": c.qos, "namespace": c.namespace, "pod": c.pod, "container": c.container,
+                "owner_kind": c.owner_kind, "owner_name": c.owner_name, "labels": c.labels,
+                "allocated_gpus": c.allocated_gpus, "allocations_known": c.allocations_known,
+            }),
+        );
+    }
     m.insert("duration_ns".into(), h.duration_ns.into());
     m.insert("syscall_ret".into(), h.syscall_ret.into());
     let device = ev.device.as_ref().map(|d| {
@@ -629,6 +686,21 @@ fn payload_json(m: &mut Map<String, Value>, p: &Payload) {
             m.insert("grid".into(), x.grid.clone().into());
             m.insert("block".into(), x.block.clone().into());
             m.insert("shared_mem_bytes".into(), x.shared_mem_bytes.into());
+        }
+        Payload::Violation(x) => {
+            m.insert("violation".into(), x.kind.clone().into());
+            m.insert("namespace".into(), x.namespace.clone().into());
+            m.insert("pod".into(), x.pod.clone().into());
+            m.insert("container".into(), x.container.clone().into());
+            m.insert("gpu_uuid".into(), x.gpu_uuid.clone().into());
+            m.insert("gpu_minor".into(), x.gpu_minor.map_or(Value::Null, Value::from));
+            m.insert("gpu_index".into(), x.gpu_index.map_or(Value::Null, Value::from));
+            m.insert("mig_uuid".into(), x.mig_uuid.clone().into());
+            m.insert("device_path".into(), x.device_path.clone().into());
+            m.insert("nvml_uuid".into(), x.nvml_uuid.clone().into());
+            m.insert("nvidia_visible_devices".into(), x.nvidia_visible_devices.clone().map_or(Value::Null, Value::from));
+            m.insert("cuda_visible_devices".into(), x.cuda_visible_devices.clone().map_or(Value::Null, Value::from));
+            m.insert("allocated".into(), x.allocated.clone().into());
         }
         Payload::CudaLaunchBatch(x) => {
             m.insert("entry_point".into(), x.entry_point.clone().into());

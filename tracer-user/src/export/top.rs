@@ -83,9 +83,57 @@ fn cgroup_sort_key(c: &CgroupRow) -> (std::cmp::Reverse<u64>, u64) {
     (std::cmp::Reverse(c.usage.vidmem_bytes), c.cgroup_id)
 }
 
+/// The name of cgroup `id` for people: the pod's `namespace/pod/container` when Kubernetes knows
+/// it, else what the path says.
+fn name_of(s: &AgentSnapshot, id: u64, path: Option<&str>) -> String {
+    match s.containers.get(&id) {
+        Some(c) => c.display_name(),
+        None => short_cgroup(path, id),
+    }
+}
+
+/// The attribution blocks (or why there are none), Kubernetes and guardrail lines.
+fn render_header(s: &AgentSnapshot, o: &RenderOptions) -> String {
+    let mut out = String::new();
+    match &s.attribution {
+        Some(a) => {
+            out.push_str(&crate::export::attribution_table::render_attribution(a, o.width));
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        None if s.nvml.status == "ready" => out.push_str("NVML: ready, first interval not attributed yet\n"),
+        None if !s.nvml.status.is_empty() => out.push_str(&format!(
+            "NVML {}: {}\n  (per-GPU attribution needs NVML; below: the driver ledger only)\n",
+            s.nvml.status,
+            s.nvml.reason.as_deref().unwrap_or("no reason given")
+        )),
+        None => {}
+    }
+    if !matches!(s.kubernetes.status, "" | "not-started" | "off") {
+        out.push_str(&format!("kubernetes: {}\n", s.kubernetes.detail));
+    }
+    if !s.violations.is_empty() {
+        out.push_str(&format!("GPU guardrail violations: {}\n", s.violations.len()));
+        for v in s.violations.iter().rev().take(5) {
+            let gpu = v.gpu.as_ref().and_then(|g| g.uuid.clone().or(g.mig_uuid.clone())).unwrap_or_else(|| "all".into());
+            out.push_str(&format!(
+                "  ! {}/{}/{} pid {} {} {}\n",
+                v.namespace,
+                v.pod,
+                v.container,
+                v.pid,
+                v.kind.as_str(),
+                crate::attribution::gpu::short_uuid(&gpu)
+            ));
+        }
+    }
+    out
+}
+
 /// Render one snapshot.
 pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
-    let mut out = String::new();
+    let mut out = render_header(s, o);
     let t = &s.state.totals;
     out.push_str(&format!(
         "gpu-tracer: {} processes in {} cgroups hold {} of GPU memory\n(driver {}, attach mode {})\n",
@@ -111,7 +159,7 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     let mut cgroups: Vec<&CgroupRow> = s.state.cgroups.iter().collect();
     cgroups.sort_by_key(|c| cgroup_sort_key(c));
     for c in cgroups {
-        let mut name = short_cgroup(c.path.as_deref(), c.cgroup_id);
+        let mut name = name_of(s, c.cgroup_id, c.path.as_deref());
         if c.removed {
             name.push_str(" (removed)");
         }
@@ -200,7 +248,7 @@ fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
     let mut cgroups: Vec<_> = s.cuda.cgroups.iter().collect();
     cgroups.sort_by(|a, b| b.usage.launches.cmp(&a.usage.launches).then(a.cgroup_id.cmp(&b.cgroup_id)));
     for c in cgroups {
-        table.add_row(row(short_cgroup(c.path.as_deref(), c.cgroup_id), &c.usage));
+        table.add_row(row(name_of(s, c.cgroup_id, c.path.as_deref()), &c.usage));
         if o.per_process {
             for p in s.cuda.processes.iter().filter(|p| p.cgroup_id == c.cgroup_id) {
                 table.add_row(row(format!("  {}", p.tgid), &p.usage));

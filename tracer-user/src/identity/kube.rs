@@ -64,7 +64,7 @@ pub struct PodIdentity {
 }
 
 /// Where the pod watcher stands.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct KubeStatus {
     /// The node whose pods are watched.
     pub node: String,

@@ -1,0 +1,340 @@
+//! The join stage: once per NVML sample, what the eBPF ledgers, the NVML sample and identity know
+//! about every GPU process, put together for the attribution engine and the guardrails; and the
+//! Kubernetes side (pod watcher, kubelet allocations) that feeds identity.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use super::{Agent, AllocationUse, KubeView, StartError};
+use crate::{
+    allocation::{GpuAllocations, GpuDevice, source::AllocationSource},
+    attribution::{ContainerInput, ContainerKey, ProcessLedgers, ProcessOwner},
+    cuda::ledger::CudaSnapshot,
+    guardrails::{GpuMap, GpuProcessObservation},
+    identity::{ContainerIdentity, KubeStart, PodWatcher},
+    nvml::model::NvmlSample,
+    state::Snapshot,
+};
+
+/// The comm the MPS control daemon's server has (15 bytes of `nvidia-cuda-mps-server`).
+const MPS_SERVER_COMM: &str = "nvidia-cuda-mps";
+
+/// How often the kubelet's allocations are read again.
+const POD_RESOURCES_EVERY: Duration = Duration::from_secs(5);
+
+impl Agent {
+    /// Start the Kubernetes side (call once, inside the tokio runtime): the pod watcher for this
+    /// node and the kubelet pod-resources poller. In `auto` mode whatever is missing is reported
+    /// (`kubernetes` in the snapshot, `doctor`) and the agent goes on; in `required` mode it fails.
+    pub async fn start_kubernetes(&mut self) -> Result<(), StartError> {
+        if self.kube.started {
+            return Ok(());
+        }
+        self.kube.started = true;
+        let settings = self.cfg.kubernetes.clone();
+        let start = PodWatcher::start(&settings).await?;
+        self.kube.detail = start.describe();
+        self.kube.status = match &start {
+            KubeStart::Off => "off",
+            KubeStart::NotInUse { .. } => "not-in-use",
+            KubeStart::Unavailable { .. } => "unavailable",
+            KubeStart::Running(_) => "running",
+        };
+        match &start {
+            KubeStart::Running(_) => tracing::info!("{}", self.kube.detail),
+            _ => tracing::warn!("Kubernetes identity: {}", self.kube.detail),
+        }
+        self.kube.pods = start.cache();
+        if let KubeStart::Running(w) = start {
+            self.kube.watcher = Some(w);
+        }
+        // pod-resources only makes sense on a Kubernetes node; off when Kubernetes is.
+        if self.kube.status != "off" {
+            self.kube.allocations = AllocationSource::start(&settings, POD_RESOURCES_EVERY).await?;
+        }
+        Ok(())
+    }
+
+    /// The pod cache, when the watcher runs (tests wait on it).
+    pub fn pod_cache(&self) -> Option<&crate::identity::PodCache> {
+        self.kube.pods.as_ref()
+    }
+
+    /// Read the kubelet's allocations now (instead of waiting for the next poll).
+    pub async fn refresh_allocations(&self) {
+        if let Some(a) = &self.kube.allocations {
+            let _ = a.refresh().await;
+        }
+    }
+
+    /// Violations raised since the last call (the event stream writes them).
+    pub fn take_new_violations(&mut self) -> Vec<crate::guardrails::Violation> {
+        std::mem::take(&mut self.new_violations)
+    }
+
+    pub(super) fn kube_view(&self) -> KubeView {
+        KubeView {
+            status: self.kube.status,
+            detail: self.kube.detail.clone(),
+            watcher: self.kube.pods.as_ref().map(|c| c.status()),
+            pod_resources: self.kube.allocations.as_ref().map(|a| a.status()),
+        }
+    }
+
+    fn allocations(&self) -> Option<Arc<GpuAllocations>> {
+        self.kube.allocations.as_ref().and_then(|a| a.current())
+    }
+
+    /// Who cgroup `id` is, resolved now (cheap: a path parse and cache lookups).
+    pub fn identity_of(&mut self, id: u64) -> Arc<ContainerIdentity> {
+        let path = self.cgroups.resolve(id);
+        let allocs = self.allocations();
+        let ident =
+            Arc::new(ContainerIdentity::resolve(id, path.as_deref(), self.kube.pods.as_ref(), allocs.as_deref()));
+        self.identities.insert(id, ident.clone());
+        ident
+    }
+
+    /// The identity resolved at the last interval (or now, for a cgroup not seen yet); `None` for
+    /// cgroup 0 (unknown).
+    pub(super) fn cached_identity(&mut self, id: u64) -> Option<Arc<ContainerIdentity>> {
+        if id == 0 {
+            return None;
+        }
+        match self.identities.get(&id) {
+            Some(i) => Some(i.clone()),
+            None => Some(self.identity_of(id)),
+        }
+    }
+
+    /// Identities of every cgroup the state and the attribution know, resolved again.
+    pub(super) fn snapshot_identities(&mut self, state: &Snapshot) -> BTreeMap<u64, ContainerIdentity> {
+        let mut ids: BTreeSet<u64> = state.cgroups.iter().map(|c| c.cgroup_id).collect();
+        if let Some(a) = &self.attribution {
+            ids.extend(a.containers.iter().map(|c| c.container.0));
+        }
+        // Bounded: only what the state or the attribution still knows.
+        self.identities.retain(|k, _| ids.contains(k));
+        ids.into_iter().map(|id| (id, (*self.identity_of(id)).clone())).collect()
+    }
+
+    /// One interval: NVML's latest sample joined with the ledgers and identity → attribution; and
+    /// the guardrails on the same observations.
+    pub(super) fn attribute(&mut self, state: &Snapshot, cuda: &CudaSnapshot) {
+        let Some(sample) = self.nvml.last.clone() else { return };
+        let prev = self.nvml.prev.clone();
+        // Every PID either side knows.
+        let mut pids: BTreeSet<u32> = state.processes.iter().map(|p| p.tgid).collect();
+        for d in &sample.devices {
+            pids.extend(d.processes.iter().map(|p| p.pid));
+            for m in &d.mig_instances {
+                pids.extend(m.processes.iter().map(|p| p.pid));
+            }
+        }
+        let allocs = self.allocations();
+        let mut owners: BTreeMap<u32, ProcessOwner> = BTreeMap::new();
+        let mut cgroup_of: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut containers: BTreeMap<ContainerKey, ContainerInput> = BTreeMap::new();
+        for pid in &pids {
+            let cg = state.processes.iter().find(|p| p.tgid == *pid).map(|p| p.cgroup_id).filter(|c| *c != 0);
+            let Some(cg) = cg.or_else(|| self.cgroup_id_of(*pid)) else {
+                owners.insert(*pid, ProcessOwner::default());
+                continue;
+            };
+            cgroup_of.insert(*pid, cg);
+            let ident = self.identity_of(cg);
+            let comm = self.comm_of(*pid, state);
+            let is_mps_server = comm.as_deref().is_some_and(|c| c.starts_with(MPS_SERVER_COMM));
+            let container = (ident.is_container() && !is_mps_server).then_some(ContainerKey(cg));
+            let name = ident.display_name();
+            if let Some(k) = container {
+                containers.entry(k).or_insert_with(|| ContainerInput {
+                    name: Some(name.clone()),
+                    request: ident.gpu_request(allocs.as_deref()),
+                });
+            }
+            owners.insert(*pid, ProcessOwner { container, display_name: Some(name), is_mps_server });
+        }
+        // Launches per container since the previous sample.
+        let mut launches: BTreeMap<ContainerKey, u64> = BTreeMap::new();
+        for row in &cuda.cgroups {
+            let total = row.usage.launches + row.usage.graph_launches;
+            let before = self.launches_at_last_sample.insert(row.cgroup_id, total).unwrap_or(0);
+            let delta = total.saturating_sub(before);
+            if delta > 0 {
+                launches.insert(ContainerKey(row.cgroup_id), delta);
+            }
+        }
+        let ledger_of = |pid: u32, minor: Option<u32>| ledgers_of(state, cuda, pid, minor);
+        let mut input = crate::attribution::input_from_sample(
+            &sample,
+            prev.as_deref(),
+            |pid| owners.get(&pid).cloned(),
+            ledger_of,
+            &launches,
+        );
+        // Names and requests the adapter does not know; the kubelet's share of each GPU.
+        for (k, c) in containers {
+            let e = input.containers.entry(k).or_default();
+            e.name = e.name.take().or(c.name);
+            e.request = c.request;
+        }
+        if let Some(a) = allocs.as_deref() {
+            for g in &mut input.gpus {
+                let keys: BTreeSet<ContainerKey> = g.processes.iter().filter_map(|p| p.container).collect();
+                for k in keys {
+                    let ident = self.identities.get(&k.0);
+                    if let Some(f) = ident.and_then(|i| i.requested_fraction_of(&g.uuid, Some(a))) {
+                        g.requested_fraction.insert(k, f);
+                    }
+                }
+            }
+        }
+        let snap = self.attributor.update(&input);
+        self.attribution = Some(Arc::new(snap));
+        self.check_guardrails(state, &sample, &cgroup_of, allocs);
+    }
+
+    fn comm_of(&mut self, pid: u32, state: &Snapshot) -> Option<String> {
+        if let Some(c) = state.processes.iter().find(|p| p.tgid == pid).and_then(|p| p.comm.clone()) {
+            return Some(c);
+        }
+        crate::enrich::process_info(&self.cfg.proc_root, pid).map(|i| i.comm)
+    }
+
+    /// Observations of every GPU process in a container → new violations; and allocated vs used.
+    fn check_guardrails(
+        &mut self,
+        state: &Snapshot,
+        sample: &NvmlSample,
+        cgroup_of: &BTreeMap<u32, u64>,
+        allocs: Option<Arc<GpuAllocations>>,
+    ) {
+        let Some(allocs) = allocs else {
+            self.allocation_use.clear();
+            return;
+        };
+        let map = GpuMap::from_nvml(sample);
+        let mut nvml_uuids: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for d in &sample.devices {
+            for p in &d.processes {
+                nvml_uuids.entry(p.pid).or_default().push(d.uuid.clone());
+            }
+            for m in &d.mig_instances {
+                for p in &m.processes {
+                    nvml_uuids.entry(p.pid).or_default().push(m.uuid.clone());
+                }
+            }
+        }
+        let mut obs = Vec::new();
+        let mut used: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+        for (pid, cg) in cgroup_of {
+            let Some(ident) = self.identities.get(cg).cloned() else { continue };
+            let ident: &ContainerIdentity = &ident;
+            let Some(cref) = ident.container_ref() else { continue };
+            let row = state.processes.iter().find(|p| p.tgid == *pid);
+            let opened: Vec<crate::decode::Device> = row
+                .map(|r| {
+                    r.gpu_minors
+                        .iter()
+                        .map(|m| crate::decode::Device {
+                            kind: crate::decode::DeviceKind::Gpu,
+                            minor: *m,
+                            file_id: 0,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let uuids = nvml_uuids.get(pid).cloned().unwrap_or_default();
+            let u = used.entry(*cg).or_default();
+            u.extend(uuids.iter().cloned());
+            for d in &opened {
+                if let Some(g) = map.by_minor(d.minor) {
+                    u.insert(g.uuid.clone());
+                }
+            }
+            let start = row.map_or(0, |r| r.start_time_ticks);
+            let proc_root = self.cfg.proc_root.clone();
+            let visible = self
+                .visible_devices
+                .entry((*pid, start))
+                .or_insert_with(|| crate::guardrails::read_visible_devices(&proc_root, *pid).unwrap_or_default())
+                .clone();
+            obs.push(GpuProcessObservation {
+                pid: *pid,
+                container: Some(cref),
+                opened,
+                nvml_uuids: uuids,
+                visible_devices: visible,
+            });
+        }
+        let live: BTreeSet<u32> = cgroup_of.keys().copied().collect();
+        self.visible_devices.retain(|(pid, _), _| live.contains(pid));
+        let new = self.guardrails.evaluate(&obs, &map, &allocs);
+        for v in &new {
+            tracing::warn!(
+                kind = v.kind.as_str(),
+                namespace = %v.namespace,
+                pod = %v.pod,
+                container = %v.container,
+                pid = v.pid,
+                "GPU guardrail violation"
+            );
+        }
+        self.violations.extend(new.iter().cloned());
+        self.new_violations.extend(new);
+        // Allocated vs used, per container with a name.
+        let mut rows = Vec::new();
+        for (cg, used) in used {
+            let Some(ident) = self.identities.get(&cg) else { continue };
+            let allocated_gpus: BTreeSet<String> = ident
+                .container_ref()
+                .map(|c| allocs.for_container(&c).iter().filter_map(|g| physical_uuid(&map, &g.device)).collect())
+                .unwrap_or_default();
+            let outside: Vec<String> = used
+                .iter()
+                .filter(|u| {
+                    !allocated_gpus.contains(*u)
+                        && !map.mig(u).is_some_and(|(parent, _)| allocated_gpus.contains(&parent.uuid))
+                })
+                .cloned()
+                .collect();
+            rows.push(AllocationUse {
+                cgroup_id: cg,
+                name: ident.display_name(),
+                allocated: ident.allocated_gpus.clone(),
+                allocated_gpus: allocated_gpus.into_iter().collect(),
+                used_gpus: used.into_iter().collect(),
+                outside_allocation: outside,
+            });
+        }
+        self.allocation_use = rows;
+    }
+}
+
+/// The GPU (or MIG device) UUID a kubelet device id names, through NVML's map.
+fn physical_uuid(map: &GpuMap, d: &GpuDevice) -> Option<String> {
+    match d {
+        GpuDevice::Gpu { uuid } | GpuDevice::Mig { uuid } => Some(uuid.clone()),
+        GpuDevice::MigLegacy { parent_uuid, .. } => Some(parent_uuid.clone()),
+        GpuDevice::Index { index } => map.by_index(*index).map(|g| g.uuid.clone()),
+        GpuDevice::MigIndex { parent_index, .. } => map.by_index(*parent_index).map(|g| g.uuid.clone()),
+        GpuDevice::DraGpu { minor, .. } => map.by_minor(*minor).map(|g| g.uuid.clone()),
+        GpuDevice::Unrecognised { .. } => None,
+    }
+}
+
+/// The eBPF ledgers' device bytes of `pid` on GPU `minor`: known exactly when the process has
+/// only that GPU open (the driver ledger is per process, not per process and GPU).
+fn ledgers_of(state: &Snapshot, cuda: &CudaSnapshot, pid: u32, minor: Option<u32>) -> ProcessLedgers {
+    let row = state.processes.iter().find(|p| p.tgid == pid);
+    let single = |minors: &[u32]| minors.len() == 1 && Some(minors[0]) == minor;
+    let driver_bytes = row.filter(|r| single(&r.gpu_minors)).map(|r| r.usage.vidmem_bytes);
+    let cuda_bytes = row
+        .filter(|r| single(&r.gpu_minors))
+        .and_then(|_| cuda.processes.iter().find(|c| c.tgid == pid))
+        .map(|c| c.usage.device_bytes);
+    ProcessLedgers { driver_bytes, cuda_bytes }
+}
