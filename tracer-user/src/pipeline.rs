@@ -136,7 +136,7 @@ pub struct LedgerCheck {
 }
 
 /// Everything a user-facing command shows, computed once per interval.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct AgentSnapshot {
     pub state: Snapshot,
     /// libcuda-level numbers (the `cuda` family): launches, CUDA allocations.

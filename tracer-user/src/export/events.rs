@@ -865,6 +865,7 @@ mod tests {
             comm: Some("python3".into()),
             released_bytes: Some(2 << 20),
             kernel_name: Some("sgemm_kernel".into()),
+            container: None,
         }
     }
 

@@ -767,7 +767,6 @@ pub(crate) mod tests {
         };
         let probe = |seen, emitted, rb| ProbeCounters { seen, emitted, dropped_ringbuf_full: rb, ..Default::default() };
         AgentSnapshot {
-            nvml: Default::default(),
             state,
             cuda,
             ledger_check: Vec::new(),
@@ -783,6 +782,7 @@ pub(crate) mod tests {
             accounting: Accounting { seen: 105, received: 102, aggregated: 0, dropped: 3, in_flight: 0, exact: true },
             attach_mode: "tracepoint",
             driver_version: "570.86.15".into(),
+            ..Default::default()
         }
     }
 

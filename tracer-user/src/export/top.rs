@@ -317,7 +317,6 @@ mod width_tests {
             });
         }
         AgentSnapshot {
-            nvml: Default::default(),
             state,
             cuda: Default::default(),
             ledger_check: Vec::new(),
@@ -333,6 +332,7 @@ mod width_tests {
             },
             attach_mode: "btf-tracepoint",
             driver_version: "535.261.03".into(),
+            ..Default::default()
         }
     }
 
