@@ -27,8 +27,12 @@ use tracer_user::{
 GPU memory allocation to the process and cgroup (container) that made it. It needs root, or CAP_BPF + \
 CAP_PERFMON (+ CAP_SYS_PTRACE to scan processes that started before it).\n\n\
 Try:\n  gpu-tracer doctor            what works on this node, and why not\n  \
-gpu-tracer top               live GPU memory per container\n  \
-gpu-tracer events --json     the raw event stream as JSON lines\n\n\
+gpu-tracer top               each GPU's memory, SM share, energy and cost per container\n  \
+gpu-tracer events --json     the raw event stream as JSON lines\n  \
+gpu-tracer agent             the node agent: /metrics, /healthz, /readyz on --listen\n\n\
+With --price-per-gpu-hour the cost of each GPU is split between its containers (the parts add up \
+to the bill). NVML (libnvidia-ml.so.1) gives the device totals; Kubernetes (kubeconfig or in-cluster) \
+names the pods, and the kubelet's pod-resources socket says which GPUs each was allocated.\n\n\
 Without a GPU, `cargo xtask sim` runs a simulated node (a fake driver and three pod workloads)."
 )]
 struct Cli {
@@ -104,6 +108,18 @@ enum Command {
     Events(EventsArgs),
     /// Check what works on this node: kernel features, privileges, driver, probes.
     Doctor(DoctorArgs),
+    /// Run as the node agent: trace, attribute, and serve /metrics, /healthz and /readyz.
+    Agent(AgentArgs),
+}
+
+#[derive(Args)]
+struct AgentArgs {
+    /// Address to serve /metrics, /healthz and /readyz on.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    listen: std::net::SocketAddr,
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long)]
+    duration: Option<f64>,
 }
 
 #[derive(Args)]
@@ -233,6 +249,7 @@ fn log_report(agent: &Agent) {
 
 async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
+    agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
     let start = Instant::now();
     let interval = Duration::from_millis(a.interval_ms.max(50));
@@ -278,6 +295,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     let writer = EventWriter::to_path(a.output.as_deref(), fmt)
         .with_context(|| format!("opening {}", a.output.as_ref().map(|p| p.display().to_string()).unwrap_or("stdout".into())))?;
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
+    agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
     if !a.per_event_pids.is_empty() || !a.per_event_cgroups.is_empty() {
         let mut ids = Vec::new();
@@ -299,6 +317,9 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
         }
         if last_batch.elapsed() >= Duration::from_secs(1) {
             out.launch_batches(&mut agent, last_batch.elapsed());
+            // NVML is sampled (and the guardrails checked) on the snapshot interval.
+            let _ = agent.snapshot();
+            out.violations(&mut agent);
             last_batch = Instant::now();
         }
         if out.io_error.is_some() || out.written >= out.limit || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
@@ -307,6 +328,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     }
     agent.drain(&mut |ev, id| out.write(ev, id));
     out.launch_batches(&mut agent, last_batch.elapsed());
+    out.violations(&mut agent);
     out.writer.flush()?;
     if let Some(e) = out.io_error {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
@@ -356,6 +378,22 @@ impl StreamOut {
         }
     }
 
+    /// Guardrail violations raised since the last call, one event each.
+    fn violations(&mut self, agent: &mut Agent) {
+        for v in agent.take_new_violations() {
+            if self.written >= self.limit || self.io_error.is_some() {
+                return;
+            }
+            let cgroup_id = agent.cgroup_of_container(&v.namespace, &v.pod, &v.container).unwrap_or(0);
+            let (now, e) = agent.enrichment_now(v.pid, cgroup_id);
+            let msg = tracer_user::export::events::violation_to_proto(&v, cgroup_id, now, &e);
+            match self.writer.write(&msg) {
+                Ok(()) => self.written += 1,
+                Err(err) => self.io_error = Some(err),
+            }
+        }
+    }
+
     fn write(&mut self, ev: &tracer_user::decode::Event, id: &Identity) {
         if self.written >= self.limit || self.io_error.is_some() {
             return;
@@ -367,7 +405,7 @@ impl StreamOut {
     }
 }
 
-fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
+async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
     let mut checks = doctor::static_checks(&cfg);
     let mut probe_result = Agent::start(cfg.clone());
     if let Ok(agent) = probe_result.as_mut() {
@@ -388,6 +426,21 @@ fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
             (_, _) => ("warn", v.reason.clone().unwrap_or_else(|| "not sampled".into())),
         };
         checks.push(doctor::Check { name: "nvml", status, detail });
+        if let Err(e) = agent.start_kubernetes().await {
+            checks.push(doctor::Check { name: "kubernetes", status: "fail", detail: format!("{e:#}") });
+        } else {
+            let k = agent.snapshot().kubernetes;
+            let status = if k.status == "running" { "ok" } else { "warn" };
+            checks.push(doctor::Check { name: "kubernetes", status, detail: k.detail.clone() });
+            if let Some(p) = &k.pod_resources {
+                let (st, d) = match (&p.last_error, p.available) {
+                    (_, true) => ("ok", format!("{} answers", p.socket.display())),
+                    (Some(e), false) => ("warn", e.clone()),
+                    (None, false) => ("warn", format!("{}: no answer yet", p.socket.display())),
+                };
+                checks.push(doctor::Check { name: "kubelet allocations", status: st, detail: d });
+            }
+        }
     }
     let report = match &probe_result {
         Ok(agent) => Some(agent.report().clone()),
@@ -429,6 +482,46 @@ fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
     Ok(())
 }
 
+/// The node agent: the pipeline, with /metrics, /healthz and /readyz served on `--listen`.
+async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
+    use std::sync::Arc;
+    use tracer_user::export::{
+        http::{HealthSettings, ServeState, serve},
+        metrics::MetricsRegistry,
+    };
+    let interval = Duration::from_millis(cfg.snapshot_interval_ms.max(100));
+    let mut agent = Agent::start(cfg).context("starting the tracer")?;
+    agent.start_kubernetes().await.context("starting Kubernetes identity")?;
+    log_report(&agent);
+    let state = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
+    state.mark_attached(agent.report().attach_mode);
+    let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;
+    tracing::info!(listen = %server.local_addr, "serving /metrics, /healthz, /readyz");
+    eprintln!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
+    let start = Instant::now();
+    let mut next = Instant::now();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let mut ignore = |_: &tracer_user::decode::Event, _: &Identity| {};
+        tokio::select! {
+            _ = agent.step(&mut ignore) => {}
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        }
+        state.heartbeat();
+        if Instant::now() >= next {
+            next = Instant::now() + interval;
+            agent.drain(&mut |_, _| {});
+            state.publish(Arc::new(agent.snapshot()));
+        }
+        if a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
+            break;
+        }
+    }
+    server.shutdown().await.context("stopping the metrics server")?;
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.common.log.clone());
@@ -441,9 +534,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Top(a) => rt.block_on(run_top(cfg, a)),
         Command::Events(a) => rt.block_on(run_events(cfg, a)),
-        Command::Doctor(a) => {
-            let _g = rt.enter();
-            run_doctor(cfg, a)
-        }
+        Command::Doctor(a) => rt.block_on(run_doctor(cfg, a)),
+        Command::Agent(a) => rt.block_on(run_agent(cfg, a)),
     }
 }

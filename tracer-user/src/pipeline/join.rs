@@ -43,15 +43,19 @@ impl Agent {
             KubeStart::Running(_) => "running",
         };
         match &start {
-            KubeStart::Running(_) => tracing::info!("{}", self.kube.detail),
-            _ => tracing::warn!("Kubernetes identity: {}", self.kube.detail),
+            KubeStart::Running(_) | KubeStart::NotInUse { .. } | KubeStart::Off => {
+                tracing::info!("{}", self.kube.detail)
+            }
+            KubeStart::Unavailable { .. } => tracing::warn!("Kubernetes identity: {}", self.kube.detail),
         }
         self.kube.pods = start.cache();
         if let KubeStart::Running(w) = start {
             self.kube.watcher = Some(w);
         }
-        // pod-resources only makes sense on a Kubernetes node; off when Kubernetes is.
-        if self.kube.status != "off" {
+        // pod-resources only makes sense on a Kubernetes node: off when Kubernetes is, and on a
+        // plain host (not in use) only if a kubelet socket is there after all.
+        let on_node = self.kube.status != "not-in-use" || settings.pod_resources_socket.exists();
+        if self.kube.status != "off" && on_node {
             self.kube.allocations = AllocationSource::start(&settings, POD_RESOURCES_EVERY).await?;
         }
         Ok(())
@@ -67,6 +71,16 @@ impl Agent {
         if let Some(a) = &self.kube.allocations {
             let _ = a.refresh().await;
         }
+    }
+
+    /// The cgroup of container `namespace/pod/container`, among those resolved.
+    pub fn cgroup_of_container(&self, namespace: &str, pod: &str, container: &str) -> Option<u64> {
+        self.identities.iter().find_map(|(id, c)| {
+            (c.namespace.as_deref() == Some(namespace)
+                && c.pod.as_deref() == Some(pod)
+                && c.container.as_deref() == Some(container))
+            .then_some(*id)
+        })
     }
 
     /// Violations raised since the last call (the event stream writes them).
