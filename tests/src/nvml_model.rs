@@ -51,6 +51,24 @@ pub struct NvmlModel {
     started: Instant,
     /// Extra processes that NVML lists but the driver does not (e.g. an MPS server), by minor.
     pub extra_processes: BTreeMap<u32, Vec<Process>>,
+    /// GPUs (by minor) run under MPS: the driver's processes are MPS clients (listed by
+    /// `nvmlDeviceGetMPSComputeRunningProcesses`), and `extra_processes` holds the server.
+    pub mps_gpus: std::collections::BTreeSet<u32>,
+    /// GPUs (by minor) in MIG mode: their processes are spread over these instances (by pid; a
+    /// pid not listed goes to the first instance), and process utilization is not supported.
+    pub mig: BTreeMap<u32, Vec<MigSpec>>,
+}
+
+/// One MIG instance of a model GPU.
+#[derive(Clone, Debug)]
+pub struct MigSpec {
+    pub uuid: String,
+    pub profile: String,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub total_bytes: u64,
+    /// Processes placed on it.
+    pub pids: Vec<u32>,
 }
 
 impl NvmlModel {
@@ -76,6 +94,8 @@ impl NvmlModel {
             last_tick: Instant::now(),
             started: Instant::now(),
             extra_processes: BTreeMap::new(),
+            mps_gpus: Default::default(),
+            mig: BTreeMap::new(),
         };
         let scenario = m.scenario(stats, &BTreeMap::new(), 0);
         m.library = fake_nvml::install(dir, &scenario)?;
@@ -164,6 +184,45 @@ impl NvmlModel {
             let mem_util = samples.iter().map(|x| x.mem).sum::<u32>().min(100);
             let used = (g.reserved_bytes + used_driver + extra_bytes).min(cap.max(g.reserved_bytes));
             let total = cap.max(used);
+            if let Some(instances) = self.mig.get(&g.minor) {
+                // MIG: memory and processes per instance; no device utilization or process samples.
+                let mut d = Device::new(&gpu_uuid(g.minor))
+                    .name(&g.name)
+                    .minor(g.minor)
+                    .pci_bus_id(&format!("00000000:{:02X}:00.0", 0x10 + i))
+                    .memory(total, g.reserved_bytes, used)
+                    .power_mw(g.idle_power_mw)
+                    .energy_mj(g.energy_mj)
+                    .mig_mode(true, true);
+                for (k, m) in instances.iter().enumerate() {
+                    let unplaced = |pid: u32| !instances.iter().any(|x| x.pids.contains(&pid));
+                    let mine: Vec<Process> = procs
+                        .iter()
+                        .filter(|p| m.pids.contains(&p.pid) || (k == 0 && unplaced(p.pid)))
+                        .map(|p| Process {
+                            gpu_instance_id: Some(m.gpu_instance_id),
+                            compute_instance_id: Some(m.compute_instance_id),
+                            ..*p
+                        })
+                        .collect();
+                    let mused: u64 =
+                        mine.iter().map(|p| if let UsedBytes::Bytes(b) = p.used_bytes { b } else { 0 }).sum();
+                    let inst = MigInstance::new(&m.uuid, m.gpu_instance_id, m.compute_instance_id)
+                        .name(&format!("{} MIG {}", g.name, m.profile))
+                        .memory(m.total_bytes, 0, mused.min(m.total_bytes))
+                        .compute_processes(mine);
+                    d = d.mig_instance(inst);
+                }
+                s = s.device(d);
+                continue;
+            }
+            let (compute, mps): (Vec<Process>, Vec<Process>) = if self.mps_gpus.contains(&g.minor) {
+                let server: std::collections::BTreeSet<u32> =
+                    self.extra_processes.get(&g.minor).into_iter().flatten().map(|p| p.pid).collect();
+                procs.iter().copied().partition(|p| server.contains(&p.pid))
+            } else {
+                (procs.clone(), Vec::new())
+            };
             let d = Device::new(&gpu_uuid(g.minor))
                 .name(&g.name)
                 .minor(g.minor)
@@ -175,8 +234,9 @@ impl NvmlModel {
                 .clocks(1980, 1980, 2619)
                 .temperature_c(35 + sm / 4)
                 .mig_mode(false, false)
-                .compute_processes(procs)
+                .compute_processes(compute)
                 .process_utilization(samples);
+            let d = if mps.is_empty() { d } else { d.mps_processes(mps) };
             s = s.device(d);
         }
         s

@@ -30,12 +30,29 @@ pub fn config_for(driver: &FakeDriver) -> Config {
 impl Tracer {
     /// Load and attach the probes with `cfg` (panics with the reason if that fails).
     pub fn start(cfg: Config) -> Tracer {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+        // One worker thread: the agent stays on the test's thread, while the tasks it spawns (the
+        // pod watcher, the pod-resources poller) run in the background between test steps.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
         let agent = {
             let _g = rt.enter();
             Agent::start(cfg).unwrap_or_else(|e| panic!("agent starts: {e}"))
         };
         Tracer { agent, _rt: rt }
+    }
+
+    /// Start the Kubernetes side (pod watcher, pod-resources poller) as the binary does.
+    pub fn start_kubernetes(&mut self) {
+        let _g = self._rt.enter();
+        self._rt.block_on(self.agent.start_kubernetes()).unwrap_or_else(|e| panic!("kubernetes starts: {e}"));
+    }
+
+    /// Run a future on the agent's runtime (e.g. `agent.refresh_allocations()`).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self._rt.block_on(f)
     }
 
     /// Drain until every record the kernel emitted has been received and applied. Records of a
