@@ -307,10 +307,15 @@ impl Agent {
                 .container_ref()
                 .map(|c| allocs.for_container(&c).iter().filter_map(|g| physical_uuid(&map, &g.device)).collect())
                 .unwrap_or_default();
+            // Using a MIG instance means opening its parent's /dev/nvidiaN: the parent of an
+            // allocated instance is not outside the allocation (another pod's instance is).
+            let allocated_parents: BTreeSet<String> =
+                allocated_gpus.iter().filter_map(|u| map.mig(u).map(|(p, _)| p.uuid.clone())).collect();
             let outside: Vec<String> = used
                 .iter()
                 .filter(|u| {
                     !allocated_gpus.contains(*u)
+                        && !allocated_parents.contains(*u)
                         && !map.mig(u).is_some_and(|(parent, _)| allocated_gpus.contains(&parent.uuid))
                 })
                 .cloned()
