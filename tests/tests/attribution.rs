@@ -551,6 +551,14 @@ fn nvml_losing_the_gpu_mid_run_is_survived_and_reported() {
     assert_eq!(g.compute.device_activity_pct, None);
     assert_eq!(g.compute.method, ComputeMethod::None);
     assert!(a.containers.iter().all(|c| c.gpus.is_empty()), "no container was on a GPU nobody can read");
+    // ... and the lost interval is not shown as idle, nor its energy estimated, nor billed as idle.
+    assert!(g.lost && g.sharing_reason.contains("lost"), "{}", g.sharing_reason);
+    assert!(g.energy.is_none(), "{:?}", g.energy);
+    assert_eq!((g.compute.idle, g.compute.unattributed), (0, 100_000));
+    if let Some(c) = &g.cost {
+        assert_eq!(c.idle, 0, "{c:?}");
+        assert_eq!(c.unattributed, c.price_nano, "{c:?}");
+    }
 
     // NVML answers again: the numbers come back.
     std::thread::sleep(INTERVAL);

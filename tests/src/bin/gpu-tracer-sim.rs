@@ -105,8 +105,13 @@ enum App {
 }
 
 struct PodSpec {
-    /// `namespace/name`, for the legend (the tracer does not know Kubernetes names yet).
+    /// `namespace/name`: the pod in the simulated API server.
     name: &'static str,
+    /// The workload that owns the pod (kind, name): what the tracer resolves the owner to.
+    owner: (&'static str, &'static str),
+    team: &'static str,
+    /// SM share the pod keeps busy while it works (the NVML double reports it).
+    sm_pct: u32,
     qos: Qos,
     runtime: Runtime,
     gpu: u32,
@@ -117,6 +122,9 @@ struct PodSpec {
 const PODS: [PodSpec; 3] = [
     PodSpec {
         name: "ml/train-a",
+        owner: ("ReplicaSet", "train-a-7d9f8c6b5"),
+        team: "ml",
+        sm_pct: 55,
         qos: Qos::Burstable,
         runtime: Runtime::Containerd,
         gpu: 0,
@@ -125,6 +133,9 @@ const PODS: [PodSpec; 3] = [
     },
     PodSpec {
         name: "serving/infer-b",
+        owner: ("ReplicaSet", "infer-b-5c8d7f9b4"),
+        team: "serving",
+        sm_pct: 35,
         qos: Qos::Guaranteed,
         runtime: Runtime::Containerd,
         gpu: 1,
@@ -133,6 +144,9 @@ const PODS: [PodSpec; 3] = [
     },
     PodSpec {
         name: "research/notebook-c",
+        owner: ("StatefulSet", "notebook-c"),
+        team: "research",
+        sm_pct: 0,
         qos: Qos::Burstable,
         runtime: Runtime::CriO,
         gpu: 0,
@@ -140,6 +154,15 @@ const PODS: [PodSpec; 3] = [
         what: "notebook: bursts, restart",
     },
 ];
+
+/// The node the simulated API server binds the pods to (and the tracer watches).
+const NODE: &str = "sim-node";
+/// Device memory each fake GPU's driver keeps for itself (NVML `reserved`).
+const RESERVED_BYTES: u64 = 512 << 20;
+/// The price the cost split uses.
+const PRICE_PER_GPU_HOUR: f64 = 4.0;
+/// The container name of every simulated pod.
+const CONTAINER: &str = "main";
 
 /// The pods' launch loops run once per tick.
 const LAUNCH_TICK: Duration = Duration::from_millis(500);
@@ -538,7 +561,7 @@ struct CudaRow {
     mem_text: String,
 }
 
-/// The cgroup rows of the CUDA table of a `top` frame, by pod UID prefix (`pod 1b2c3d4e/...`).
+/// The cgroup rows of the CUDA table of a `top` frame, by their name (`namespace/pod/container`).
 /// A narrow table wraps the first column onto the next lines: the text left of the LAUNCH/s
 /// column on a line with nothing right of it continues the row above.
 fn cuda_rows(frame: &[String]) -> BTreeMap<String, CudaRow> {
@@ -565,10 +588,11 @@ fn cuda_rows(frame: &[String]) -> BTreeMap<String, CudaRow> {
         }
     }
     for (name, rest) in cells {
-        // `pod <uid>/<ctr>`, wrapped anywhere; process rows and other cgroups are skipped.
-        let Some(id) = name.strip_prefix("pod") else { continue };
-        let id: String = id.split_whitespace().collect();
-        let Some(uid) = id.split('/').next().filter(|u| !u.is_empty()) else { continue };
+        // `namespace/pod/container`, wrapped anywhere; process rows (a pid) are skipped.
+        let key: String = name.split_whitespace().collect();
+        if key.matches('/').count() != 2 {
+            continue;
+        }
         // RATE LAUNCHES GRAPHS <CUDA MEM> <MANAGED> ALLOC/FREE; a size is `0` or a number and a unit.
         let words: Vec<&str> = rest.split_whitespace().collect();
         let (Some(launches), Some(graphs)) = (words.get(1), words.get(2)) else { continue };
@@ -579,7 +603,7 @@ fn cuda_rows(frame: &[String]) -> BTreeMap<String, CudaRow> {
         let (Ok(launches), Ok(graphs), Some(mem)) = (launches.parse(), graphs.parse(), parse_human(&mem_text)) else {
             continue;
         };
-        rows.insert(uid.to_string(), CudaRow { launches, graphs, mem, mem_text });
+        rows.insert(key, CudaRow { launches, graphs, mem, mem_text });
     }
     rows
 }
@@ -614,9 +638,11 @@ impl LaunchBounds {
 }
 
 /// What one pod made through libcuda, for the final check.
-struct PodCuda<'a> {
+#[derive(Clone)]
+struct PodCuda {
     name: &'static str,
-    uid8: &'a str,
+    /// The pod's row name in the tables: `namespace/pod/container`.
+    key: String,
     kernels: LaunchBounds,
     graphs: LaunchBounds,
     device_bytes: u64,
@@ -635,7 +661,7 @@ fn check_cuda(frame: &[String], pods: &[PodCuda]) -> (Vec<String>, bool) {
     ];
     let mut problems = Vec::new();
     for p in pods {
-        let row = rows.get(p.uid8);
+        let row = rows.get(&p.key);
         let cell = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         lines.push(format!(
             "  {:<10}{:>11}{:>11}{:>9}{:>11}{:>11}{:>11}",
@@ -671,6 +697,172 @@ fn check_cuda(frame: &[String], pods: &[PodCuda]) -> (Vec<String>, bool) {
         lines.push(format!("CUDA: the tracer DISAGREES: {}", problems.join("; ")));
     }
     (lines, agree)
+}
+
+/// The parts of the node other than the driver: an API server with the pods, the kubelet's
+/// pod-resources socket, NVML (a fake libnvidia-ml.so.1 whose readings follow the fake driver and
+/// the pods' declared SM activity, rewritten by a thread), and the tracer's config file naming them.
+struct NodeDoubles {
+    _rt: tokio::runtime::Runtime,
+    _api: gpu_tracer_tests::kube_api::FakeApiServer,
+    _kubelet: gpu_tracer_tests::pod_resources::FakePodResources,
+    dir: PathBuf,
+    /// The TOML config `gpu-tracer` gets.
+    config: PathBuf,
+    model_stop: std::sync::Arc<AtomicBool>,
+    model: Option<JoinHandle<()>>,
+}
+
+impl NodeDoubles {
+    fn start(driver: &FakeDriver, pods: &[(&PodSpec, PodCgroup)]) -> anyhow::Result<NodeDoubles> {
+        use gpu_tracer_proto::podresources::v1 as pr;
+        use gpu_tracer_tests::{
+            kube_api::{FakeApiServer, FakePod},
+            nvml_model::{Busy, NvmlModel, gpu_uuid},
+            pod_resources::FakePodResources,
+        };
+        let dir = std::env::temp_dir().join(format!("gpu-tracer-sim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        let api = rt.block_on(FakeApiServer::start()).context("starting the fake API server")?;
+        let kubelet = rt.block_on(FakePodResources::start()).context("starting the fake pod-resources socket")?;
+        let mut listed = Vec::new();
+        for (spec, cg) in pods {
+            let (ns, name) = spec.name.split_once('/').unwrap_or(("default", spec.name));
+            let mut pod = FakePod::new(ns, name, NODE)
+                .uid(cg.pod_uid())
+                .label("team", spec.team)
+                .label("app.kubernetes.io/name", name)
+                .owner(spec.owner.0, spec.owner.1)
+                .container(CONTAINER, 1, Some(&format!("{}://{}", runtime_scheme(spec.runtime), cg.container_id())));
+            if spec.owner.0 == "ReplicaSet" {
+                let hash = spec.owner.1.rsplit('-').next().unwrap_or_default();
+                pod = pod.label("pod-template-hash", hash);
+            }
+            api.apply(pod.build());
+            // GPU 0 is time-sliced (4 replicas): train-a holds replica 0, notebook-c replica 1.
+            let id = if spec.gpu == 0 {
+                format!("{}::{}", gpu_uuid(0), listed.iter().filter(|(g, _)| *g == 0).count())
+            } else {
+                gpu_uuid(spec.gpu)
+            };
+            listed.push((spec.gpu, pr::PodResources {
+                name: name.into(),
+                namespace: ns.into(),
+                containers: vec![pr::ContainerResources {
+                    name: CONTAINER.into(),
+                    devices: vec![pr::ContainerDevices {
+                        resource_name: "nvidia.com/gpu".into(),
+                        device_ids: vec![id],
+                        topology: None,
+                    }],
+                    ..Default::default()
+                }],
+            }));
+        }
+        kubelet.set_pods(listed.into_iter().map(|(_, p)| p).collect());
+        let mut allocatable: Vec<String> = (0..4).map(|r| format!("{}::{r}", gpu_uuid(0))).collect();
+        allocatable.push(gpu_uuid(1));
+        kubelet.set_allocatable(pr::AllocatableResourcesResponse {
+            devices: vec![pr::ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: allocatable,
+                topology: None,
+            }],
+            ..Default::default()
+        });
+        let kubeconfig = dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig).context("writing the kubeconfig")?;
+
+        let stats = driver.stats().context("reading the fake driver's stats")?;
+        let mut model = NvmlModel::install(&dir.join("nvml"), &stats, RESERVED_BYTES)
+            .context("installing the fake libnvidia-ml.so.1")?;
+        let config = dir.join("gpu-tracer.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[nvml]\nmode = \"required\"\nlibrary = {:?}\n\n[attribution]\nprice_per_gpu_hour = {PRICE_PER_GPU_HOUR}\n\
+                 idle_reservation_after_s = 5\n\n[kubernetes]\nmode = \"required\"\nnode_name = {NODE:?}\nkubeconfig = {:?}\n\
+                 pod_resources_socket = {:?}\n",
+                model.library(),
+                kubeconfig,
+                kubelet.socket()
+            ),
+        )?;
+        // NVML follows the driver: every 250 ms, each pod's processes (read from its cgroup, so a
+        // restarted process is followed) report the pod's SM share.
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stats_path = driver.dev_dir().join(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME);
+        let busy_by_cgroup: Vec<(PathBuf, u32)> = pods.iter().map(|(s, cg)| (cg.path().to_path_buf(), s.sm_pct)).collect();
+        let thread_stop = stop.clone();
+        let handle = std::thread::spawn(move || {
+            while !thread_stop.load(Ordering::SeqCst) {
+                let stats = std::fs::read_to_string(&stats_path)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<gpu_tracer_tests::DriverStats>(&t).ok());
+                if let Some(stats) = stats {
+                    let mut busy = BTreeMap::new();
+                    for (cg, sm) in &busy_by_cgroup {
+                        let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
+                        for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                            busy.insert(pid, Busy { sm_pct: *sm, mem_pct: *sm / 2 });
+                        }
+                    }
+                    let _ = model.update(&stats, &busy);
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        });
+        Ok(NodeDoubles {
+            _rt: rt,
+            _api: api,
+            _kubelet: kubelet,
+            dir,
+            config,
+            model_stop: stop,
+            model: Some(handle),
+        })
+    }
+}
+
+impl Drop for NodeDoubles {
+    fn drop(&mut self) {
+        self.model_stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.model.take() {
+            let _ = h.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn runtime_scheme(r: Runtime) -> &'static str {
+    match r {
+        Runtime::Containerd => "containerd",
+        Runtime::CriO => "cri-o",
+        _ => "docker",
+    }
+}
+
+/// Every pod is named in the attribution blocks of the last table, and each block's TOTAL line
+/// is there (the table re-splits shown values so that they add up; the exact sums are checked by
+/// the attribution property tests and tests/tests/attribution.rs).
+fn check_attribution(frame: &[String]) -> (Vec<String>, bool) {
+    let text = frame.join("\n");
+    let mut problems = Vec::new();
+    for spec in &PODS {
+        if !text.contains(&format!("{}/{CONTAINER}", spec.name)) && !text.contains(spec.name) {
+            problems.push(format!("{} is not named", spec.name));
+        }
+    }
+    let blocks = frame.iter().filter(|l| l.trim_start().starts_with("GPU ")).count();
+    if blocks < GPUS as usize {
+        problems.push(format!("{blocks} GPU blocks, expected {GPUS}"));
+    }
+    if problems.is_empty() {
+        (vec![format!("attribution: {blocks} GPU blocks, every pod named by its Kubernetes name")], true)
+    } else {
+        (vec![format!("attribution: DISAGREES: {}", problems.join("; "))], false)
+    }
 }
 
 /// Where the run's output goes: redrawn in place on a terminal, appended otherwise.
@@ -823,20 +1015,27 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         workloads.push(w);
     }
     interrupted()?;
+
+    // The rest of the node: an API server with the three pods, the kubelet's pod-resources socket
+    // (train-a and notebook-c time-slice GPU 0 as replicas; infer-b has GPU 1), and NVML.
+    let doubles = NodeDoubles::start(&driver, &pods).context("starting the Kubernetes and NVML doubles")?;
     let setup_s = started.elapsed().as_secs_f64();
 
     let mut legend = vec![format!(
         "gpu-tracer-sim: fake NVIDIA driver {DRIVER_VERSION}, {GPUS} GPUs x {} GiB, 3 pods",
         GPU_MEMORY_BYTES >> 30
     )];
-    legend.push("(the tables name a pod by its UID; Kubernetes names are not looked up yet)".into());
-    for (spec, cg) in &pods {
+    legend.push(format!(
+        "(a fake API server names the pods, a fake kubelet socket says which GPU each holds, a fake \
+         NVML reports the GPUs; price {PRICE_PER_GPU_HOUR:.2}/GPU-hour)"
+    ));
+    for (spec, _) in &pods {
         legend.push(format!(
-            "  {:<20}pod {}  {:<10}  gpu{}  {}",
+            "  {:<20}{:<10}  gpu{}  SM {:>2}%  {}",
             spec.name,
-            &cg.pod_uid()[..8],
             qos_name(spec.qos),
             spec.gpu,
+            spec.sm_pct,
             spec.what,
         ));
     }
@@ -857,6 +1056,8 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .args(["--driver-version", DRIVER_VERSION])
         .arg("--libcuda")
         .arg(&libcuda)
+        .arg("--config")
+        .arg(&doubles.config)
         .args(["top", "--per-process"])
         .args(["--interval-ms", &args.interval_ms.to_string(), "--duration", &args.duration.to_string()])
         .stdin(Stdio::null())
@@ -998,9 +1199,9 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let pod_cuda: Vec<PodCuda> = pods
             .iter()
             .zip(&cuda_done)
-            .map(|((spec, cg), (issued, device_bytes))| PodCuda {
+            .map(|((spec, _), (issued, device_bytes))| PodCuda {
                 name: short_name(spec),
-                uid8: &cg.pod_uid()[..8],
+                key: format!("{}/{CONTAINER}", spec.name),
                 kernels: LaunchBounds::of(issued, |i| i.kernels, lower_cut, upper_cut),
                 graphs: LaunchBounds::of(issued, |i| i.graphs, lower_cut, upper_cut),
                 device_bytes: *device_bytes,
@@ -1018,7 +1219,17 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
 
+    // The attribution blocks of the last table: every pod is named there, and the lines add up.
+    if !signalled && top_status.success() && frames >= 2 {
+        let (lines, ok) = check_attribution(&last_frame);
+        agree &= ok;
+        for l in lines {
+            println!("{l}");
+        }
+    }
+
     let cleanup = Instant::now();
+    drop(doubles);
     let (n_workloads, n_pods) = (workloads.len(), pods.len());
     drop(workloads);
     drop(pods);
@@ -1100,10 +1311,10 @@ mod tests {
             "──────────────────────────────────────────────────────────────────────────────",
             " CUDA (libcuda)          LAUNCH/s  LAUNCHES  GRAPHS  CUDA MEM  MANAGED  ALLOC/FREE",
             "══════════════════════════════════════════════════════════════════════════════",
-            " pod 1b2c3d4e/0a1b2c3d       4040     70040     700   8.0 GiB        0         4/0",
+            " ml/train-a/main             4040     70040     700   8.0 GiB        0         4/0",
             "   4242                      4040     70040     700   8.0 GiB        0         4/0",
-            " pod 5e6f7a8b/9c0d1e2f          0      8000       0   768 MiB  1.0 GiB         2/0",
-            " pod 99990000/12345678        600     10200       0         0        0         7/7",
+            " research/notebook-c/main       0      8000       0   768 MiB  1.0 GiB         2/0",
+            " serving/infer-b/main         600     10200       0         0        0         7/7",
             "──────────────────────────────────────────────────────────────────────────────",
             "per GPU: gpu0 8.2 GiB | gpu1 2.2 GiB",
         ]
@@ -1117,13 +1328,12 @@ mod tests {
             "─────────────────────────────────────────────────────────────────────────────",
             " CUDA (libcuda)     LAUNCH/s  LAUNCHES  GRAPHS  CUDA MEM  MANAGED  ALLOC/FREE",
             "═════════════════════════════════════════════════════════════════════════════",
-            " pod                    4043     70040     700   8.0 GiB        0         4/0",
-            " 1b2c3d4e/0a1b2c3d                                                           ",
+            " ml/train-a/main        4043     70040     700   8.0 GiB        0         4/0",
             "   5081                 4043     70040     700   8.0 GiB        0         4/0",
-            " pod 5e6f7a8b/9c0d1        0      8000       0   768 MiB  1.0 GiB         2/0",
-            " e2f                                                                         ",
-            " pod                     600     10200       0         0        0         7/7",
-            " 99990000/12345678                                                           ",
+            " research/notebook-        0      8000       0   768 MiB  1.0 GiB         2/0",
+            " c/main                                                                      ",
+            " serving/infer-b/ma      600     10200       0         0        0         7/7",
+            " in                                                                          ",
             "─────────────────────────────────────────────────────────────────────────────",
             "per GPU: gpu0 7.2 GiB | gpu1 2.5 GiB | unknown-gpu 0",
         ]
@@ -1136,12 +1346,12 @@ mod tests {
         assert_eq!(cuda_rows(&wrapped_cuda_frame()), cuda_rows(&cuda_frame()));
         let rows = cuda_rows(&cuda_frame());
         assert_eq!(rows.len(), 3, "{rows:?}");
-        let a = &rows["1b2c3d4e"];
+        let a = &rows["ml/train-a/main"];
         assert_eq!((a.launches, a.graphs, a.mem_text.as_str()), (70040, 700, "8.0 GiB"));
-        let c = &rows["5e6f7a8b"];
+        let c = &rows["research/notebook-c/main"];
         assert_eq!((c.launches, c.mem_text.as_str()), (8000, "768 MiB"));
         assert_eq!(c.mem.0, (768u64 << 20) as f64);
-        let b = &rows["99990000"];
+        let b = &rows["serving/infer-b/main"];
         assert_eq!((b.launches, b.mem), (10200, (0.0, 0.0)));
         // No CUDA table, no rows.
         assert!(cuda_rows(&frame("per GPU: gpu0 1.0 GiB")).is_empty());
@@ -1167,26 +1377,32 @@ mod tests {
         let pods = [
             PodCuda {
                 name: "train-a",
-                uid8: "1b2c3d4e",
+                key: "ml/train-a/main".into(),
                 kernels: exact(70040),
                 graphs: exact(700),
                 device_bytes: 8 << 30,
             },
             PodCuda {
                 name: "notebook-c",
-                uid8: "5e6f7a8b",
+                key: "research/notebook-c/main".into(),
                 kernels: LaunchBounds { lower: 8000, upper: 9000 },
                 graphs: exact(0),
                 device_bytes: 768 << 20,
             },
-            PodCuda { name: "infer-b", uid8: "99990000", kernels: exact(10200), graphs: exact(0), device_bytes: 0 },
+            PodCuda {
+                name: "infer-b",
+                key: "serving/infer-b/main".into(),
+                kernels: exact(10200),
+                graphs: exact(0),
+                device_bytes: 0,
+            },
         ];
         let (lines, ok) = check_cuda(&cuda_frame(), &pods);
         assert!(ok, "{lines:#?}");
         for l in &lines {
             assert!(l.chars().count() <= 80, "{l:?} is {} columns", l.chars().count());
         }
-        let mut wrong = pods;
+        let mut wrong = pods.clone();
         wrong[2].kernels = exact(10300);
         wrong[0].device_bytes = 6 << 30;
         let (lines, ok) = check_cuda(&cuda_frame(), &wrong);
@@ -1194,7 +1410,7 @@ mod tests {
         let verdict = lines.last().unwrap();
         assert!(verdict.contains("infer-b: 10200 launches") && verdict.contains("train-a: CUDA MEM"), "{verdict}");
         // A pod missing from the table disagrees.
-        wrong[1].uid8 = "00000000";
+        wrong[1].key = "research/other/main".into();
         assert!(check_cuda(&cuda_frame(), &wrong).0.last().unwrap().contains("notebook-c: no row"));
     }
 
@@ -1202,11 +1418,11 @@ mod tests {
     fn legend_fits_80_columns() {
         for spec in &PODS {
             let l = format!(
-                "  {:<20}pod {}  {:<10}  gpu{}  {}",
+                "  {:<20}{:<10}  gpu{}  SM {:>2}%  {}",
                 spec.name,
-                "1b2c3d4e",
                 qos_name(spec.qos),
                 spec.gpu,
+                spec.sm_pct,
                 spec.what
             );
             assert!(l.chars().count() <= 80, "{l:?} is {} columns", l.chars().count());

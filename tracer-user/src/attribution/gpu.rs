@@ -191,6 +191,9 @@ pub struct GpuAttribution {
     pub sharing: SharingMode,
     /// Why that mode, in words.
     pub sharing_reason: String,
+    /// NVML says the GPU is lost: its lines are unattributed, never guessed.
+    #[serde(default)]
+    pub lost: bool,
     /// Sorted by memory, largest first, then key.
     pub containers: Vec<ContainerLine>,
     /// `None` when NVML gave no memory reading.
@@ -202,6 +205,9 @@ pub struct GpuAttribution {
 
 /// The sharing mode of one GPU and the reason, from what the inputs show.
 pub fn detect_sharing_mode(gpu: &GpuInput) -> (SharingMode, String) {
+    if gpu.lost {
+        return (SharingMode::Unknown, "GPU lost (NVML: GPU_IS_LOST); nothing attributed this interval".into());
+    }
     if gpu.parent_uuid.is_some() || gpu.mig_profile.is_some() {
         let profile = gpu.mig_profile.as_deref().unwrap_or("unknown profile");
         let parent = gpu.parent_uuid.as_deref().map(short_uuid).unwrap_or_default();
@@ -298,6 +304,7 @@ pub fn attribute_gpu(
         mig_profile: gpu.mig_profile.clone(),
         sharing,
         sharing_reason,
+        lost: gpu.lost,
         containers: lines,
         memory,
         compute,
@@ -472,8 +479,9 @@ fn compute_lines(gpu: &GpuInput, idx: &BTreeMap<ContainerKey, usize>, lines: &mu
                     clamped: false,
                 };
             }
-            // No activity reading and no samples: nothing ran only if nothing was there.
-            let nothing_there = gpu.processes.is_empty() && launches.iter().all(|&x| x == 0);
+            // No activity reading and no samples: nothing ran only if nothing was there (and a
+            // lost GPU says nothing: its time is unattributed, not idle).
+            let nothing_there = !gpu.lost && gpu.processes.is_empty() && launches.iter().all(|&x| x == 0);
             ComputeLines {
                 method: ComputeMethod::None,
                 unattributed: if nothing_there { 0 } else { FULL },

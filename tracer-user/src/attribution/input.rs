@@ -99,6 +99,10 @@ pub struct GpuInput {
     pub launches: BTreeMap<ContainerKey, u64>,
     /// Requested fraction of this GPU per container (0..=1), for the request-based cost policy.
     pub requested_fraction: BTreeMap<ContainerKey, f64>,
+    /// NVML says the GPU is lost (fell off the bus): nothing it would report is known, and nothing
+    /// is made up for it (no energy estimate, no idle time: the interval is unattributed).
+    #[serde(default)]
+    pub lost: bool,
 }
 
 /// One interval's input.
@@ -250,13 +254,15 @@ pub fn input_from_sample(
     let mut gpus = Vec::new();
     for d in &sample.devices {
         let pd = prev.and_then(|p| p.devices.iter().find(|x| x.uuid == d.uuid));
-        let energy = energy_of(d, pd, interval);
+        // A lost GPU reports nothing: no estimate from the previous sample's power either.
+        let energy = if d.lost { None } else { energy_of(d, pd, interval) };
         let base = GpuInput {
             uuid: d.uuid.clone(),
             index: Some(d.index),
             name: d.name.clone(),
             minor: d.minor,
             share_of_gpu_ppm: PPM,
+            lost: d.lost,
             ..Default::default()
         };
         if d.mig_enabled != Some(true) || d.mig_instances.is_empty() {

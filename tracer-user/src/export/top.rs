@@ -97,9 +97,13 @@ fn render_header(s: &AgentSnapshot, o: &RenderOptions) -> String {
     let mut out = String::new();
     match &s.attribution {
         Some(a) => {
-            out.push_str(&crate::export::attribution_table::render_attribution(a, o.width));
-            if !out.ends_with('\n') {
-                out.push('\n');
+            // No blank lines inside a frame: consumers of the non-terminal output (scripts, the
+            // simulator) split frames at the blank line `top` prints after each one.
+            for line in crate::export::attribution_table::render_attribution(a, o.width).lines() {
+                if !line.trim().is_empty() {
+                    out.push_str(line);
+                    out.push('\n');
+                }
             }
         }
         None if s.nvml.status == "ready" => out.push_str("NVML: ready, first interval not attributed yet\n"),
