@@ -20,13 +20,25 @@ echo "doctor exit $?" >> "$OUT/env.txt"
 "$T" --log info events --json --duration 40 --summary --output "$OUT/events.jsonl" 2> "$OUT/events.err" &
 EV=$!
 sleep 3
-HOLD_SECONDS=20 python3 scripts/gpu-check/workload.py "$OUT/torch.json" 200 > "$OUT/workload.out" 2>&1 &
+# The workload runs in a cgroup named like a Kubernetes pod's container (when cgroup v2 allows), so
+# the attribution shows it as a container line; otherwise it is a host process (unattributed).
+CG_ROOT=$(awk '$9 == "cgroup2" {print $5; exit}' /proc/self/mountinfo)
+POD_UID=$(cat /proc/sys/kernel/random/uuid); CTR=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+CG=""
+if [ -n "$CG_ROOT" ]; then
+  CG="$CG_ROOT/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod${POD_UID//-/_}.slice/cri-containerd-$CTR.scope"
+  mkdir -p "$CG" 2>>"$OUT/env.txt" || CG=""
+fi
+echo "workload cgroup: ${CG:-none (host process)}" >> "$OUT/env.txt"
+( [ -n "$CG" ] && echo $BASHPID > "$CG/cgroup.procs"
+  HOLD_SECONDS=20 exec python3 scripts/gpu-check/workload.py "$OUT/torch.json" 200 ) > "$OUT/workload.out" 2>&1 &
 WL=$!
 for _ in $(seq 1 120); do [ -e "$OUT/torch.json.ready" ] && break; sleep 0.5; done
-"$T" top --once --json --per-process --interval-ms 3000 > "$OUT/top.json" 2> "$OUT/top.err"
+"$T" --price-per-gpu-hour 3.6 top --once --json --per-process --interval-ms 3000 > "$OUT/top.json" 2> "$OUT/top.err"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$OUT/nvidia-smi-apps.csv" 2>&1
 wait "$WL"; echo "workload exit $?" >> "$OUT/env.txt"
 wait "$EV"; echo "events exit $?" >> "$OUT/env.txt"
+[ -n "$CG" ] && rmdir "$CG" 2>/dev/null
 python3 - "$OUT" <<'PY'
 import json, sys, os, collections
 out = sys.argv[1]
@@ -63,6 +75,24 @@ r += ["| source | device memory |", "|---|---:|",
       f"| nvidia-smi used_memory for the pid | {mib(smi.get(pid))} |",
       f"| torch.cuda.memory_reserved (after compute) | {mib(torch.get('after_compute', {}).get('reserved'))} |",
       f"| torch.cuda.memory_allocated (after compute) | {mib(torch.get('after_compute', {}).get('allocated'))} |", ""]
+# NVML as the agent read it, and the attribution of the workload's GPU (it must add up to the total).
+nv = next((p for d in (top.get("nvml", {}).get("sample") or {}).get("devices", []) for p in d.get("processes", []) if p.get("pid") == pid), {})
+r.insert(-1, f"| NVML per-process used (as the agent sampled it) | {mib(nv.get('used_bytes'))} |")
+attr = top.get("attribution") or {}
+for g in attr.get("gpus", []):
+    m = g.get("memory") or {}
+    lines = sum(c.get("memory_bytes", 0) for c in g.get("containers", []))
+    parts = lines + m.get("driver_reserved", 0) + m.get("unattributed", 0) + m.get("free", 0)
+    r += [f"attribution of {g.get('uuid')} ({g.get('name')}): sharing {g.get('sharing')} ({g.get('sharing_reason')}), "
+          f"SM split by {g.get('compute', {}).get('method')}", "",
+          "| line | bytes |", "|---|---:|"]
+    r += [f"| container {c.get('name')} (pids {c.get('pids')}) | {mib(c.get('memory_bytes'))}, SM {c.get('sm_millipct', 0) / 1000:.1f}% |" for c in g.get("containers", [])]
+    r += [f"| driver_reserved | {mib(m.get('driver_reserved'))} |", f"| unattributed | {mib(m.get('unattributed'))} ({m.get('unattributed_detail')}) |",
+          f"| free | {mib(m.get('free'))} |", f"| total | {mib(m.get('total'))} (parts sum to {mib(parts)}: {'exact' if parts == m.get('total') else 'MISMATCH'}) |", ""]
+    c = g.get("cost") or {}
+    r += [f"compute: {g.get('compute')}; energy: {g.get('energy')}; cost: {c}", ""]
+if not attr:
+    r += [f"no attribution: NVML {top.get('nvml', {}).get('status')}: {top.get('nvml', {}).get('reason')}", ""]
 r += [f"launches counted by the tracer (cuda_launch_batch events): {launches} (the workload ran {torch.get('matmul_steps')} matmuls plus init kernels)", ""]
 r += ["events of the workload by kind:", "", "```", json.dumps(dict(events), indent=1), "```", ""]
 r += ["doctor families:", "", "```", json.dumps({k: doctor.get('probes', {}).get(k) for k in ('driver', 'lifecycle', 'cuda')}, indent=1)[:3000], "```"]
