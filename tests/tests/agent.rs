@@ -6,7 +6,7 @@
 //! per ioctl kind, and `seen = received + dropped` for every probe.
 use std::{sync::Mutex, time::Duration};
 
-use gpu_tracer_tests::{config_for, require_root, Answer, FakeDriver, PodCgroup, Tracer, Workload};
+use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Tracer, Workload, config_for, require_root};
 use tracer_user::{
     config::{AttachMode, Config},
     pipeline::AgentSnapshot,
@@ -301,5 +301,26 @@ fn uvm_map_external_and_managed_memory_are_tracked() {
     ok(&mut w, &format!("managed-munmap {addr:#x}"));
     let s = t.settle();
     assert_eq!(cg_usage(&s, pod.id()).managed_bytes, 0);
+    assert_accounting(&s);
+}
+
+/// The agent's own use of the driver (NVML opens `/dev/nvidiactl` and issues ioctls from the
+/// agent's process) is never traced as a workload: the kernel skips opens by the agent's tgid.
+#[test]
+fn the_agents_own_device_use_is_not_traced() {
+    let (_serial, driver, mut t, _pod, w) = scene();
+    let before = t.settle();
+    let ctl = std::fs::OpenOptions::new().read(true).write(true).open(driver.path("nvidiactl")).unwrap();
+    let gpu = std::fs::OpenOptions::new().read(true).write(true).open(driver.path("nvidia0")).unwrap();
+    drop((ctl, gpu));
+    let s = t.settle();
+    let me = std::process::id();
+    assert!(
+        s.state.processes.iter().all(|p| p.tgid != me),
+        "the agent's own process was traced: {:#?}",
+        s.state.processes
+    );
+    assert!(s.state.processes.iter().any(|p| p.tgid == w.pid()), "the workload still is");
+    assert_eq!(s.accounting.received, before.accounting.received, "no record for the agent's opens");
     assert_accounting(&s);
 }
