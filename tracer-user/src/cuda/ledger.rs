@@ -84,6 +84,9 @@ pub struct CudaSnapshot {
     pub unknown_frees: u64,
 }
 
+/// Shortest window a launch rate is computed over, seconds.
+const MIN_RATE_WINDOW_S: f64 = 0.2;
+
 /// The CUDA ledger and counts.
 #[derive(Default)]
 pub struct CudaLedger {
@@ -173,10 +176,15 @@ impl CudaLedger {
     pub fn update_counts(&mut self, fresh: Vec<(CudaCountKey, CudaCount)>) {
         let now = std::time::Instant::now();
         let dt = self.last_update.map(|t| now.duration_since(t).as_secs_f64()).unwrap_or(0.0);
-        self.last_update = Some(now);
         for (k, c) in fresh {
             self.counts.insert(k, c);
         }
+        // Reads closer together than this keep the rates of the last window (a rate over a few
+        // microseconds between two reads of one snapshot would be 0 or noise).
+        if self.last_update.is_some() && dt < MIN_RATE_WINDOW_S {
+            return;
+        }
+        self.last_update = Some(now);
         // Launch rate per (cgroup, tgid).
         let mut launches: HashMap<(u64, u32), u64> = HashMap::new();
         for (k, c) in &self.counts {
@@ -342,12 +350,17 @@ mod tests {
             (key(5, 10, cuda_entry::GRAPH_LAUNCH), CudaCount { calls: 3, bytes: 0 }),
             (key(6, 11, cuda_entry::LAUNCH_KERNEL_PTSZ), CudaCount { calls: 7, bytes: 0 }),
         ]);
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(210));
         l.update_counts(vec![(key(5, 10, cuda_entry::LAUNCH_KERNEL), CudaCount { calls: 200, bytes: 0 })]);
+        let rate = |l: &CudaLedger| l.snapshot(&mut |_| None).cgroups.iter().find(|c| c.cgroup_id == 5).unwrap().usage.launch_rate;
+        let r = rate(&l);
+        assert!(r > 0.0);
+        // A second read right after (one snapshot reads twice) keeps the window's rate.
+        l.update_counts(vec![(key(5, 10, cuda_entry::LAUNCH_KERNEL), CudaCount { calls: 200, bytes: 0 })]);
+        assert_eq!(rate(&l), r);
         let s = l.snapshot(&mut |id| Some(format!("/cg{id}")));
         let cg5 = s.cgroups.iter().find(|c| c.cgroup_id == 5).unwrap();
         assert_eq!((cg5.usage.launches, cg5.usage.graph_launches), (200, 3));
-        assert!(cg5.usage.launch_rate > 0.0);
         assert_eq!(cg5.path.as_deref(), Some("/cg5"));
         l.process_exit(10);
         let s = l.snapshot(&mut |_| None);
