@@ -47,7 +47,7 @@ impl AttributionSection {
 
 /// A node: `GPUS` H200s, each with `CONTAINERS_PER_GPU` containers of one process, one host
 /// process; the numbers vary with `t` so every interval is different.
-fn node(t: u64, start_unix_ns: u64, interval_ns: u64) -> AttributionInput {
+pub(crate) fn node(t: u64, start_unix_ns: u64, interval_ns: u64) -> AttributionInput {
     const GIB: u64 = 1 << 30;
     let mut containers = BTreeMap::new();
     let gpus = (0..GPUS)
@@ -92,19 +92,36 @@ fn node(t: u64, start_unix_ns: u64, interval_ns: u64) -> AttributionInput {
     AttributionInput { start_unix_ns, interval_ns, gpus, containers }
 }
 
-fn measure(updates: usize) -> AttributionMeasured {
-    const SEC: u64 = 1_000_000_000;
-    let settings = AttributionSettings { price_per_node_hour: Some(8.0 * 3.49), ..Default::default() };
-    let rss0 = sys::status_kb("VmRSS").unwrap_or(0);
-    let mut a = Attributor::new(&settings);
+const SEC: u64 = 1_000_000_000;
+
+/// The settings every section-6/7 attributor uses: price set, default policy.
+pub(crate) fn settings() -> AttributionSettings {
+    AttributionSettings { price_per_node_hour: Some(8.0 * 3.49), ..Default::default() }
+}
+
+/// Fills the rightsizing history of `a`: one interval per history bucket over the whole window (the
+/// history keeps one entry per bucket, so this is the state of an attributor fed for the full window).
+/// Returns the next interval's start and the last snapshot.
+pub(crate) fn fill_history(
+    a: &mut Attributor,
+    settings: &AttributionSettings,
+) -> (u64, tracer_user::attribution::AttributionSnapshot) {
     let mut t0 = 1_700_000_000 * SEC;
-    // Fill the rightsizing history: one interval per history bucket over the whole window.
+    let mut last = None;
     let bucket_s = settings.rightsizing_window_s / tracer_user::attribution::attributor::HISTORY_BUCKETS as u64;
     for t in 0..tracer_user::attribution::attributor::HISTORY_BUCKETS as u64 {
         let input = node(t, t0, bucket_s * SEC);
-        black_box(a.update(&input));
+        last = Some(black_box(a.update(&input)));
         t0 += bucket_s * SEC;
     }
+    (t0, last.expect("HISTORY_BUCKETS > 0"))
+}
+
+fn measure(updates: usize) -> AttributionMeasured {
+    let settings = settings();
+    let rss0 = sys::status_kb("VmRSS").unwrap_or(0);
+    let mut a = Attributor::new(&settings);
+    let (t0, _) = fill_history(&mut a, &settings);
     let rss1 = sys::status_kb("VmRSS").unwrap_or(0);
     // A pool of different inputs built ahead; each timed call gets a copy made before the clock
     // starts, so only `update` is timed.
@@ -156,7 +173,7 @@ pub fn section(quick: bool) -> AttributionSection {
 }
 
 /// Nearest-rank percentile of `v` (`q` in 0..=100).
-fn percentile(v: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(v: &[f64], q: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

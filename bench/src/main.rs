@@ -9,13 +9,18 @@
 //! calls; (3) ring-buffer ingest, offline and live under loss; (4) the agent's memory and CPU;
 //! (5) what a libcuda launch pays under the agent's placed uprobe, one at the symbol address and
 //! bpftrace's, and the launch rate the agent counts from two threads; (6) the attribution engine's
-//! cost per interval on an 8-GPU × 100-container node (no kernel, no root).
+//! cost per interval on an 8-GPU × 100-container node (no kernel, no root); (7) one NVML pass on that
+//! node against the fake library, and the agent-side memory of that node size.
+//!
+//! With `--only`, the sections not run keep their text from the report being overwritten.
 mod agent_run;
 mod attribution;
 mod bpftrace;
 mod cuda;
 mod cudalib;
 mod floors;
+mod merge;
+mod nvml;
 mod offline;
 mod progstats;
 mod report;
@@ -78,8 +83,8 @@ pub struct Opts {
     /// Skip the bpftrace comparison.
     #[arg(long)]
     no_bpftrace: bool,
-    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`); the others
-    /// say "skipped".
+    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`); with
+    /// --write, the others keep their text from the file being overwritten (or say "skipped").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -531,6 +536,9 @@ fn main() -> Result<()> {
     if args.get(1).map(String::as_str) == Some("__worker") {
         return worker::main(&args[2..]);
     }
+    if args.get(1).map(String::as_str) == Some("__rss") {
+        return nvml::rss_main(&args[2..]);
+    }
     let mut opts = Opts::parse();
     if opts.quick {
         opts.calls /= 10;
@@ -542,6 +550,9 @@ fn main() -> Result<()> {
     }
     if opts.calls == 0 || opts.nv_calls == 0 || opts.runs == 0 {
         bail!("--calls, --nv-calls and --runs must be positive");
+    }
+    if let Some(bad) = opts.only.iter().find(|o| !merge::known_keys().any(|k| k == o.as_str())) {
+        bail!("--only {bad}: not a section; use {}", merge::known_keys().collect::<Vec<_>>().join(", "));
     }
     let t0 = Instant::now();
     let load_start = sys::loadavg();
@@ -612,7 +623,13 @@ fn main() -> Result<()> {
     } else {
         attribution::AttributionSection::skipped(SKIPPED)
     };
+    let nvml_section = if opts.wants("7") || opts.wants("nvml") {
+        nvml::section(&nvml::fake_dir(&fake.0), opts.quick)
+    } else {
+        nvml::NvmlSection::skipped(SKIPPED)
+    };
 
+    let load_end = sys::loadavg();
     let doc = Report {
         ctx: &ctx,
         notes,
@@ -623,8 +640,9 @@ fn main() -> Result<()> {
         idle,
         cuda,
         attribution,
+        nvml: nvml_section,
         hwm_before_offline_kb: hwm_kb,
-        load: (load_start, sys::loadavg()),
+        load: (load_start, load_end),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),
         elapsed: t0.elapsed(),
     }
@@ -634,6 +652,26 @@ fn main() -> Result<()> {
         if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).ok();
         }
+        let doc = match std::fs::read_to_string(p) {
+            Ok(old) if !opts.only.is_empty() => {
+                let (fresh, noted) = merge::fresh_blocks(&opts.only);
+                let m = &ctx.machine;
+                let note = format!(
+                    "Re-run alone on {} (`--only {}`; {}, {} CPUs, kernel {}, load average {:.2} at start, {:.2} at \
+                     end{}). The other sections and the machine table are from the earlier run.",
+                    m.date_utc,
+                    opts.only.join(","),
+                    m.cpu_model,
+                    m.nproc,
+                    m.kernel,
+                    load_start,
+                    load_end,
+                    if opts.quick { "; --quick" } else { "" }
+                );
+                merge::merge(&old, &doc, &fresh, &noted, &note)
+            }
+            _ => doc,
+        };
         std::fs::write(p, &doc).with_context(|| format!("writing {}", p.display()))?;
         progress(&format!("wrote {}", p.display()));
     }

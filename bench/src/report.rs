@@ -217,6 +217,7 @@ pub struct Report<'a> {
     pub idle: IdleSection,
     pub cuda: CudaSection,
     pub attribution: crate::attribution::AttributionSection,
+    pub nvml: crate::nvml::NvmlSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -387,6 +388,7 @@ impl Report<'_> {
         self.render_resources(&mut s);
         self.render_cuda(&mut s);
         self.attribution.render(&mut s);
+        self.nvml.render(&mut s);
         self.render_reading(&mut s);
         s
     }
