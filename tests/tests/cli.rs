@@ -210,3 +210,103 @@ fn events_per_event_cgroup_sends_every_launch_with_its_kernel_name() {
     assert_eq!(launches.len(), 25, "{events:#?}");
     assert!(launches.iter().all(|e| e["kernel_name"] == "fake_kernel" && e["grid"] == serde_json::json!([128, 2, 1])));
 }
+
+/// `GET path` on `addr` (HTTP/1.1, connection closed): (status, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// Series of `name` in classic text exposition: (labels text, value).
+fn series(text: &str, name: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| {
+            let (labels, value) = l.rsplit_once(' ')?;
+            Some((labels.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The node agent as the DaemonSet runs it: `gpu-tracer agent --listen`, with NVML (the fake
+/// library, whose readings follow the fake driver) — /healthz, /readyz and /metrics answer, and the
+/// attribution lines in /metrics add up to the GPU's total with the pod's memory on its own line.
+#[test]
+fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
+    use gpu_tracer_tests::nvml_model::{Busy, NvmlModel};
+    require_root();
+    const GIB: u64 = 1 << 30;
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    ok(&mut w, "alloc-rm 1073741824");
+    let nvml_dir = std::env::temp_dir().join(format!("gt-cli-nvml-{}", std::process::id()));
+    let mut model = NvmlModel::install(&nvml_dir, &driver.stats().unwrap(), 256 << 20).unwrap();
+    let lib = model.library().to_str().unwrap().to_string();
+    // NVML keeps reporting fresh process samples (40 % SM), as the real library does.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stats_path = driver.path(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME);
+    let (busy, thread_stop) = ([(w.pid(), Busy { sm_pct: 40, mem_pct: 10 })].into(), stop.clone());
+    let updater = std::thread::spawn(move || {
+        while !thread_stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let text = std::fs::read_to_string(&stats_path).unwrap();
+            model.update(&serde_json::from_str(&text).unwrap(), &busy).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let (mut child, log) = start_with(
+        &["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"],
+        &["--dev-dir", &dev, "agent", "--listen", "127.0.0.1:0", "--duration", "30"],
+    );
+    let addr = loop {
+        let line = log.recv_timeout(Duration::from_secs(20)).expect("the agent names its address");
+        if let Some(rest) = line.split("serving http://").nth(1) {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    assert_eq!(http_get(&addr, "/healthz").0, 200);
+    // Ready once a snapshot is published (the first interval).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while http_get(&addr, "/readyz").0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "/readyz never became ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Two NVML samples (one interval) later, the attribution is in /metrics.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (status, text) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    let total = series(&text, "gpu_tracer_attribution_memory_total_bytes");
+    assert_eq!(total.len(), 1, "{total:?}");
+    assert_eq!(total[0].1, (80 * GIB) as f64, "{total:?}");
+    let lines = series(&text, "gpu_tracer_attribution_memory_bytes");
+    let sum: f64 = lines.iter().map(|(_, v)| v).sum();
+    assert_eq!(sum, total[0].1, "the lines add up to the GPU: {lines:#?}");
+    let pod_line = lines
+        .iter()
+        .find(|(l, _)| l.contains(r#"line="container""#) && l.contains(pod.relative_path()))
+        .unwrap_or_else(|| panic!("no container line for {}: {lines:#?}", pod.relative_path()));
+    assert_eq!(pod_line.1, GIB as f64);
+    let reserved = lines.iter().find(|(l, _)| l.contains(r#"line="driver_reserved""#)).unwrap();
+    assert_eq!(reserved.1, (256u64 << 20) as f64);
+    let sm = series(&text, "gpu_tracer_attribution_sm_share_ratio");
+    assert!(sm.iter().any(|(l, v)| l.contains(pod.relative_path()) && (*v - 0.4).abs() < 1e-9), "{sm:#?}");
+    let nvml_up = text.lines().find(|l| l.starts_with("gpu_tracer_nvml_up ")).and_then(|l| l.rsplit_once(' '));
+    assert_eq!(nvml_up.map(|(_, v)| v), Some("1"), "gpu_tracer_nvml_up");
+    // SIGTERM: a clean stop.
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    updater.join().unwrap();
+    assert!(status.success(), "agent exit: {status}");
+    let _ = std::fs::remove_dir_all(&nvml_dir);
+}
