@@ -17,6 +17,10 @@ use crate::config::AttributionSettings;
 pub const MAX_CONTAINERS: usize = 4096;
 /// Most GPUs whose billing carry is kept.
 pub const MAX_GPUS: usize = 1024;
+/// Stale rightsizing results recomputed per update (at 8 GPUs × 100 containers, a rollover is
+/// absorbed in 7 updates).
+const STALE_RIGHTSIZING_PER_UPDATE: usize = 128;
+
 /// History buckets per container over the rightsizing window (each keeps the bucket's maxima, so
 /// p95 is of per-bucket peaks: conservative for rightsizing).
 pub const HISTORY_BUCKETS: usize = 120;
@@ -110,6 +114,9 @@ struct ContainerState {
     gpu_total: u64,
     /// Rightsizing over `history`, recomputed only when the history or the request changes.
     rightsizing: Option<Rightsizing>,
+    /// The history rolled to a new bucket since `rightsizing` was computed: recomputed within
+    /// the next updates, a bounded number per update (every container rolls at the same time).
+    stale: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -327,18 +334,30 @@ impl Attributor {
                 }
                 _ => {
                     c.history.push_back(Bucket { index: bucket, max_memory: a.max_mem, max_sm: a.sm });
-                    changed = true;
+                    c.stale = true;
                 }
             }
             while c.history.front().is_some_and(|b| b.index + window_buckets <= bucket)
                 || c.history.len() > HISTORY_BUCKETS
             {
                 c.history.pop_front();
-                changed = true;
+                c.stale = true;
             }
             if changed || c.rightsizing.is_none() {
                 c.rightsizing = rightsizing_of(c, bucket_ns, s.rightsizing_headroom_pct);
+                c.stale = false;
             }
+        }
+        // A bucket rollover makes every container stale at once: spread their recomputation over
+        // the next updates so that no single update pays for all of them.
+        let mut budget = STALE_RIGHTSIZING_PER_UPDATE;
+        for c in self.containers.values_mut().filter(|c| c.stale) {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            c.rightsizing = rightsizing_of(c, bucket_ns, s.rightsizing_headroom_pct);
+            c.stale = false;
         }
         // Bounded: the containers seen longest ago go first; their cost stays in the bill.
         while self.containers.len() > self.max_containers {
