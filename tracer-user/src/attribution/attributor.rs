@@ -114,8 +114,9 @@ struct ContainerState {
     gpu_total: u64,
     /// Rightsizing over `history`, recomputed only when the history or the request changes.
     rightsizing: Option<Rightsizing>,
-    /// The history rolled to a new bucket since `rightsizing` was computed: recomputed within
-    /// the next updates, a bounded number per update (every container rolls at the same time).
+    /// The history changed (a new bucket, a new maximum) since `rightsizing` was computed:
+    /// recomputed within the next updates, a bounded number per update (every container rolls to
+    /// a new bucket at the same time). A new request is recomputed at once.
     stale: bool,
 }
 
@@ -322,13 +323,13 @@ impl Attributor {
             c.energy = c.energy.saturating_add(a.energy);
             c.last_seen = now;
             let gpu_total = if a.max_mem > 0 || c.gpu_total == 0 { a.gpu_total } else { c.gpu_total };
-            changed |= gpu_total != c.gpu_total;
+            c.stale |= gpu_total != c.gpu_total;
             c.gpu_total = gpu_total;
             let idle = a.mem > 0 && a.launches == 0 && a.sm == 0 && a.observable;
             c.idle_since = if idle { c.idle_since.or(Some(input.start_unix_ns)) } else { None };
             match c.history.back_mut() {
                 Some(b) if b.index == bucket => {
-                    changed |= a.max_mem > b.max_memory || a.sm > b.max_sm;
+                    c.stale |= a.max_mem > b.max_memory || a.sm > b.max_sm;
                     b.max_memory = b.max_memory.max(a.max_mem);
                     b.max_sm = b.max_sm.max(a.sm);
                 }
