@@ -27,9 +27,9 @@ pub mod workload;
 
 pub use fake_driver::DriverStats;
 pub use fake_libcuda::fake_libcuda;
-pub use pod_resources::{FakePodResources, PodResourcesCalls};
-pub use tracer::{config_for, Tracer};
 pub use harness::{
     Answer, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime, Workload, WorkloadBuilder,
     cgroup2_mount, eventually, locate_binary, require_root,
 };
+pub use pod_resources::{FakePodResources, PodResourcesCalls};
+pub use tracer::{Tracer, config_for};

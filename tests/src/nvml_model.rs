@@ -10,8 +10,8 @@ use std::{
     time::Instant,
 };
 
-pub use fake_nvml::scenario::{MigInstance, Process, Scenario, UsedBytes, UtilizationSample};
 use fake_nvml::scenario::Device;
+pub use fake_nvml::scenario::{MigInstance, Process, Scenario, UsedBytes, UtilizationSample};
 
 use crate::DriverStats;
 
@@ -109,7 +109,11 @@ impl NvmlModel {
 
     /// Rewrite the scenario from the driver's current state and the processes' declared activity.
     /// Call it periodically; energy grows by the power of the elapsed time.
-    pub fn update(&mut self, stats: &DriverStats, busy: &BTreeMap<u32, Busy>) -> Result<Scenario, fake_nvml::HarnessError> {
+    pub fn update(
+        &mut self,
+        stats: &DriverStats,
+        busy: &BTreeMap<u32, Busy>,
+    ) -> Result<Scenario, fake_nvml::HarnessError> {
         let elapsed_ms = self.last_tick.elapsed().as_millis() as u64;
         self.last_tick = Instant::now();
         let now_us = self.started.elapsed().as_micros() as u64 + 1;

@@ -7,7 +7,7 @@ use tracer_user::{
     pipeline::{Agent, AgentSnapshot},
 };
 
-use crate::{eventually, FakeDriver};
+use crate::{FakeDriver, eventually};
 
 /// A running agent.
 pub struct Tracer {
@@ -32,11 +32,8 @@ impl Tracer {
     pub fn start(cfg: Config) -> Tracer {
         // One worker thread: the agent stays on the test's thread, while the tasks it spawns (the
         // pod watcher, the pod-resources poller) run in the background between test steps.
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
+        let rt =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("tokio runtime");
         let agent = {
             let _g = rt.enter();
             Agent::start(cfg).unwrap_or_else(|e| panic!("agent starts: {e}"))

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use gpu_tracer_tests::{locate_binary, require_root, FakeDriver, PodCgroup, Workload};
+use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, locate_binary, require_root};
 
 fn gpu_tracer() -> PathBuf {
     locate_binary("gpu-tracer").unwrap_or_else(|e| {
@@ -74,7 +74,8 @@ fn events_json_carries_identity_and_allocation_details() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
-    let allocs: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "rm_alloc" && e["bytes"] == 1073741824u64).collect();
+    let allocs: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["kind"] == "rm_alloc" && e["bytes"] == 1073741824u64).collect();
     assert_eq!(allocs.len(), 1, "one 1 GiB RM_ALLOC: {events:#?}");
     let a = allocs[0];
     assert_eq!(a["class"], 0x40);
@@ -158,8 +159,7 @@ fn events_json_reports_cuda_launch_batches_and_allocations() {
     let lib = gpu_tracer_tests::fake_libcuda("thunk");
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let libs = lib.to_str().unwrap().to_string();
-    let (child, _log) =
-        start_with(&["--libcuda", &libs], &["--dev-dir", &dev, "events", "--json", "--duration", "3"]);
+    let (child, _log) = start_with(&["--libcuda", &libs], &["--dev-dir", &dev, "events", "--json", "--duration", "3"]);
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     ok(&mut w, "cuda-init");
     ok(&mut w, "cuda-launch 500");

@@ -2,7 +2,7 @@
 //! and on the real libcuda, workloads in pod cgroups, exact counts. Needs root.
 use std::{sync::Mutex, time::Duration};
 
-use gpu_tracer_tests::{config_for, eventually, fake_libcuda, require_root, FakeDriver, PodCgroup, Tracer, Workload};
+use gpu_tracer_tests::{FakeDriver, PodCgroup, Tracer, Workload, config_for, eventually, fake_libcuda, require_root};
 use tracer_user::{cuda::ledger::CudaUsage, pipeline::AgentSnapshot, probe::FamilyStatus};
 
 const MIB: u64 = 1 << 20;
@@ -42,10 +42,8 @@ fn counts_and_ledger(variant: &str) {
     assert_eq!(attached, tracer_common::cuda_entry::COUNT as usize, "{:#?}", r.cuda_libraries);
 
     let pods: Vec<PodCgroup> = (0..2).map(|_| PodCgroup::new().unwrap()).collect();
-    let mut w: Vec<Workload> = pods
-        .iter()
-        .map(|p| Workload::builder(driver.dev_dir()).cgroup(p).libcuda(&lib).spawn().unwrap())
-        .collect();
+    let mut w: Vec<Workload> =
+        pods.iter().map(|p| Workload::builder(driver.dev_dir()).cgroup(p).libcuda(&lib).spawn().unwrap()).collect();
     for wl in w.iter_mut() {
         ok(wl, "cuda-init");
     }

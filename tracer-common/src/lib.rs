@@ -508,7 +508,16 @@ pub struct CudaFunctionRecord {
 
 impl Default for CudaFunctionRecord {
     fn default() -> Self {
-        Self { hdr: EventHeader::default(), entry: 0, result: 0, handle: 0, source: 0, name_len: 0, _pad: 0, name: [0; CUDA_NAME_MAX] }
+        Self {
+            hdr: EventHeader::default(),
+            entry: 0,
+            result: 0,
+            handle: 0,
+            source: 0,
+            name_len: 0,
+            _pad: 0,
+            name: [0; CUDA_NAME_MAX],
+        }
     }
 }
 

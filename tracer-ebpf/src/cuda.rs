@@ -7,8 +7,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use tracer_common::{
-    counter, cuda_entry, family, probe, CudaAllocInflight, CudaAllocRecord, CudaCount, CudaCountKey, CudaFreeRecord,
-    CudaFunctionRecord, CudaLaunchRecord, PerEventKey, CUDA_NAME_MAX, PER_EVENT_CGROUP, PER_EVENT_TGID,
+    CUDA_NAME_MAX, CudaAllocInflight, CudaAllocRecord, CudaCount, CudaCountKey, CudaFreeRecord, CudaFunctionRecord,
+    CudaLaunchRecord, PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, counter, cuda_entry, family, probe,
 };
 
 use crate::{
@@ -137,7 +137,8 @@ pub fn on_lookup_enter(ctx: &ProbeContext) {
     // Volatile loads of both registers: a select between two context offsets would otherwise be
     // folded into one load at a variable offset, which the verifier rejects.
     // SAFETY: fixed fields of the probe's pt_regs.
-    let (rsi, rdx) = unsafe { (core::ptr::read_volatile(&(*ctx.regs).rsi), core::ptr::read_volatile(&(*ctx.regs).rdx)) };
+    let (rsi, rdx) =
+        unsafe { (core::ptr::read_volatile(&(*ctx.regs).rsi), core::ptr::read_volatile(&(*ctx.regs).rdx)) };
     let extra: u64 = if entry == cuda_entry::KERNEL_GET_FUNCTION { rsi } else { rdx };
     let st = CudaAllocInflight { out, bytes: extra, entry, _pad: 0 };
     if CUDA_INFLIGHT.insert(&bpf_get_current_pid_tgid(), &st, 0).is_err() {

@@ -5,9 +5,9 @@ use aya_ebpf::helpers::{
     bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated,
 };
 use tracer_common::{
-    counter, device_kind, flags, nv, probe, sysno, CaptureKey, DeviceRef, FdCloseRecord, FdDupRecord,
-    FdKey, FdOpenRecord, Inflight, IoctlRecord, UvmMapKey, UvmMmapRecord, UvmMunmapRecord, IOCTL_MAIN_MAX,
-    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, NO_NESTED, SPACE_FRONTEND, SPACE_UVM,
+    CaptureKey, DeviceRef, FdCloseRecord, FdDupRecord, FdKey, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
+    IOCTL_TAIL_MAX, Inflight, IoctlRecord, NO_NESTED, SPACE_FRONTEND, SPACE_UVM, UvmMapKey, UvmMmapRecord,
+    UvmMunmapRecord, counter, device_kind, flags, nv, probe, sysno,
 };
 
 use crate::{
@@ -342,8 +342,7 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
     let arg = st.args[1];
     let is_uvm = st.dev.kind == device_kind::UVM || st.dev.kind == device_kind::UVM_TOOLS;
     let mut fl: u16 = 0;
-    let (mut nr, mut size, mut ptr) =
-        if is_uvm { (cmd, 0u32, arg) } else { (nv::ioc_nr(cmd), nv::ioc_size(cmd), arg) };
+    let (mut nr, mut size, mut ptr) = if is_uvm { (cmd, 0u32, arg) } else { (nv::ioc_nr(cmd), nv::ioc_size(cmd), arg) };
     if !is_uvm && nr == nv::esc::IOCTL_XFER_CMD && size == nv::size::XFER {
         // SAFETY: faults are reported, not taken.
         match unsafe { bpf_probe_read_user(arg as *const [u64; 2]) } {
@@ -387,7 +386,8 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
         (*r)._pad = 0;
         (*r)._pad2 = 0;
 
-        if fl & flags::FAULT_XFER != 0 || !read_user_into((*r).main.as_mut_ptr(), IOCTL_MAIN_MAX as u32, main_len, ptr) {
+        if fl & flags::FAULT_XFER != 0 || !read_user_into((*r).main.as_mut_ptr(), IOCTL_MAIN_MAX as u32, main_len, ptr)
+        {
             fl |= flags::FAULT_MAIN;
             main_len = 0;
         }

@@ -5,7 +5,7 @@ use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     maps::ring_buf::RingBufEntry,
 };
-use tracer_common::{counter, EventHeader, Record};
+use tracer_common::{EventHeader, Record, counter};
 
 use crate::maps::{CONFIG, COUNTERS, EVENTS, WAKEUP_SEQ};
 

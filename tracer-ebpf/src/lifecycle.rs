@@ -5,7 +5,7 @@ use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes},
     programs::TracePointContext,
 };
-use tracer_common::{probe, CgroupRmdirRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, CGROUP_PATH_MAX};
+use tracer_common::{CGROUP_PATH_MAX, CgroupRmdirRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, probe};
 
 use crate::{
     driver::{set_tracked, tracked},
@@ -65,11 +65,7 @@ pub fn fork(ctx: &TracePointContext) {
 pub fn cgroup_rmdir(ctx: &TracePointContext) {
     // SAFETY: offsets from the tracepoint's format file.
     let (level, id, loc) = unsafe {
-        (
-            ctx.read_at::<i32>(12).unwrap_or(0),
-            ctx.read_at::<u64>(16).unwrap_or(0),
-            ctx.read_at::<u32>(24).unwrap_or(0),
-        )
+        (ctx.read_at::<i32>(12).unwrap_or(0), ctx.read_at::<u64>(16).unwrap_or(0), ctx.read_at::<u32>(24).unwrap_or(0))
     };
     if let Some(mut e) = emit::reserve::<CgroupRmdirRecord>(probe::CGROUP_RMDIR, 0) {
         let r = e.as_mut_ptr();

@@ -4,9 +4,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    capacity, CaptureKey, CapturePlan, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight, PerEventKey,
-    TracerConfig, UvmMapKey,
-    COUNTER_ENTRIES,
+    COUNTER_ENTRIES, CaptureKey, CapturePlan, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight,
+    PerEventKey, TracerConfig, UvmMapKey, capacity,
 };
 
 /// All records to user space. Written only through `emit`.
@@ -48,13 +47,11 @@ pub static UVM_MAPS: LruHashMap<UvmMapKey, u64> = LruHashMap::with_max_entries(c
 
 /// What to copy for each ioctl command, for the running driver version (written by user space).
 #[map]
-pub static CAPTURE_PLANS: HashMap<CaptureKey, CapturePlan> =
-    HashMap::with_max_entries(capacity::CAPTURE_PLANS, 0);
+pub static CAPTURE_PLANS: HashMap<CaptureKey, CapturePlan> = HashMap::with_max_entries(capacity::CAPTURE_PLANS, 0);
 
 /// RM_ALLOC nested parameter sizes by class (written by user space).
 #[map]
-pub static ALLOC_PARAM_SIZES: HashMap<u32, u32> =
-    HashMap::with_max_entries(capacity::ALLOC_PARAM_SIZES, 0);
+pub static ALLOC_PARAM_SIZES: HashMap<u32, u32> = HashMap::with_max_entries(capacity::ALLOC_PARAM_SIZES, 0);
 
 /// `CONFIG[0]`: agent tgid, device prefix, wake-up batching.
 #[map]

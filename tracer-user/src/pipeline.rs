@@ -13,10 +13,10 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use serde::Serialize;
-use tracer_common::{map_names, nv::DriverAbi, record_as_bytes, DeviceRef, FdKey};
+use tracer_common::{DeviceRef, FdKey, map_names, nv::DriverAbi, record_as_bytes};
 
 use crate::{
-    config::{resolve_driver_version, Config, ResolvedDriverVersion},
+    config::{Config, ResolvedDriverVersion, resolve_driver_version},
     decode::{self, Event},
     enrich::{self, CgroupResolver, ProcessInfo},
     probe::{ProbeError, ProbeReport, Probes},
@@ -443,7 +443,11 @@ impl Agent {
             self.stats.seeded_fds += 1;
             self.handle_bytes(record_as_bytes(&rec), false, sink);
         }
-        tracing::info!(fds = found.len(), processes = procscan::per_process(&found).len(), "seeded NVIDIA fds from /proc");
+        tracing::info!(
+            fds = found.len(),
+            processes = procscan::per_process(&found).len(),
+            "seeded NVIDIA fds from /proc"
+        );
     }
 
     fn cgroup_id_of(&self, tgid: u32) -> Option<u64> {
@@ -718,11 +722,12 @@ impl Agent {
     /// shared memory, stream and the kernel name), on top of the in-kernel counts. Takes effect at
     /// once, without restarting anything; empty lists turn it off.
     pub fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), aya::maps::MapError> {
-        use tracer_common::{family, PerEventKey, PER_EVENT_CGROUP, PER_EVENT_TGID};
+        use tracer_common::{PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, family};
         let missing = |n: &str| aya::maps::MapError::InvalidName { name: n.to_string() };
         let k = self.kernel.as_mut().ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
         {
-            let m = k.probes.ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
+            let m =
+                k.probes.ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
             let mut h: BpfHashMap<&mut MapData, PerEventKey, u32> = BpfHashMap::try_from(m)?;
             let old: Vec<PerEventKey> = h.keys().filter_map(Result::ok).collect();
             for k in old {

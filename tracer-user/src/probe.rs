@@ -8,7 +8,7 @@ use aya::{
     programs::{BtfTracePoint, RawTracePoint, TracePoint},
 };
 use serde::Serialize;
-use tracer_common::{map_names, nv::DriverAbi, prog_names, sysno, CaptureKey, CapturePlan, TracerConfig};
+use tracer_common::{CaptureKey, CapturePlan, TracerConfig, map_names, nv::DriverAbi, prog_names, sysno};
 
 use crate::config::{AttachMode, Config};
 
@@ -108,7 +108,9 @@ impl ProbeReport {
 /// Errors that stop the agent from tracing at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("loading the eBPF object failed: {0}\n  hint: the agent needs CAP_BPF and CAP_PERFMON (or root); `gpu-tracer doctor` says which is missing")]
+    #[error(
+        "loading the eBPF object failed: {0}\n  hint: the agent needs CAP_BPF and CAP_PERFMON (or root); `gpu-tracer doctor` says which is missing"
+    )]
     Load(#[source] aya::EbpfError),
     #[error("eBPF map {0} missing from the object (build mismatch)")]
     MissingMap(&'static str),
@@ -216,10 +218,8 @@ impl Probes {
             let libs = crate::cuda::attach::library_candidates(&cfg.cuda_libraries);
             match crate::cuda::attach::attach_all(&mut ebpf, &libs) {
                 Ok(reports) => {
-                    let programs = reports
-                        .iter()
-                        .map(|r| format!("uprobe/{} ({} entry points)", r.path, r.attached()))
-                        .collect();
+                    let programs =
+                        reports.iter().map(|r| format!("uprobe/{} ({} entry points)", r.path, r.attached())).collect();
                     cuda_libraries = reports;
                     FamilyStatus::Attached { programs }
                 }
@@ -232,10 +232,7 @@ impl Probes {
             features,
             attach_mode: mode.as_str(),
             attach_reason,
-            driver_abi: format!(
-                "{}.{}.{:02}",
-                abi.version.major, abi.version.minor, abi.version.patch
-            ),
+            driver_abi: format!("{}.{}.{:02}", abi.version.major, abi.version.minor, abi.version.patch),
             driver,
             lifecycle,
             cuda,

@@ -746,19 +746,22 @@ impl NodeDoubles {
             } else {
                 gpu_uuid(spec.gpu)
             };
-            listed.push((spec.gpu, pr::PodResources {
-                name: name.into(),
-                namespace: ns.into(),
-                containers: vec![pr::ContainerResources {
-                    name: CONTAINER.into(),
-                    devices: vec![pr::ContainerDevices {
-                        resource_name: "nvidia.com/gpu".into(),
-                        device_ids: vec![id],
-                        topology: None,
+            listed.push((
+                spec.gpu,
+                pr::PodResources {
+                    name: name.into(),
+                    namespace: ns.into(),
+                    containers: vec![pr::ContainerResources {
+                        name: CONTAINER.into(),
+                        devices: vec![pr::ContainerDevices {
+                            resource_name: "nvidia.com/gpu".into(),
+                            device_ids: vec![id],
+                            topology: None,
+                        }],
+                        ..Default::default()
                     }],
-                    ..Default::default()
-                }],
-            }));
+                },
+            ));
         }
         kubelet.set_pods(listed.into_iter().map(|(_, p)| p).collect());
         let mut allocatable: Vec<String> = (0..4).map(|r| format!("{}::{r}", gpu_uuid(0))).collect();
@@ -793,7 +796,8 @@ impl NodeDoubles {
         // restarted process is followed) report the pod's SM share.
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stats_path = driver.dev_dir().join(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME);
-        let busy_by_cgroup: Vec<(PathBuf, u32)> = pods.iter().map(|(s, cg)| (cg.path().to_path_buf(), s.sm_pct)).collect();
+        let busy_by_cgroup: Vec<(PathBuf, u32)> =
+            pods.iter().map(|(s, cg)| (cg.path().to_path_buf(), s.sm_pct)).collect();
         let thread_stop = stop.clone();
         let handle = std::thread::spawn(move || {
             while !thread_stop.load(Ordering::SeqCst) {
@@ -813,15 +817,7 @@ impl NodeDoubles {
                 std::thread::sleep(Duration::from_millis(250));
             }
         });
-        Ok(NodeDoubles {
-            _rt: rt,
-            _api: api,
-            _kubelet: kubelet,
-            dir,
-            config,
-            model_stop: stop,
-            model: Some(handle),
-        })
+        Ok(NodeDoubles { _rt: rt, _api: api, _kubelet: kubelet, dir, config, model_stop: stop, model: Some(handle) })
     }
 }
 

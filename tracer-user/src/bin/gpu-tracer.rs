@@ -292,8 +292,9 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
 
 async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     let fmt = if a.json { EventFormat::JsonLines } else { EventFormat::Protobuf };
-    let writer = EventWriter::to_path(a.output.as_deref(), fmt)
-        .with_context(|| format!("opening {}", a.output.as_ref().map(|p| p.display().to_string()).unwrap_or("stdout".into())))?;
+    let writer = EventWriter::to_path(a.output.as_deref(), fmt).with_context(|| {
+        format!("opening {}", a.output.as_ref().map(|p| p.display().to_string()).unwrap_or("stdout".into()))
+    })?;
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
@@ -322,7 +323,10 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
             out.violations(&mut agent);
             last_batch = Instant::now();
         }
-        if out.io_error.is_some() || out.written >= out.limit || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
+        if out.io_error.is_some()
+            || out.written >= out.limit
+            || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+        {
             break;
         }
     }
@@ -461,7 +465,9 @@ async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
                 FamilyStatus::Disabled => ("warn", "disabled by configuration".to_string()),
                 // A node without libcuda has nothing for the cuda family to probe: worth a warning,
                 // not a failure (the driver family still attributes memory).
-                FamilyStatus::Failed { error } if name == "cuda family" && error.starts_with("no libcuda.so.1 found") => {
+                FamilyStatus::Failed { error }
+                    if name == "cuda family" && error.starts_with("no libcuda.so.1 found") =>
+                {
                     ("warn", error.clone())
                 }
                 FamilyStatus::Failed { error } => ("fail", error.clone()),

@@ -89,7 +89,8 @@ fn attach_at(
     entry: u32,
 ) -> Result<(), String> {
     let p = load(ebpf, prog)?;
-    let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
+    let point =
+        UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
     let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| format!("attaching {prog}: {e:#}"))?;
     links.push((prog, id));
     Ok(())
@@ -169,7 +170,9 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport
     if reports.iter().all(|r| r.attached() == 0) {
         let why: Vec<String> = reports
             .iter()
-            .flat_map(|r| r.entries.iter().filter(|e| e.status == "failed").map(|e| format!("{}: {}", e.symbol, e.detail)))
+            .flat_map(|r| {
+                r.entries.iter().filter(|e| e.status == "failed").map(|e| format!("{}: {}", e.symbol, e.detail))
+            })
             .chain(errors)
             .take(3)
             .collect();
@@ -193,8 +196,12 @@ fn attach_entry(
     })?;
     let failed = |e: String| ("failed", e);
     match action {
-        cuda_entry::Action::Count => attach_at(ebpf, links, prog_names::CUDA_COUNT, lib, place.file_offset, id).map_err(failed)?,
-        cuda_entry::Action::Free => attach_at(ebpf, links, prog_names::CUDA_FREE, lib, place.file_offset, id).map_err(failed)?,
+        cuda_entry::Action::Count => {
+            attach_at(ebpf, links, prog_names::CUDA_COUNT, lib, place.file_offset, id).map_err(failed)?
+        }
+        cuda_entry::Action::Free => {
+            attach_at(ebpf, links, prog_names::CUDA_FREE, lib, place.file_offset, id).map_err(failed)?
+        }
         cuda_entry::Action::Lookup => {
             attach_at(ebpf, links, prog_names::CUDA_LOOKUP_ENTER, lib, place.file_offset, id).map_err(failed)?;
             let ret = placement::place_for_return(bytes, symbol).map_err(|e| failed(e.to_string()))?;

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use tracer_common::{cuda_entry, CudaCount, CudaCountKey};
+use tracer_common::{CudaCount, CudaCountKey, cuda_entry};
 
 /// What kind of memory an allocation entry point returns.
 fn memory_class(entry: u32) -> MemClass {
@@ -215,7 +215,11 @@ impl CudaLedger {
             }
         };
         for (k, c) in &self.counts {
-            let row = procs.entry(k.tgid).or_insert(CudaProcessRow { tgid: k.tgid, cgroup_id: k.cgroup_id, usage: CudaUsage::default() });
+            let row = procs.entry(k.tgid).or_insert(CudaProcessRow {
+                tgid: k.tgid,
+                cgroup_id: k.cgroup_id,
+                usage: CudaUsage::default(),
+            });
             add_count(&mut row.usage, k.entry, c);
             add_count(cgroups.entry(k.cgroup_id).or_default(), k.entry, c);
             if let Some(e) = cuda_entry::ALL.get(k.entry as usize) {
@@ -236,7 +240,11 @@ impl CudaLedger {
         }
         for (tgid, m) in &self.live {
             for l in m.values() {
-                let row = procs.entry(*tgid).or_insert(CudaProcessRow { tgid: *tgid, cgroup_id: l.cgroup_id, usage: CudaUsage::default() });
+                let row = procs.entry(*tgid).or_insert(CudaProcessRow {
+                    tgid: *tgid,
+                    cgroup_id: l.cgroup_id,
+                    usage: CudaUsage::default(),
+                });
                 let cg = cgroups.entry(l.cgroup_id).or_default();
                 for u in [&mut row.usage, cg] {
                     match l.class {
@@ -352,7 +360,9 @@ mod tests {
         ]);
         std::thread::sleep(std::time::Duration::from_millis(210));
         l.update_counts(vec![(key(5, 10, cuda_entry::LAUNCH_KERNEL), CudaCount { calls: 200, bytes: 0 })]);
-        let rate = |l: &CudaLedger| l.snapshot(&mut |_| None).cgroups.iter().find(|c| c.cgroup_id == 5).unwrap().usage.launch_rate;
+        let rate = |l: &CudaLedger| {
+            l.snapshot(&mut |_| None).cgroups.iter().find(|c| c.cgroup_id == 5).unwrap().usage.launch_rate
+        };
         let r = rate(&l);
         assert!(r > 0.0);
         // A second read right after (one snapshot reads twice) keeps the window's rate.

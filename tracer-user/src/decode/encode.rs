@@ -7,10 +7,9 @@
 //! an `nr` are those listed by [`malformed_reasons`].
 
 use tracer_common::{
-    CudaAllocRecord, CudaFreeRecord, CudaFunctionRecord, CudaLaunchRecord,
-    CGROUP_PATH_MAX, CgroupRmdirRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
-    IOCTL_NESTED_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord,
-    UvmMunmapRecord, flags,
+    CGROUP_PATH_MAX, CgroupRmdirRecord, CudaAllocRecord, CudaFreeRecord, CudaFunctionRecord, CudaLaunchRecord,
+    EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX, IoctlRecord,
+    ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord, UvmMunmapRecord, flags,
     nv::{self, DriverAbi, class, esc, ioc_size, iowr, off, size, uvm},
     record_as_bytes,
 };

@@ -19,9 +19,9 @@ mod tests;
 
 use tracer_common::{
     CGROUP_PATH_MAX, CUDA_NAME_MAX, CgroupRmdirRecord, CudaAllocRecord, CudaFreeRecord, CudaFunctionRecord,
-    CudaLaunchRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
-    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record,
-    UvmMmapRecord, UvmMunmapRecord, device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes,
+    CudaLaunchRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
+    IOCTL_TAIL_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord,
+    UvmMunmapRecord, device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes,
 };
 
 /// Why a record could not be decoded at all.

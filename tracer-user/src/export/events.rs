@@ -70,7 +70,12 @@ pub fn container_proto(c: &crate::identity::ContainerIdentity) -> v1::ContainerI
 }
 
 /// A guardrail violation as an event (user space makes it; `ktime_ns` is when it was raised).
-pub fn violation_to_proto(v: &crate::guardrails::Violation, cgroup_id: u64, ktime_ns: u64, e: &Enrichment) -> v1::Event {
+pub fn violation_to_proto(
+    v: &crate::guardrails::Violation,
+    cgroup_id: u64,
+    ktime_ns: u64,
+    e: &Enrichment,
+) -> v1::Event {
     let h = Header { ktime_ns, tgid: v.pid, pid: v.pid, cgroup_id };
     let g = v.gpu.clone().unwrap_or_default();
     let payload = Payload::Violation(v1::Violation {
@@ -698,7 +703,10 @@ fn payload_json(m: &mut Map<String, Value>, p: &Payload) {
             m.insert("mig_uuid".into(), x.mig_uuid.clone().into());
             m.insert("device_path".into(), x.device_path.clone().into());
             m.insert("nvml_uuid".into(), x.nvml_uuid.clone().into());
-            m.insert("nvidia_visible_devices".into(), x.nvidia_visible_devices.clone().map_or(Value::Null, Value::from));
+            m.insert(
+                "nvidia_visible_devices".into(),
+                x.nvidia_visible_devices.clone().map_or(Value::Null, Value::from),
+            );
             m.insert("cuda_visible_devices".into(), x.cuda_visible_devices.clone().map_or(Value::Null, Value::from));
             m.insert("allocated".into(), x.allocated.clone().into());
         }

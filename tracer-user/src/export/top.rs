@@ -1,5 +1,5 @@
 //! `gpu-tracer top`: the snapshot as a table that reads well at 80 columns.
-use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table, TableComponent};
+use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, TableComponent, presets};
 
 use crate::{
     pipeline::AgentSnapshot,
@@ -120,7 +120,8 @@ fn render_header(s: &AgentSnapshot, o: &RenderOptions) -> String {
     if !s.violations.is_empty() {
         out.push_str(&format!("GPU guardrail violations: {}\n", s.violations.len()));
         for v in s.violations.iter().rev().take(5) {
-            let gpu = v.gpu.as_ref().and_then(|g| g.uuid.clone().or(g.mig_uuid.clone())).unwrap_or_else(|| "all".into());
+            let gpu =
+                v.gpu.as_ref().and_then(|g| g.uuid.clone().or(g.mig_uuid.clone())).unwrap_or_else(|| "all".into());
             out.push_str(&format!(
                 "  ! {}/{}/{} pid {} {} {}\n",
                 v.namespace,
@@ -298,7 +299,13 @@ mod width_tests {
         let mut state = Snapshot::default();
         for i in 0..pods {
             let id = 1000 + i as u64;
-            let usage = Usage { vidmem_bytes: (i as u64 + 1) * 3 << 29, allocations: 123, frees: 45, ioctls: 98765, ..Default::default() };
+            let usage = Usage {
+                vidmem_bytes: (i as u64 + 1) * 3 << 29,
+                allocations: 123,
+                frees: 45,
+                ioctls: 98765,
+                ..Default::default()
+            };
             state.cgroups.push(CgroupRow {
                 cgroup_id: id,
                 path: Some(format!(

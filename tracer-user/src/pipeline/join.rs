@@ -253,11 +253,7 @@ impl Agent {
                 .map(|r| {
                     r.gpu_minors
                         .iter()
-                        .map(|m| crate::decode::Device {
-                            kind: crate::decode::DeviceKind::Gpu,
-                            minor: *m,
-                            file_id: 0,
-                        })
+                        .map(|m| crate::decode::Device { kind: crate::decode::DeviceKind::Gpu, minor: *m, file_id: 0 })
                         .collect()
                 })
                 .unwrap_or_default();

@@ -58,9 +58,9 @@ impl KernelCounters {
 
 /// Sum `COUNTERS` over CPUs.
 pub fn read(ebpf: &Ebpf) -> Result<KernelCounters, aya::maps::MapError> {
-    let map = ebpf.map(map_names::COUNTERS).ok_or(aya::maps::MapError::InvalidName {
-        name: map_names::COUNTERS.to_string(),
-    })?;
+    let map = ebpf
+        .map(map_names::COUNTERS)
+        .ok_or(aya::maps::MapError::InvalidName { name: map_names::COUNTERS.to_string() })?;
     let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
     let mut out = KernelCounters::default();
     for p in 0..probe::COUNT {

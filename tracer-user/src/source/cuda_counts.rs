@@ -3,7 +3,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuHashMap},
 };
-use tracer_common::{map_names, CudaCount, CudaCountKey};
+use tracer_common::{CudaCount, CudaCountKey, map_names};
 
 /// Every (cgroup, tgid, entry point) row, summed over CPUs. Empty when the map is missing.
 pub fn read(ebpf: &Ebpf) -> Vec<(CudaCountKey, CudaCount)> {

@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use tracer_common::{device_kind, flags, kind, DeviceRef, EventHeader, FdKey, FdOpenRecord};
+use tracer_common::{DeviceRef, EventHeader, FdKey, FdOpenRecord, device_kind, flags, kind};
 
 /// Classify `path` against the device prefix (`<dev_dir>/nvidia`), like the kernel side does.
 pub fn classify_device_path(prefix: &str, path: &str) -> Option<DeviceRef> {
@@ -99,7 +99,14 @@ fn kcmp_same_file(tgid: u32, a: u32, b: u32) -> Option<bool> {
     const KCMP_FILE: libc::c_long = 0;
     // SAFETY: kcmp only reads kernel state; all arguments are plain integers.
     let r = unsafe {
-        libc::syscall(libc::SYS_kcmp, tgid as libc::c_long, tgid as libc::c_long, KCMP_FILE, a as libc::c_long, b as libc::c_long)
+        libc::syscall(
+            libc::SYS_kcmp,
+            tgid as libc::c_long,
+            tgid as libc::c_long,
+            KCMP_FILE,
+            a as libc::c_long,
+            b as libc::c_long,
+        )
     };
     if r < 0 { None } else { Some(r == 0) }
 }

@@ -4,8 +4,8 @@
 //! kernel store to a neighbouring tgid.
 use std::os::fd::{AsFd, AsRawFd};
 
-use aya::{maps::Map, Ebpf};
-use tracer_common::{map_names, TRACKED_TGIDS_PER_ENTRY};
+use aya::{Ebpf, maps::Map};
+use tracer_common::{TRACKED_TGIDS_PER_ENTRY, map_names};
 
 /// Entries the map needs for this machine's `pid_max` (tgids are < pid_max).
 pub fn entries_for_pid_max() -> u32 {

@@ -50,7 +50,6 @@ pub use snapshot::{CgroupRow, GpuRow, ProcessRow, Snapshot, StateCounters, Total
 use crate::decode::{Device, DeviceKind, Event, Header, IoctlEvent, IoctlOp, Location, MemoryAlloc, MemoryKind};
 use ledger::{AllocId, FdEntry, ManagedMapping, Object, Process};
 
-
 /// Allocations larger than this (256 TiB, more than any GPU or host has) are garbage sizes read
 /// from user memory: counted in `implausible_sizes` and charged as zero bytes.
 pub const MAX_PLAUSIBLE_ALLOCATION_BYTES: u64 = 1 << 48;
@@ -313,7 +312,10 @@ impl TracerState {
                 self.touch(h, start_time_ticks, false);
             }
             // libcuda calls are accounted by the CUDA ledger (`cuda::ledger`), not the RM ledger.
-            Event::CudaAlloc { .. } | Event::CudaFree { .. } | Event::CudaFunction { .. } | Event::CudaLaunch { .. } => {}
+            Event::CudaAlloc { .. }
+            | Event::CudaFree { .. }
+            | Event::CudaFunction { .. }
+            | Event::CudaLaunch { .. } => {}
             Event::CgroupRemoved { cgroup_id, .. } => {
                 if let Some(c) = self.cgroups.get_mut(cgroup_id) {
                     c.removed = true;
