@@ -282,6 +282,14 @@ impl Agent {
         }
         let live: BTreeSet<u32> = cgroup_of.keys().copied().collect();
         self.visible_devices.retain(|(pid, _), _| live.contains(pid));
+        // A pod that is gone takes its raised violations with it (a new pod of the same name is
+        // a new workload and is checked afresh).
+        if let Some(pods) = &self.kube.pods {
+            let live: BTreeSet<(String, String)> = pods.pods().into_iter().map(|p| (p.namespace, p.name)).collect();
+            if !live.is_empty() {
+                self.guardrails.retain_containers(|c| live.contains(&(c.namespace.clone(), c.pod.clone())));
+            }
+        }
         let new = self.guardrails.evaluate(&obs, &map, &allocs);
         for v in &new {
             tracing::warn!(
