@@ -310,3 +310,98 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     assert!(status.success(), "agent exit: {status}");
     let _ = std::fs::remove_dir_all(&nvml_dir);
 }
+
+/// Issue 5 through the binary: `gpu-tracer --config <node config> events --json` with the fake API
+/// server, the fake kubelet socket and NVML. A container allocated GPU 0 opens /dev/nvidia1: the
+/// stream carries exactly one violation event with its evidence, and the workload's events carry
+/// the pod's identity in their header.
+#[test]
+fn events_carry_pod_identity_and_one_violation_for_an_unallocated_gpu() {
+    use gpu_tracer_proto::podresources::v1 as pr;
+    use gpu_tracer_tests::{
+        kube_api::{FakeApiServer, FakePod},
+        nvml_model::{NvmlModel, gpu_uuid},
+        pod_resources::FakePodResources,
+    };
+    require_root();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let driver = FakeDriver::start(2).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let dir = std::env::temp_dir().join(format!("gt-cli-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let api = rt.block_on(FakeApiServer::start()).unwrap();
+    api.apply(
+        FakePod::new("ml", "trainer-0", "cli-node")
+            .uid(pod.pod_uid())
+            .label("team", "ml")
+            .container("main", 1, Some(&format!("containerd://{}", pod.container_id())))
+            .build(),
+    );
+    let kubelet = rt.block_on(FakePodResources::start()).unwrap();
+    kubelet.set_pods(vec![pr::PodResources {
+        name: "trainer-0".into(),
+        namespace: "ml".into(),
+        containers: vec![pr::ContainerResources {
+            name: "main".into(),
+            devices: vec![pr::ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: vec![gpu_uuid(0)],
+                topology: None,
+            }],
+            ..Default::default()
+        }],
+    }]);
+    api.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
+    let model = NvmlModel::install(&dir.join("nvml"), &driver.stats().unwrap(), 256 << 20).unwrap();
+    let config = dir.join("gpu-tracer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "snapshot_interval_ms = 300\n[nvml]\nmode = \"required\"\nlibrary = {:?}\n[kubernetes]\nmode = \"required\"\n\
+             node_name = \"cli-node\"\nkubeconfig = {:?}\npod_resources_socket = {:?}\n",
+            model.library(),
+            dir.join("kubeconfig"),
+            kubelet.socket()
+        ),
+    )
+    .unwrap();
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let cfg = config.to_str().unwrap().to_string();
+    let (child, log) =
+        start(&["--config", &cfg, "--dev-dir", &dev, "events", "--json", "--duration", "6", "--summary"]);
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 1");
+    ok(&mut w, "alloc-rm 1073741824");
+    let out = child.wait_with_output().unwrap();
+    let stderr: Vec<String> = log.try_iter().collect();
+    assert!(out.status.success(), "gpu-tracer failed: {stderr:#?}");
+    let events: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let violations: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] == "violation").collect();
+    assert_eq!(violations.len(), 1, "exactly one violation: {violations:#?}\n{stderr:#?}");
+    let v = violations[0];
+    assert_eq!(v["violation"], "unallocated_gpu_open", "{v}");
+    assert_eq!(
+        (v["namespace"].as_str(), v["pod"].as_str(), v["container"].as_str()),
+        (Some("ml"), Some("trainer-0"), Some("main"))
+    );
+    assert_eq!(v["gpu_uuid"], gpu_uuid(1).as_str(), "{v}");
+    assert!(v["device_path"].as_str().unwrap().ends_with("/nvidia1"), "{v}");
+    assert_eq!(v["allocated"], serde_json::json!([gpu_uuid(0)]), "{v}");
+    assert_eq!(v["tgid"], w.pid(), "{v}");
+    // The workload's own events name the pod in their header.
+    let alloc = events
+        .iter()
+        .find(|e| e["tgid"] == w.pid() && e["kind"] == "rm_alloc")
+        .unwrap_or_else(|| panic!("no rm_alloc of the workload: {events:#?}"));
+    let c = &alloc["container"];
+    assert_eq!(
+        (c["namespace"].as_str(), c["pod"].as_str(), c["container"].as_str()),
+        (Some("ml"), Some("trainer-0"), Some("main")),
+        "{alloc}"
+    );
+    assert_eq!(c["labels"]["team"], "ml");
+    assert_eq!(c["allocated_gpus"], serde_json::json!([gpu_uuid(0)]));
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}
