@@ -146,7 +146,7 @@ const PODS: [PodSpec; 3] = [
         name: "research/notebook-c",
         owner: ("StatefulSet", "notebook-c"),
         team: "research",
-        sm_pct: 0,
+        sm_pct: 8,
         qos: Qos::Burstable,
         runtime: Runtime::CriO,
         gpu: 0,
