@@ -334,10 +334,10 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     out.launch_batches(&mut agent, last_batch.elapsed());
     out.violations(&mut agent);
     out.writer.flush()?;
-    if let Some(e) = out.io_error {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e).context("writing events");
-        }
+    if let Some(e) = out.io_error
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e).context("writing events");
     }
     let written = out.written;
     if a.summary {

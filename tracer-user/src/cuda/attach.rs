@@ -100,10 +100,10 @@ fn attach_at(
 pub fn detach(ebpf: &mut Ebpf, links: Links) -> usize {
     let mut n = 0;
     for (prog, id) in links {
-        if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut UProbe>::try_from) {
-            if p.detach(id).is_ok() {
-                n += 1;
-            }
+        if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut UProbe>::try_from)
+            && p.detach(id).is_ok()
+        {
+            n += 1;
         }
     }
     n

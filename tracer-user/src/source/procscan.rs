@@ -79,8 +79,8 @@ fn assign_file_ids(tgid: u32, fds: &mut [SeededFd]) {
     // High bit marks seeded ids so they never collide with kernel-assigned ones in practice.
     let base = (1u64 << 63) | ((tgid as u64) << 24);
     let mut groups: Vec<(u32, u64)> = Vec::new(); // representative fd, file_id
-    for i in 0..fds.len() {
-        let fd = fds[i].fd;
+    for f in fds.iter_mut() {
+        let fd = f.fd;
         let same = groups.iter().find(|(rep, _)| kcmp_same_file(tgid, *rep, fd) == Some(true));
         let id = match same {
             Some((_, id)) => *id,
@@ -90,7 +90,7 @@ fn assign_file_ids(tgid: u32, fds: &mut [SeededFd]) {
                 id
             }
         };
-        fds[i].dev.file_id = id;
+        f.dev.file_id = id;
     }
 }
 
