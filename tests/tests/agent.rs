@@ -38,7 +38,7 @@ fn scene() -> (std::sync::MutexGuard<'static, ()>, FakeDriver, Tracer, PodCgroup
     (serial, driver, t, pod, w)
 }
 
-fn cgroup<'a>(s: &'a AgentSnapshot, id: u64) -> Option<&'a CgroupRow> {
+fn cgroup(s: &AgentSnapshot, id: u64) -> Option<&CgroupRow> {
     s.state.cgroups.iter().find(|c| c.cgroup_id == id)
 }
 
