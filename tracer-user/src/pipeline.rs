@@ -333,7 +333,8 @@ pub struct Agent {
     late_links: HashMap<(u64, u64), (crate::cuda::attach::Links, std::collections::HashSet<u32>)>,
 }
 
-fn monotonic_ns() -> u64 {
+/// CLOCK_MONOTONIC now, ns (the clock of `bpf_ktime_get_ns` and of NVML sample times).
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };

@@ -209,7 +209,8 @@ impl NvmlSource {
     pub fn sample(&mut self) -> NvmlSample {
         let started = Instant::now();
         let taken_unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let taken_mono_ns = monotonic_ns();
+        // The pipeline's clock, so sample times compare with its own.
+        let taken_mono_ns = crate::pipeline::monotonic_ns();
         let Self { nvml, status, last_seen_us, known_uuids } = self;
         let mut failures = Failures { counts: &mut status.failed_readings };
         let mut missing = Vec::new();
@@ -247,13 +248,6 @@ fn loaded_path(nvml: &Nvml) -> Option<PathBuf> {
     }
     let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
     Some(PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes())))
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// A short, stable label for an NVML error (counters, metric labels).

@@ -151,14 +151,23 @@ impl Agent {
         let mut owners: BTreeMap<u32, ProcessOwner> = BTreeMap::new();
         let mut cgroup_of: BTreeMap<u32, u64> = BTreeMap::new();
         let mut containers: BTreeMap<ContainerKey, ContainerInput> = BTreeMap::new();
+        let mut idents: BTreeMap<u64, Arc<ContainerIdentity>> = BTreeMap::new();
         for pid in &pids {
-            let cg = state.processes.iter().find(|p| p.tgid == *pid).map(|p| p.cgroup_id).filter(|c| *c != 0);
+            let cg = process_row(state, *pid).map(|p| p.cgroup_id).filter(|c| *c != 0);
             let Some(cg) = cg.or_else(|| self.cgroup_id_of(*pid)) else {
                 owners.insert(*pid, ProcessOwner::default());
                 continue;
             };
             cgroup_of.insert(*pid, cg);
-            let ident = self.identity_of(cg);
+            // One resolution per cgroup per interval, however many processes it has.
+            let ident = match idents.get(&cg) {
+                Some(i) => Arc::clone(i),
+                None => {
+                    let i = self.identity_of(cg);
+                    idents.insert(cg, Arc::clone(&i));
+                    i
+                }
+            };
             let comm = self.comm_of(*pid, state);
             let is_mps_server = comm.as_deref().is_some_and(|c| c.starts_with(MPS_SERVER_COMM));
             let container = (ident.is_container() && !is_mps_server).then_some(ContainerKey(cg));
@@ -212,7 +221,7 @@ impl Agent {
     }
 
     fn comm_of(&mut self, pid: u32, state: &Snapshot) -> Option<String> {
-        if let Some(c) = state.processes.iter().find(|p| p.tgid == pid).and_then(|p| p.comm.clone()) {
+        if let Some(c) = process_row(state, pid).and_then(|p| p.comm.clone()) {
             return Some(c);
         }
         crate::enrich::process_info(&self.cfg.proc_root, pid).map(|i| i.comm)
@@ -248,7 +257,7 @@ impl Agent {
             let Some(ident) = self.identities.get(cg).cloned() else { continue };
             let ident: &ContainerIdentity = &ident;
             let Some(cref) = ident.container_ref() else { continue };
-            let row = state.processes.iter().find(|p| p.tgid == *pid);
+            let row = process_row(state, *pid);
             let opened: Vec<crate::decode::Device> = row
                 .map(|r| {
                     r.gpu_minors
@@ -349,15 +358,20 @@ fn physical_uuid(map: &GpuMap, d: &GpuDevice) -> Option<String> {
     }
 }
 
+/// `pid`'s row of the state snapshot (its processes are sorted by tgid).
+fn process_row(state: &Snapshot, pid: u32) -> Option<&crate::state::snapshot::ProcessRow> {
+    state.processes.binary_search_by_key(&pid, |p| p.tgid).ok().map(|i| &state.processes[i])
+}
+
 /// The eBPF ledgers' device bytes of `pid` on GPU `minor`: known exactly when the process has
 /// only that GPU open (the driver ledger is per process, not per process and GPU).
 fn ledgers_of(state: &Snapshot, cuda: &CudaSnapshot, pid: u32, minor: Option<u32>) -> ProcessLedgers {
-    let row = state.processes.iter().find(|p| p.tgid == pid);
+    let row = process_row(state, pid);
     let single = |minors: &[u32]| minors.len() == 1 && Some(minors[0]) == minor;
     let driver_bytes = row.filter(|r| single(&r.gpu_minors)).map(|r| r.usage.vidmem_bytes);
     let cuda_bytes = row
         .filter(|r| single(&r.gpu_minors))
-        .and_then(|_| cuda.processes.iter().find(|c| c.tgid == pid))
+        .and_then(|_| cuda.processes.binary_search_by_key(&pid, |c| c.tgid).ok().map(|i| &cuda.processes[i]))
         .map(|c| c.usage.device_bytes);
     ProcessLedgers { driver_bytes, cuda_bytes }
 }
