@@ -246,3 +246,47 @@ impl NvmlModel {
         s
     }
 }
+
+/// A model kept current by a thread: every `every`, the driver's stats (read from its stats file)
+/// and `busy()` rewrite the scenario, as a real NVML follows its GPU. Stops on drop.
+pub struct Follower {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NvmlModel {
+    /// Hand the model to a thread that updates it from `stats_file` (the fake driver's
+    /// `.fake-driver-stats`) and `busy()` every `every`.
+    pub fn follow(
+        mut self,
+        stats_file: PathBuf,
+        every: std::time::Duration,
+        busy: impl Fn() -> BTreeMap<u32, Busy> + Send + 'static,
+    ) -> Follower {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread_stop = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !thread_stop.load(Ordering::SeqCst) {
+                // The driver may be gone at the very end (its stats unreadable): skip that round.
+                let stats = std::fs::read_to_string(&stats_file)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<DriverStats>(&t).ok());
+                if let Some(stats) = stats {
+                    let _ = self.update(&stats, &busy());
+                }
+                std::thread::sleep(every);
+            }
+        });
+        Follower { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -249,19 +249,15 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 1073741824");
     let nvml_dir = std::env::temp_dir().join(format!("gt-cli-nvml-{}", std::process::id()));
-    let mut model = NvmlModel::install(&nvml_dir, &driver.stats().unwrap(), 256 << 20).unwrap();
+    let model = NvmlModel::install(&nvml_dir, &driver.stats().unwrap(), 256 << 20).unwrap();
     let lib = model.library().to_str().unwrap().to_string();
     // NVML keeps reporting fresh process samples (40 % SM), as the real library does.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stats_path = driver.path(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME);
-    let (busy, thread_stop) = ([(w.pid(), Busy { sm_pct: 40, mem_pct: 10 })].into(), stop.clone());
-    let updater = std::thread::spawn(move || {
-        while !thread_stop.load(std::sync::atomic::Ordering::SeqCst) {
-            let text = std::fs::read_to_string(&stats_path).unwrap();
-            model.update(&serde_json::from_str(&text).unwrap(), &busy).unwrap();
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    });
+    let pid = w.pid();
+    let follower = model.follow(
+        driver.path(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME),
+        Duration::from_millis(200),
+        move || [(pid, Busy { sm_pct: 40, mem_pct: 10 })].into(),
+    );
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let (mut child, log) = start_with(
         &["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"],
@@ -305,8 +301,7 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    updater.join().unwrap();
+    drop(follower);
     assert!(status.success(), "agent exit: {status}");
     let _ = std::fs::remove_dir_all(&nvml_dir);
 }

@@ -709,8 +709,8 @@ struct NodeDoubles {
     dir: PathBuf,
     /// The TOML config `gpu-tracer` gets.
     config: PathBuf,
-    model_stop: std::sync::Arc<AtomicBool>,
-    model: Option<JoinHandle<()>>,
+    /// Stops the NVML model's thread on drop (before the directory goes).
+    model: Option<gpu_tracer_tests::nvml_model::Follower>,
 }
 
 impl NodeDoubles {
@@ -778,7 +778,7 @@ impl NodeDoubles {
         api.write_kubeconfig(&kubeconfig).context("writing the kubeconfig")?;
 
         let stats = driver.stats().context("reading the fake driver's stats")?;
-        let mut model = NvmlModel::install(&dir.join("nvml"), &stats, RESERVED_BYTES)
+        let model = NvmlModel::install(&dir.join("nvml"), &stats, RESERVED_BYTES)
             .context("installing the fake libnvidia-ml.so.1")?;
         let config = dir.join("gpu-tracer.toml");
         std::fs::write(
@@ -794,39 +794,26 @@ impl NodeDoubles {
         )?;
         // NVML follows the driver: every 250 ms, each pod's processes (read from its cgroup, so a
         // restarted process is followed) report the pod's SM share.
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
         let stats_path = driver.dev_dir().join(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME);
         let busy_by_cgroup: Vec<(PathBuf, u32)> =
             pods.iter().map(|(s, cg)| (cg.path().to_path_buf(), s.sm_pct)).collect();
-        let thread_stop = stop.clone();
-        let handle = std::thread::spawn(move || {
-            while !thread_stop.load(Ordering::SeqCst) {
-                let stats = std::fs::read_to_string(&stats_path)
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<gpu_tracer_tests::DriverStats>(&t).ok());
-                if let Some(stats) = stats {
-                    let mut busy = BTreeMap::new();
-                    for (cg, sm) in &busy_by_cgroup {
-                        let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
-                        for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-                            busy.insert(pid, Busy { sm_pct: *sm, mem_pct: *sm / 2 });
-                        }
-                    }
-                    let _ = model.update(&stats, &busy);
+        let follower = model.follow(stats_path, Duration::from_millis(250), move || {
+            let mut busy = BTreeMap::new();
+            for (cg, sm) in &busy_by_cgroup {
+                let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                    busy.insert(pid, Busy { sm_pct: *sm, mem_pct: *sm / 2 });
                 }
-                std::thread::sleep(Duration::from_millis(250));
             }
+            busy
         });
-        Ok(NodeDoubles { _rt: rt, _api: api, _kubelet: kubelet, dir, config, model_stop: stop, model: Some(handle) })
+        Ok(NodeDoubles { _rt: rt, _api: api, _kubelet: kubelet, dir, config, model: Some(follower) })
     }
 }
 
 impl Drop for NodeDoubles {
     fn drop(&mut self) {
-        self.model_stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.model.take() {
-            let _ = h.join();
-        }
+        drop(self.model.take());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
