@@ -15,7 +15,8 @@ use anyhow::{Context, Result, anyhow};
 use tracer_user::{
     config::Config,
     decode::Event,
-    pipeline::{Accounting, Agent, Identity},
+    model::{Accounting, EventContext},
+    pipeline::Agent,
     probe::FamilyStatus,
     source::counters::ProbeCounters,
 };
@@ -55,7 +56,7 @@ pub struct Outcome {
 }
 
 /// Work run on the agent's thread, between two steps, with the agent and its sink.
-type Job = Box<dyn FnOnce(&mut Agent, &mut dyn FnMut(&Event, &Identity)) + Send>;
+type Job = Box<dyn FnOnce(&mut Agent, &mut dyn FnMut(&Event, &EventContext)) + Send>;
 
 pub struct Running {
     pub started: Started,
@@ -106,7 +107,7 @@ pub fn start(cfg: Config, spin_ns: u64) -> Result<Running> {
                 let cpu0 = sys::thread_cpu_ns();
                 let t0 = Instant::now();
                 let mut ioctl_events = 0u64;
-                let mut sink = |ev: &Event, _id: &Identity| {
+                let mut sink = |ev: &Event, _id: &EventContext| {
                     match ev {
                         Event::Ioctl(_) => ioctl_events += 1,
                         Event::CudaLaunch { header, .. } => {
@@ -175,7 +176,7 @@ impl Running {
     /// Run `f` on the agent's thread (between two steps) and return its result.
     pub fn with_agent<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Agent, &mut dyn FnMut(&Event, &Identity)) -> R + Send + 'static,
+        f: impl FnOnce(&mut Agent, &mut dyn FnMut(&Event, &EventContext)) -> R + Send + 'static,
     ) -> Result<R> {
         let (tx, rx) = mpsc::channel();
         self.jobs

@@ -20,7 +20,8 @@ use tracer_user::{
     config::{AttachMode, Config, Families},
     cuda::placement::{self, ProbePlacement},
     decode::Event,
-    pipeline::{Agent, Identity},
+    model::EventContext,
+    pipeline::Agent,
     source::counters::{KernelCounters, ProbeCounters},
 };
 
@@ -411,7 +412,7 @@ fn own_cgroup_id() -> Result<u64> {
 /// On the agent's thread: drain until everything emitted has been received (at most 3 s), then
 /// the kernel counters and the launches the agent's CUDA snapshot counted for `tgid` (its
 /// `CUDA_COUNTS` rows, read with `source::cuda_counts::read`).
-fn settle(agent: &mut Agent, sink: &mut dyn FnMut(&Event, &Identity), tgid: u32) -> (KernelCounters, u64) {
+fn settle(agent: &mut Agent, sink: &mut dyn FnMut(&Event, &EventContext), tgid: u32) -> (KernelCounters, u64) {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         agent.drain(sink);

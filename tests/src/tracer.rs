@@ -4,7 +4,8 @@ use std::time::{Duration, Instant};
 
 use tracer_user::{
     config::{Config, Families},
-    pipeline::{Agent, AgentSnapshot},
+    model::AgentSnapshot,
+    pipeline::Agent,
 };
 
 use crate::{FakeDriver, eventually};

@@ -9,7 +9,7 @@ use std::{sync::Mutex, time::Duration};
 use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Tracer, Workload, config_for, require_root};
 use tracer_user::{
     config::{AttachMode, Config},
-    pipeline::AgentSnapshot,
+    model::AgentSnapshot,
     state::snapshot::{CgroupRow, Usage},
 };
 

@@ -28,7 +28,9 @@ use tracer_user::{
         gpu::{ComputeMethod, CostBasis, FULL, MemorySource},
     },
     config::{AttributionSettings, Config, Families, NvmlSettings, SourceMode},
-    pipeline::{Agent, AgentSnapshot},
+    model::{AgentSnapshot, NvmlStatus},
+    pipeline::Agent,
+    probe::ProbeMode,
 };
 
 const MIB: u64 = 1 << 20;
@@ -540,7 +542,7 @@ fn nvml_losing_the_gpu_mid_run_is_survived_and_reported() {
     assert_eq!(dev.uuid, gpu_uuid(0), "a lost GPU keeps its identity");
     assert!(dev.memory.is_none() && dev.processes.is_empty(), "{dev:?}");
     assert!(s.nvml.failed_readings.get("gpu_lost").copied().unwrap_or(0) >= 1, "{:?}", s.nvml.failed_readings);
-    assert_eq!(s.nvml.status, "ready");
+    assert_eq!(s.nvml.status, NvmlStatus::Ready);
     let a = attribution(&s);
     let g = gpu(a, &gpu_uuid(0));
     assert_lines_add_up(g);
@@ -599,7 +601,7 @@ fn real_nvml_without_the_kernel_module_is_reported_not_fatal_in_auto_mode() {
     ok(&mut w, "alloc-rm 1073741824");
     t.agent.sample_now();
     let s = t.settle();
-    assert_eq!(s.nvml.status, "unavailable");
+    assert_eq!(s.nvml.status, NvmlStatus::Unavailable);
     let reason = s.nvml.reason.as_deref().unwrap_or_default();
     assert!(reason.contains("Driver Not Loaded") && reason.contains(REAL_NVML), "{reason}");
     assert!(reason.contains("modprobe nvidia") && reason.contains("nvml.mode"), "names the fix: {reason}");
@@ -629,7 +631,8 @@ fn nvml_only_mode_attributes_from_nvml_and_proc() {
     cfg.families = Families { lifecycle: false, driver: false, cuda: false };
     let mut t = Tracer::start(cfg);
     assert!(!t.agent.has_probes());
-    assert_eq!(t.agent.report().attach_mode, "none (nvml-only)");
+    assert_eq!(t.agent.report().attach_mode, ProbeMode::NvmlOnly);
+    assert_eq!(t.agent.report().attach_mode.as_str(), "none (nvml-only)");
     let pods: Vec<PodCgroup> = (0..2).map(|_| PodCgroup::new().unwrap()).collect();
     let mut w: Vec<Workload> = pods.iter().map(|p| Workload::spawn(driver.dev_dir(), Some(p)).unwrap()).collect();
     let alloc = [GIB, 3 * GIB];
@@ -640,7 +643,7 @@ fn nvml_only_mode_attributes_from_nvml_and_proc() {
     let busy: BTreeMap<u32, Busy> =
         [(w[0].pid(), Busy { sm_pct: 35, mem_pct: 0 }), (w[1].pid(), Busy { sm_pct: 5, mem_pct: 0 })].into();
     let (_, _, s) = interval(&mut t, &mut model, &driver, &busy);
-    assert_eq!(s.attach_mode, "none (nvml-only)");
+    assert_eq!(s.attach_mode, ProbeMode::NvmlOnly);
     assert!(s.state.processes.is_empty() && s.state.cgroups.is_empty(), "no eBPF, no ledger");
     assert_eq!(s.accounting.seen, 0);
     let a = attribution(&s);

@@ -3,7 +3,7 @@
 use std::{sync::Mutex, time::Duration};
 
 use gpu_tracer_tests::{FakeDriver, PodCgroup, Tracer, Workload, config_for, eventually, fake_libcuda, require_root};
-use tracer_user::{cuda::ledger::CudaUsage, pipeline::AgentSnapshot, probe::FamilyStatus};
+use tracer_user::{cuda::ledger::CudaUsage, model::AgentSnapshot, probe::FamilyStatus};
 
 const MIB: u64 = 1 << 20;
 

@@ -28,7 +28,7 @@ use tracer_user::{
     config::{AttributionSettings, Config, CostPolicy, KubeSettings, NvmlSettings, SourceMode},
     guardrails::{Violation, ViolationKind},
     identity::ContainerIdentity,
-    pipeline::AgentSnapshot,
+    model::{AgentSnapshot, KubernetesStatus},
 };
 
 /// The node the agent says it runs on (the pod watch is restricted to it).
@@ -322,7 +322,7 @@ fn pods_identify_their_containers_and_follow_updates_deletes_and_outages() {
     assert_eq!((use_a.allocated_gpus.clone(), use_a.used_gpus.clone()), (gpu(0), gpu(0)));
     assert!(use_a.outside_allocation.is_empty(), "{use_a:?}");
     let st = s.kubernetes.watcher.as_ref().expect("watcher status");
-    assert_eq!(s.kubernetes.status, "running");
+    assert_eq!(s.kubernetes.status, KubernetesStatus::Running);
     assert!(st.connected && st.ready && st.node == NODE, "{st:?}");
 
     // A label changes while the workload runs.
@@ -620,7 +620,7 @@ fn a_plain_host_has_cgroup_identity_and_no_kubernetes() {
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 1073741824");
     let s = sc.sample();
-    assert_eq!(s.kubernetes.status, "not-in-use", "{:?}", s.kubernetes);
+    assert_eq!(s.kubernetes.status, KubernetesStatus::NotInUse, "{:?}", s.kubernetes);
     assert!(s.kubernetes.detail.contains("not in use"), "{:?}", s.kubernetes);
     assert!(s.kubernetes.watcher.is_none() && s.kubernetes.pod_resources.is_none(), "{:?}", s.kubernetes);
     let i = ident(&s, &a);

@@ -9,6 +9,7 @@
 //! `pipeline` wires the stages together; `doctor` reports what works on this node.
 pub mod allocation;
 pub mod attribution;
+pub mod clock;
 pub mod config;
 pub mod cuda;
 pub mod decode;
@@ -17,6 +18,7 @@ pub mod enrich;
 pub mod export;
 pub mod guardrails;
 pub mod identity;
+pub mod model;
 pub mod nvml;
 pub mod pipeline;
 pub mod probe;

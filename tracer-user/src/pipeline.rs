@@ -8,42 +8,31 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     os::unix::fs::MetadataExt,
     path::PathBuf,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
-use serde::Serialize;
 use tracer_common::{DeviceRef, FdKey, map_names, nv::DriverAbi, record_as_bytes};
 
 use crate::{
+    clock::{self, WallClock},
     config::{Config, ResolvedDriverVersion, resolve_driver_version},
     decode::{self, Event},
     enrich::{self, CgroupResolver, ProcessInfo},
+    model::{
+        Accounting, AgentSnapshot, AllocationUse, EventContext, KubernetesStatus, LedgerCheck, NvmlStatus, NvmlView,
+        PipelineStats,
+    },
     probe::{ProbeError, ProbeReport, Probes},
     source::{
         counters::{self, KernelCounters},
         procscan,
         ringbuf::{RingSource, SourceError},
     },
-    state::{Snapshot, TracerState},
+    state::TracerState,
 };
 
 mod join;
-
-/// Identity attached to an event after decoding.
-#[derive(Clone, Debug, Default)]
-pub struct Identity {
-    pub wall_time_unix_ns: u64,
-    pub process_start_time_ticks: u64,
-    pub comm: Option<String>,
-    pub cgroup_path: Option<String>,
-    /// Bytes an RM free / process exit released (from the state stage), when known.
-    pub released_bytes: Option<u64>,
-    /// For a launch: the kernel name of its function handle, when a lookup named it.
-    pub kernel_name: Option<String>,
-    /// Who the cgroup is (container, pod, allocated GPUs), when resolved.
-    pub container: Option<std::sync::Arc<crate::identity::ContainerIdentity>>,
-}
 
 /// Remove the entries of a pid_tgid-keyed map whose thread no longer exists.
 fn sweep_dead<V: aya::Pod>(ebpf: &mut aya::Ebpf, map: &str, proc_root: &std::path::Path) -> u64 {
@@ -58,109 +47,6 @@ fn sweep_dead<V: aya::Pod>(ebpf: &mut aya::Ebpf, map: &str, proc_root: &std::pat
         })
         .collect();
     dead.iter().filter(|k| h.remove(k).is_ok()).count() as u64
-}
-
-impl Identity {
-    /// The event exporter's view of this identity.
-    pub fn to_enrichment(&self) -> crate::export::events::Enrichment {
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        crate::export::events::Enrichment {
-            wall_time_unix_ns: self.wall_time_unix_ns,
-            process_start_time_ns: self.process_start_time_ticks.saturating_mul(1_000_000_000 / hz),
-            cgroup_path: self.cgroup_path.clone(),
-            comm: self.comm.clone(),
-            released_bytes: self.released_bytes,
-            kernel_name: self.kernel_name.clone(),
-            container: self.container.clone(),
-        }
-    }
-}
-
-/// Counters of the user-space stages.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct PipelineStats {
-    /// Records taken out of the ring buffer.
-    pub received: u64,
-    /// Records decoded into events.
-    pub decoded: u64,
-    /// Records that failed to decode, by reason (never silently dropped: counted here).
-    pub decode_errors: BTreeMap<&'static str, u64>,
-    /// NVIDIA fds found by the start-up `/proc` scan (and for forked children).
-    pub seeded_fds: u64,
-    /// Processes whose `/proc/PID/fd` could not be read during a scan.
-    pub scan_unreadable: u64,
-    /// Kernel `NV_FDS` entries removed after process exit.
-    pub fd_map_cleanups: u64,
-    /// Failed kernel map updates from user space (seeding, cleanup).
-    pub fd_map_errors: u64,
-    /// `INFLIGHT` entries of threads that died inside a traced syscall, removed by the sweep.
-    pub inflight_swept: u64,
-    /// libcuda copies found in GPU processes' mappings (e.g. a container's own) and probed.
-    pub cuda_libraries_found: u64,
-    /// Failures probing such a copy (the reason is logged).
-    pub cuda_library_errors: u64,
-    /// Such copies detached after the last process known to map them exited.
-    pub cuda_libraries_detached: u64,
-}
-
-/// `seen = received + aggregated + dropped`, per probe and in total.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Accounting {
-    pub seen: u64,
-    pub received: u64,
-    /// Calls counted in an in-kernel aggregate (libcuda launches) rather than sent as records.
-    pub aggregated: u64,
-    pub dropped: u64,
-    /// Records emitted but not yet drained when the counters were read (0 when quiescent).
-    pub in_flight: i64,
-    /// Does the identity hold exactly (with nothing in flight)?
-    pub exact: bool,
-}
-
-/// The CUDA ledger beside the driver ledger for one process that appears in both. They differ for
-/// known reasons: libcuda allocates device memory for itself (contexts, channels, pushbuffers) that
-/// no cuMemAlloc asks for, so the driver sees more; the driver rounds sizes up (2 MiB pages); one
-/// RM allocation can back several CUDA ones (sub-allocation) or the reverse; cuMemAllocManaged is
-/// a managed mapping for the driver, not device memory, until touched.
-#[derive(Clone, Debug, Serialize)]
-pub struct LedgerCheck {
-    pub tgid: u32,
-    pub cgroup_id: u64,
-    /// Live bytes of cuMemAlloc*/cuMemCreate (CUDA ledger).
-    pub cuda_device_bytes: u64,
-    /// Live device memory from RM allocations (driver ledger).
-    pub driver_vidmem_bytes: u64,
-    /// `driver - cuda`: positive when the driver holds more than the application asked libcuda for.
-    pub driver_minus_cuda: i64,
-}
-
-/// Everything a user-facing command shows, computed once per interval.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct AgentSnapshot {
-    pub state: Snapshot,
-    /// libcuda-level numbers (the `cuda` family): launches, CUDA allocations.
-    pub cuda: crate::cuda::ledger::CudaSnapshot,
-    /// CUDA ledger vs driver ledger, per process seen by both.
-    pub ledger_check: Vec<LedgerCheck>,
-    pub kernel: KernelCounters,
-    pub pipeline: PipelineStats,
-    pub accounting: Accounting,
-    pub attach_mode: &'static str,
-    pub driver_version: String,
-    /// NVML: in use or why not, and the latest sample.
-    pub nvml: NvmlView,
-    /// Per GPU (and MIG instance): each container's memory, SM share, energy and cost, and the
-    /// lines that belong to no container; all of it sums to the device. `None` without NVML.
-    pub attribution: Option<std::sync::Arc<crate::attribution::AttributionSnapshot>>,
-    /// Who each cgroup seen is (cgroup, container, pod, allocated GPUs), by cgroup id.
-    pub containers: BTreeMap<u64, crate::identity::ContainerIdentity>,
-    /// Allocated vs used GPUs per container (when the kubelet's allocations are known).
-    pub allocation_use: Vec<AllocationUse>,
-    /// Violations raised so far (each once per container, GPU and kind), and the counts.
-    pub violations: Vec<crate::guardrails::Violation>,
-    pub violation_counts: crate::guardrails::ViolationCounts,
-    pub kubernetes: KubeView,
 }
 
 /// Errors starting the pipeline.
@@ -180,53 +66,6 @@ pub enum StartError {
     PodResources(#[from] crate::allocation::pod_resources::PodResourcesError),
 }
 
-/// Where Kubernetes identity stands.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct KubeView {
-    /// `running`, `not-in-use`, `unavailable`, `off`, or `not-started`.
-    pub status: &'static str,
-    /// A line for people (what is used, or why not).
-    pub detail: String,
-    /// The pod watcher's state, when it runs.
-    pub watcher: Option<crate::identity::KubeStatus>,
-    /// The kubelet pod-resources poller's state, when it runs.
-    pub pod_resources: Option<crate::allocation::source::AllocationStatus>,
-}
-
-/// A container's GPU allocation beside its use: what the kubelet gave it and which GPUs it used
-/// this interval; `outside_allocation` lists GPUs it used without holding them.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct AllocationUse {
-    pub cgroup_id: u64,
-    pub name: String,
-    /// Raw kubelet device ids.
-    pub allocated: Vec<String>,
-    /// Physical GPU (or MIG device) UUIDs it was allocated, resolved through NVML.
-    pub allocated_gpus: Vec<String>,
-    /// GPU UUIDs it used (memory, processes or an open device node).
-    pub used_gpus: Vec<String>,
-    pub outside_allocation: Vec<String>,
-}
-
-/// What the agent knows about NVML: whether it is used, why not, and its latest sample.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct NvmlView {
-    /// `ready`, `unavailable` (mode auto, with `reason`) or `off`.
-    pub status: &'static str,
-    /// Why NVML is not used (names the cause and the fix).
-    pub reason: Option<String>,
-    /// The library loaded.
-    pub library: Option<String>,
-    pub driver_version: Option<String>,
-    pub nvml_version: Option<String>,
-    /// Readings NVML refused so far, by reason (`not_supported` is a feature the GPU lacks).
-    pub failed_readings: BTreeMap<&'static str, u64>,
-    /// Samples taken so far.
-    pub samples: u64,
-    /// The latest sample.
-    pub sample: Option<std::sync::Arc<crate::nvml::model::NvmlSample>>,
-}
-
 /// The loaded programs, the ring buffer and the kernel's tracked-process map (memory-mapped).
 struct KernelSide {
     probes: Probes,
@@ -237,7 +76,7 @@ struct KernelSide {
 /// The NVML side of the agent.
 struct NvmlSide {
     source: Option<crate::nvml::sampler::NvmlSource>,
-    status: &'static str,
+    status: NvmlStatus,
     reason: Option<String>,
     /// The latest sample and the one before it (energy deltas, rates).
     last: Option<std::sync::Arc<crate::nvml::model::NvmlSample>>,
@@ -249,12 +88,12 @@ impl NvmlSide {
         use crate::nvml::sampler::{NvmlOpen, NvmlSource};
         let side = |source, status, reason| NvmlSide { source, status, reason, last: None, prev: None };
         Ok(match NvmlSource::open(&cfg.nvml)? {
-            NvmlOpen::Ready(s) => side(Some(*s), "ready", None),
+            NvmlOpen::Ready(s) => side(Some(*s), NvmlStatus::Ready, None),
             NvmlOpen::Unavailable(e) => {
                 tracing::warn!(reason = e.reason(), "NVML not used: {e}");
-                side(None, "unavailable", Some(e.to_string()))
+                side(None, NvmlStatus::Unavailable, Some(e.to_string()))
             }
-            NvmlOpen::Off => side(None, "off", Some("nvml.mode = \"off\"".into())),
+            NvmlOpen::Off => side(None, NvmlStatus::Off, Some("nvml.mode = \"off\"".into())),
         })
     }
 
@@ -285,7 +124,7 @@ impl NvmlSide {
 #[derive(Default)]
 struct KubeSide {
     started: bool,
-    status: &'static str,
+    status: KubernetesStatus,
     detail: String,
     watcher: Option<crate::identity::PodWatcher>,
     pods: Option<crate::identity::PodCache>,
@@ -320,8 +159,8 @@ pub struct Agent {
     /// Kernel `NV_FDS` keys per process, so they can be removed when it exits.
     kernel_fds: HashMap<u32, BTreeSet<u32>>,
     pub stats: PipelineStats,
-    /// Wall clock minus monotonic clock, to stamp events with wall time.
-    mono_to_wall_ns: i128,
+    /// Stamps events with wall time.
+    wall_clock: WallClock,
     last_sweep: std::time::Instant,
     cuda: crate::cuda::ledger::CudaLedger,
     /// libcuda inodes (dev, ino) probed, and processes whose mappings were checked for others.
@@ -331,14 +170,6 @@ pub struct Agent {
     pub cuda_late_libraries: Vec<crate::cuda::attach::LibraryReport>,
     /// Links of those copies, and the GPU processes seen mapping each (detached when all exit).
     late_links: HashMap<(u64, u64), (crate::cuda::attach::Links, std::collections::HashSet<u32>)>,
-}
-
-/// CLOCK_MONOTONIC now, ns (the clock of `bpf_ktime_get_ns` and of NVML sample times).
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl Agent {
@@ -363,10 +194,9 @@ impl Agent {
         };
         let cgroup_root =
             cfg.cgroup_root.clone().or_else(|| procscan::cgroup2_mount(&cfg.proc_root.join("self/mountinfo")));
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i128;
         let mut agent = Agent {
             nvml,
-            kube: KubeSide { status: "not-started", ..Default::default() },
+            kube: KubeSide::default(),
             attributor: crate::attribution::Attributor::new(&cfg.attribution),
             attribution: None,
             launches_at_last_sample: HashMap::new(),
@@ -386,7 +216,7 @@ impl Agent {
             procs: HashMap::new(),
             kernel_fds: HashMap::new(),
             stats: PipelineStats::default(),
-            mono_to_wall_ns: wall - monotonic_ns() as i128,
+            wall_clock: WallClock::new(),
             last_sweep: std::time::Instant::now(),
             cuda: Default::default(),
             cuda_inodes: Default::default(),
@@ -420,7 +250,7 @@ impl Agent {
 
     /// Scan `/proc` (all processes, or one) for NVIDIA fds, register them with the kernel and feed
     /// synthetic open events through the decoder.
-    fn seed_from_proc(&mut self, only: Option<u32>, sink: &mut dyn FnMut(&Event, &Identity)) {
+    fn seed_from_proc(&mut self, only: Option<u32>, sink: &mut dyn FnMut(&Event, &EventContext)) {
         if self.kernel.is_none() {
             return;
         }
@@ -433,7 +263,7 @@ impl Agent {
         if found.is_empty() {
             return;
         }
-        let now = monotonic_ns();
+        let now = clock::monotonic_ns();
         for s in &found {
             if let Err(e) = self.kernel_track(procscan::key(s), s.dev) {
                 tracing::warn!(tgid = s.tgid, fd = s.fd, error = %e, "cannot register seeded fd with the kernel");
@@ -547,7 +377,7 @@ impl Agent {
 
     /// Wait for records (a wake-up or the drain interval), then process everything waiting.
     /// `sink` sees every event with its identity. Returns how many records were processed.
-    pub async fn step(&mut self, sink: &mut dyn FnMut(&Event, &Identity)) -> usize {
+    pub async fn step(&mut self, sink: &mut dyn FnMut(&Event, &EventContext)) -> usize {
         let wait = Duration::from_millis(self.cfg.drain_interval_ms.max(1));
         match self.kernel.as_mut() {
             Some(k) => k.ring.wait(wait).await,
@@ -572,7 +402,7 @@ impl Agent {
     }
 
     /// Process everything waiting in the ring buffer now.
-    pub fn drain(&mut self, sink: &mut dyn FnMut(&Event, &Identity)) -> usize {
+    pub fn drain(&mut self, sink: &mut dyn FnMut(&Event, &EventContext)) -> usize {
         let mut total = 0;
         loop {
             let mut batch: Vec<Vec<u8>> = Vec::new();
@@ -589,7 +419,7 @@ impl Agent {
         }
     }
 
-    fn handle_bytes(&mut self, bytes: &[u8], _from_ring: bool, sink: &mut dyn FnMut(&Event, &Identity)) {
+    fn handle_bytes(&mut self, bytes: &[u8], _from_ring: bool, sink: &mut dyn FnMut(&Event, &EventContext)) {
         let ev = match decode::decode(bytes, &self.abi) {
             Ok(ev) => ev,
             Err(e) => {
@@ -645,9 +475,9 @@ impl Agent {
         if let Some(i) = &info {
             self.state.set_comm(h.tgid, &i.comm);
         }
-        let id = Identity {
-            wall_time_unix_ns: (self.mono_to_wall_ns + h.ktime_ns as i128).max(0) as u64,
-            process_start_time_ticks: start_time,
+        let id = EventContext {
+            wall_time_unix_ns: self.wall_clock.wall_ns(h.ktime_ns),
+            process_start_time_ns: clock::ticks_to_ns(start_time),
             comm: info.map(|i| i.comm),
             cgroup_path,
             released_bytes: released,
@@ -694,20 +524,21 @@ impl Agent {
         }
     }
 
-    /// Enrichment for an event of `tgid` in `cgroup_id` made now (for events user space makes).
-    pub fn enrichment_now(&mut self, tgid: u32, cgroup_id: u64) -> (u64, crate::export::events::Enrichment) {
-        let now = monotonic_ns();
+    /// The context of an event of `tgid` in `cgroup_id` made now (for events user space makes), with
+    /// its monotonic timestamp.
+    pub fn context_now(&mut self, tgid: u32, cgroup_id: u64) -> (u64, EventContext) {
+        let now = clock::monotonic_ns();
         let info = enrich::process_info(&self.cfg.proc_root, tgid);
-        let id = Identity {
-            wall_time_unix_ns: (self.mono_to_wall_ns + now as i128).max(0) as u64,
-            process_start_time_ticks: info.as_ref().map(|i| i.start_time_ticks).unwrap_or(0),
+        let id = EventContext {
+            wall_time_unix_ns: self.wall_clock.wall_ns(now),
+            process_start_time_ns: clock::ticks_to_ns(info.as_ref().map_or(0, |i| i.start_time_ticks)),
             comm: info.map(|i| i.comm),
             cgroup_path: self.cgroups.resolve(cgroup_id),
             released_bytes: None,
             kernel_name: None,
             container: self.cached_identity(cgroup_id),
         };
-        (now, id.to_enrichment())
+        (now, id)
     }
 
     /// A cgroup id from a numeric id or a path relative to the cgroup2 mount.
@@ -787,7 +618,7 @@ impl Agent {
     fn nvml_due(&self) -> bool {
         let period = self.cfg.snapshot_interval_ms.max(1) * 1_000_000 * 9 / 10;
         self.nvml.source.is_some()
-            && self.nvml.last.as_ref().is_none_or(|l| monotonic_ns().saturating_sub(l.taken_mono_ns) >= period)
+            && self.nvml.last.as_ref().is_none_or(|l| clock::monotonic_ns().saturating_sub(l.taken_mono_ns) >= period)
     }
 
     /// The immutable snapshot of this moment. NVML is sampled (and the interval attributed) when

@@ -75,11 +75,48 @@ pub enum FamilyStatus {
     Failed { error: String },
 }
 
+/// Where the driver probes attached, or that no eBPF was loaded at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// Probes loaded; the driver family uses this mechanism.
+    Attached(AttachMode),
+    /// Every probe family is off: numbers come from NVML and `/proc` only.
+    NvmlOnly,
+}
+
+impl ProbeMode {
+    /// The name shown by `doctor`, `top`, `/readyz` and the `build_info` metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeMode::Attached(m) => m.as_str(),
+            ProbeMode::NvmlOnly => "none (nvml-only)",
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ProbeMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl Default for ProbeMode {
+    fn default() -> Self {
+        ProbeMode::NvmlOnly
+    }
+}
+
 /// What loading and attaching did; shown by `doctor` and logged by every command.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProbeReport {
     pub features: KernelFeatures,
-    pub attach_mode: &'static str,
+    pub attach_mode: ProbeMode,
     pub attach_reason: String,
     pub driver_abi: String,
     pub driver: FamilyStatus,
@@ -94,7 +131,7 @@ impl ProbeReport {
     pub fn nvml_only() -> Self {
         ProbeReport {
             features: KernelFeatures::detect(),
-            attach_mode: "none (nvml-only)",
+            attach_mode: ProbeMode::NvmlOnly,
             attach_reason: "every probe family is disabled: numbers come from NVML and /proc only".into(),
             driver_abi: String::new(),
             driver: FamilyStatus::Disabled,
@@ -230,7 +267,7 @@ impl Probes {
         };
         let report = ProbeReport {
             features,
-            attach_mode: mode.as_str(),
+            attach_mode: ProbeMode::Attached(mode),
             attach_reason,
             driver_abi: format!("{}.{}.{:02}", abi.version.major, abi.version.minor, abi.version.patch),
             driver,

@@ -14,7 +14,8 @@ use tracer_user::{
         events::{EventFormat, EventWriter, to_proto},
         top,
     },
-    pipeline::{Agent, Identity},
+    model::{EventContext, KubernetesStatus, NvmlStatus},
+    pipeline::Agent,
     probe::FamilyStatus,
 };
 
@@ -239,7 +240,7 @@ fn build_config(c: &CommonArgs) -> Result<Config> {
 
 fn log_report(agent: &Agent) {
     let r = agent.report();
-    tracing::info!(mode = r.attach_mode, reason = %r.attach_reason, driver = %agent.driver_version.version_string(), "probes loaded");
+    tracing::info!(mode = %r.attach_mode, reason = %r.attach_reason, driver = %agent.driver_version.version_string(), "probes loaded");
     for (name, st) in [("driver", &r.driver), ("lifecycle", &r.lifecycle), ("cuda", &r.cuda)] {
         if let FamilyStatus::Failed { error } = st {
             tracing::warn!(family = name, %error, "probe family failed; the others keep running");
@@ -257,7 +258,7 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
     let tty = !a.once && !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut stdout = std::io::stdout();
     loop {
-        let mut ignore = |_: &tracer_user::decode::Event, _: &Identity| {};
+        let mut ignore = |_: &tracer_user::decode::Event, _: &EventContext| {};
         tokio::select! {
             _ = agent.step(&mut ignore) => {}
             _ = tokio::signal::ctrl_c() => break,
@@ -311,7 +312,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     // Events for processes found by the start-up scan were applied before the stream existed; the
     // stream starts with what happens from now on.
     loop {
-        let mut sink = |ev: &tracer_user::decode::Event, id: &Identity| out.write(ev, id);
+        let mut sink = |ev: &tracer_user::decode::Event, id: &EventContext| out.write(ev, id);
         tokio::select! {
             _ = agent.step(&mut sink) => {}
             _ = tokio::signal::ctrl_c() => break,
@@ -365,7 +366,7 @@ impl StreamOut {
             if self.written >= self.limit || self.io_error.is_some() {
                 return;
             }
-            let (now, e) = agent.enrichment_now(k.tgid, k.cgroup_id);
+            let (now, e) = agent.context_now(k.tgid, k.cgroup_id);
             let msg = tracer_user::export::events::launch_batch_to_proto(
                 k.tgid,
                 k.cgroup_id,
@@ -389,7 +390,7 @@ impl StreamOut {
                 return;
             }
             let cgroup_id = agent.cgroup_of_container(&v.namespace, &v.pod, &v.container).unwrap_or(0);
-            let (now, e) = agent.enrichment_now(v.pid, cgroup_id);
+            let (now, e) = agent.context_now(v.pid, cgroup_id);
             let msg = tracer_user::export::events::violation_to_proto(&v, cgroup_id, now, &e);
             match self.writer.write(&msg) {
                 Ok(()) => self.written += 1,
@@ -398,11 +399,11 @@ impl StreamOut {
         }
     }
 
-    fn write(&mut self, ev: &tracer_user::decode::Event, id: &Identity) {
+    fn write(&mut self, ev: &tracer_user::decode::Event, id: &EventContext) {
         if self.written >= self.limit || self.io_error.is_some() {
             return;
         }
-        match self.writer.write(&to_proto(ev, &id.to_enrichment())) {
+        match self.writer.write(&to_proto(ev, id)) {
             Ok(()) => self.written += 1,
             Err(e) => self.io_error = Some(e),
         }
@@ -415,7 +416,7 @@ async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
     if let Ok(agent) = probe_result.as_mut() {
         let v = agent.snapshot().nvml;
         let (status, detail) = match (v.status, &v.sample) {
-            ("ready", Some(s)) => (
+            (NvmlStatus::Ready, Some(s)) => (
                 "ok",
                 format!(
                     "{} loaded: driver {}, NVML {}, {} GPU(s){}",
@@ -426,7 +427,9 @@ async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
                     if s.devices.iter().any(|d| d.lost) { " (some lost: fell off the bus?)" } else { "" }
                 ),
             ),
-            ("off", _) => ("warn", "off by configuration: per-process memory and SM share come only from eBPF".into()),
+            (NvmlStatus::Off, _) => {
+                ("warn", "off by configuration: per-process memory and SM share come only from eBPF".into())
+            }
             (_, _) => ("warn", v.reason.clone().unwrap_or_else(|| "not sampled".into())),
         };
         checks.push(doctor::Check { name: "nvml", status, detail });
@@ -434,7 +437,7 @@ async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
             checks.push(doctor::Check { name: "kubernetes", status: "fail", detail: format!("{e:#}") });
         } else {
             let k = agent.snapshot().kubernetes;
-            let status = if k.status == "running" { "ok" } else { "warn" };
+            let status = if k.status == KubernetesStatus::Running { "ok" } else { "warn" };
             checks.push(doctor::Check { name: "kubernetes", status, detail: k.detail.clone() });
             if let Some(p) = &k.pod_resources {
                 let (st, d) = match (&p.last_error, p.available) {
@@ -500,7 +503,7 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
     let state = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
-    state.mark_attached(agent.report().attach_mode);
+    state.mark_attached(agent.report().attach_mode.as_str());
     let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;
     tracing::info!(listen = %server.local_addr, "serving /metrics, /healthz, /readyz");
     eprintln!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
@@ -508,7 +511,7 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
     let mut next = Instant::now();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
-        let mut ignore = |_: &tracer_user::decode::Event, _: &Identity| {};
+        let mut ignore = |_: &tracer_user::decode::Event, _: &EventContext| {};
         tokio::select! {
             _ = agent.step(&mut ignore) => {}
             _ = tokio::signal::ctrl_c() => break,

@@ -3,7 +3,7 @@
 //!
 //! The percentages, energy and cost shown are split again at display precision with the same
 //! largest-remainder rule as the engine, so the printed rows add up to the printed total exactly.
-use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, TableComponent, presets};
+use comfy_table::{Cell, CellAlignment};
 
 use crate::attribution::{
     AttributionSnapshot, ContainerKey, ContainerSummary, GpuAttribution,
@@ -13,7 +13,7 @@ use crate::attribution::{
     rightsizing::Fit,
     split::split_exact,
 };
-use crate::export::top::human_bytes;
+use crate::export::format::{compact_table, human_bytes};
 
 /// Width of everything in a table row but the name (columns, padding, borders).
 const FIXED_COLUMNS: usize = 49;
@@ -229,17 +229,7 @@ fn render_gpu(s: &AttributionSnapshot, g: &GpuAttribution, width: u16, out: &mut
         None => (None, vec![None; n + 4]),
     };
 
-    let mut table = Table::new();
-    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
-    table.remove_style(TableComponent::HorizontalLines);
-    table.remove_style(TableComponent::MiddleIntersections);
-    table.remove_style(TableComponent::LeftBorderIntersections);
-    table.remove_style(TableComponent::RightBorderIntersections);
-    table.set_width(width);
-    table.set_header(vec!["", "CONTAINER", "MEMORY", "MEM%", "SM%", "ENERGY J", "COST/h"]);
-    for col in table.column_iter_mut() {
-        col.set_padding((1, 0));
-    }
+    let mut table = compact_table(width, vec!["", "CONTAINER", "MEMORY", "MEM%", "SM%", "ENERGY J", "COST/h"]);
     let summaries =
         |k: ContainerKey| s.containers.binary_search_by_key(&k, |c| c.container).ok().map(|i| &s.containers[i]);
     let fmt_pct = |v: Option<u64>| v.map_or_else(dash, |t| right(pct(t)));

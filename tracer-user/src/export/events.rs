@@ -29,25 +29,7 @@ use crate::decode::{
     Device, DeviceKind, Event, Header, IoctlEvent, IoctlOp, Location, MalformedReason, MemoryAlloc, MemoryKind,
     RmAllocForm,
 };
-
-/// What later stages know about an event that the kernel record does not carry.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Enrichment {
-    /// Wall-clock time of the event, ns since the Unix epoch (from `ktime_ns` and the boot offset).
-    pub wall_time_unix_ns: u64,
-    /// Start time of the process, ns since boot; 0 if unknown.
-    pub process_start_time_ns: u64,
-    /// cgroup v2 path of `header.cgroup_id`, relative to the mount, if resolved.
-    pub cgroup_path: Option<String>,
-    /// Command name of the process, if known. Process exec/exit events carry their own.
-    pub comm: Option<String>,
-    /// Bytes of physical memory an RM free or vid-heap free released, per the state stage's ledger.
-    pub released_bytes: Option<u64>,
-    /// The kernel name of a launch's function, resolved from the handle lookups seen.
-    pub kernel_name: Option<String>,
-    /// Who the event's cgroup is (container, pod, allocated GPUs), when resolved.
-    pub container: Option<std::sync::Arc<crate::identity::ContainerIdentity>>,
-}
+use crate::model::EventContext;
 
 /// The protobuf form of a container identity.
 pub fn container_proto(c: &crate::identity::ContainerIdentity) -> v1::ContainerIdentity {
@@ -74,7 +56,7 @@ pub fn violation_to_proto(
     v: &crate::guardrails::Violation,
     cgroup_id: u64,
     ktime_ns: u64,
-    e: &Enrichment,
+    e: &EventContext,
 ) -> v1::Event {
     let h = Header { ktime_ns, tgid: v.pid, pid: v.pid, cgroup_id };
     let g = v.gpu.clone().unwrap_or_default();
@@ -98,7 +80,7 @@ pub fn violation_to_proto(
 
 /// Converts one decoded event into its `gputracer.v1` message. `header.kind` always matches the
 /// payload case, and `device`/`fd` are set exactly for events on an NVIDIA fd.
-pub fn to_proto(ev: &Event, e: &Enrichment) -> v1::Event {
+pub fn to_proto(ev: &Event, e: &EventContext) -> v1::Event {
     let no_call = Call::default();
     match ev {
         Event::FdOpened { header, device, fd, open_flags, seeded } => {
@@ -197,7 +179,7 @@ pub fn launch_batch_to_proto(
     launches: u64,
     interval_ns: u64,
     ktime_ns: u64,
-    e: &Enrichment,
+    e: &EventContext,
 ) -> v1::Event {
     let h = Header { ktime_ns, tgid, pid: tgid, cgroup_id };
     let payload = Payload::CudaLaunchBatch(v1::CudaLaunchBatch {
@@ -222,7 +204,7 @@ struct Call {
 
 fn message(
     h: &Header,
-    e: &Enrichment,
+    e: &EventContext,
     own_comm: Option<&String>,
     call: Call,
     device: Option<&Device>,
@@ -330,7 +312,7 @@ fn memory_fields(m: Option<&MemoryAlloc>) -> (u64, i32, i32) {
     }
 }
 
-fn ioctl_payload(io: &IoctlEvent, e: &Enrichment) -> Payload {
+fn ioctl_payload(io: &IoctlEvent, e: &EventContext) -> Payload {
     use IoctlOp::*;
     let success = io.succeeded();
     let released = e.released_bytes.unwrap_or(0);
@@ -865,8 +847,8 @@ mod tests {
         Header { ktime_ns: 1_000_000_123, tgid: 4242, pid: 4243, cgroup_id: 7777 }
     }
 
-    fn enrichment() -> Enrichment {
-        Enrichment {
+    fn enrichment() -> EventContext {
+        EventContext {
             wall_time_unix_ns: 1_790_000_000_000_000_000,
             process_start_time_ns: 99_000_000,
             cgroup_path: Some("/kubepods.slice/kubepods-pod1234.slice/cri-containerd-abc.scope".into()),
@@ -1102,7 +1084,7 @@ mod tests {
 
     #[test]
     fn non_ioctl_events_carry_their_fields() {
-        let e = Enrichment::default();
+        let e = EventContext::default();
         let h = hdr();
         let m = to_proto(&Event::FdDuped { header: h, device: encode::ctl(1), old_fd: 5, new_fd: 9 }, &e);
         assert_eq!((m.fd, hdr_of(&m).syscall_ret), (Some(5), 9));
@@ -1169,7 +1151,7 @@ mod tests {
         let mut io =
             encode::ioctl(hdr(), ctl, 5, IoctlOp::VidHeapFree { client: 1, parent: 2, handle: 3, status: 0 }, &abi());
         io.ret = -22;
-        let m = to_proto(&Event::Ioctl(io), &Enrichment::default());
+        let m = to_proto(&Event::Ioctl(io), &EventContext::default());
         assert_eq!(hdr_of(&m).syscall_ret, -22);
         match m.payload {
             Some(Payload::VidHeapFree(f)) => assert!(!f.success && f.bytes_released == 0),

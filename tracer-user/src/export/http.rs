@@ -30,7 +30,7 @@ use axum::{
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use super::metrics::{ExpositionFormat, MetricsRegistry};
-use crate::pipeline::AgentSnapshot;
+use crate::model::AgentSnapshot;
 
 /// When the agent counts as alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,7 +31,7 @@ use crate::{
     },
     cuda::ledger::CudaUsage,
     guardrails::ViolationKind,
-    pipeline::AgentSnapshot,
+    model::AgentSnapshot,
     state::snapshot::Usage,
 };
 
@@ -380,7 +380,7 @@ pub fn build_info(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result 
     let labels = BuildLabels {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         driver_version: s.snapshot.driver_version.clone(),
-        attach_mode: s.snapshot.attach_mode.to_owned(),
+        attach_mode: s.snapshot.attach_mode.as_str().to_owned(),
     };
     gauge_family(
         e,
@@ -1100,7 +1100,7 @@ pub fn nvml_devices(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resul
         "nvml_up",
         "1 when NVML is loaded and sampled, else 0 (off or unavailable).",
         None,
-        u64::from(n.status == "ready"),
+        u64::from(n.status == crate::model::NvmlStatus::Ready),
     )?;
     counter(e, "nvml_samples", "NVML samples taken.", None, n.samples)?;
     counter_family(
@@ -1317,12 +1317,14 @@ pub(crate) mod tests {
             AttributionInput, AttributionSnapshot, Attributor, ContainerInput, ContainerKey, GpuInput, ProcessInput,
             input::{EnergyInput, EnergySource},
         },
+        config::AttachMode,
         config::AttributionSettings,
         cuda::ledger::{CudaCgroupRow, CudaSnapshot},
         guardrails::{GpuRef, Violation, ViolationCounts, ViolationKind},
         identity::{ContainerIdentity, KubeStatus},
+        model::{Accounting, KubeView, KubernetesStatus, NvmlStatus, NvmlView, PipelineStats},
         nvml::model::{Clocks, DeviceSample, MemoryInfo, MigInstance, NvmlSample, Utilization},
-        pipeline::{Accounting, KubeView, NvmlView, PipelineStats},
+        probe::ProbeMode,
         source::counters::{KernelCounters, ProbeCounters},
         state::snapshot::{CgroupRow, GpuRow, Snapshot, Totals},
     };
@@ -1404,7 +1406,7 @@ pub(crate) mod tests {
                 ..Default::default()
             },
             accounting: Accounting { seen: 105, received: 102, aggregated: 0, dropped: 3, in_flight: 0, exact: true },
-            attach_mode: "tracepoint",
+            attach_mode: ProbeMode::Attached(AttachMode::SyscallTracepoint),
             driver_version: "570.86.15".into(),
             attribution: Some(Arc::new(sample_attribution())),
             containers: [(
@@ -1432,14 +1434,14 @@ pub(crate) mod tests {
                 ..Default::default()
             },
             nvml: NvmlView {
-                status: "ready",
+                status: NvmlStatus::Ready,
                 failed_readings: [("not_supported", 3)].into_iter().collect(),
                 samples: 7,
                 sample: Some(Arc::new(sample_nvml())),
                 ..Default::default()
             },
             kubernetes: KubeView {
-                status: "running",
+                status: KubernetesStatus::Running,
                 watcher: Some(KubeStatus { connected: true, ready: true, pods_cached: 4, ..Default::default() }),
                 pod_resources: Some(AllocationStatus { available: true, refreshes: 5, ..Default::default() }),
                 ..Default::default()
@@ -1658,7 +1660,7 @@ pub(crate) mod tests {
                 &[
                     ("version", env!("CARGO_PKG_VERSION")),
                     ("driver_version", "570.86.15"),
-                    ("attach_mode", "tracepoint")
+                    ("attach_mode", "syscall-tracepoint")
                 ]
             ),
             1.0
@@ -1810,7 +1812,7 @@ pub(crate) mod tests {
         assert_eq!(value(&p, "gpu_tracer_pod_resources_up", &[]), 1.0);
         // With NVML and Kubernetes off: up is 0, the rest is left out.
         let mut snap = sample_snapshot();
-        snap.nvml = NvmlView { status: "off", ..Default::default() };
+        snap.nvml = NvmlView { status: NvmlStatus::Off, ..Default::default() };
         snap.kubernetes = KubeView::default();
         snap.attribution = None;
         let p = parse(&MetricsRegistry::new().encode(&Arc::new(snap), ExpositionFormat::OpenMetrics).unwrap());

@@ -4,9 +4,11 @@
 //! - [`events`]: decoded events as the versioned `gputracer.v1` protobuf schema, written as a
 //!   length-delimited stream or as JSON lines (`gpu-tracer events`).
 //! - [`metrics`]: a snapshot as Prometheus / OpenMetrics text (`docs/metrics.md`).
+//! - [`format`]: sizes and the compact table style shared by the people-facing outputs.
 //! - [`http`]: the agent's `/metrics`, `/healthz` and `/readyz` server.
 pub mod attribution_table;
 pub mod events;
+pub mod format;
 pub mod http;
 pub mod metrics;
 pub mod top;

@@ -1,8 +1,10 @@
 //! `gpu-tracer top`: the snapshot as a table that reads well at 80 columns.
-use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, TableComponent, presets};
+use comfy_table::{Cell, CellAlignment};
 
 use crate::{
-    pipeline::AgentSnapshot,
+    export::format::{compact_table, human_bytes},
+    identity::cgroup::short_name,
+    model::{AgentSnapshot, KubernetesStatus, NvmlStatus},
     state::snapshot::{CgroupRow, Usage},
 };
 
@@ -18,55 +20,6 @@ pub struct RenderOptions {
 /// The terminal width, or 80 when not a terminal.
 pub fn terminal_width() -> u16 {
     crossterm::terminal::size().map(|(w, _)| w).unwrap_or(80).max(60)
-}
-
-/// `1.5 GiB`-style sizes (binary units), `0` for zero.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if b == 0 {
-        return "0".into();
-    }
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-/// A short name for a cgroup path: Kubernetes pod/container scopes become `pod <uid> / <ctr id>`,
-/// anything else its last components.
-pub fn short_cgroup(path: Option<&str>, id: u64) -> String {
-    let Some(p) = path else { return format!("cgroup #{id} (gone)") };
-    if p == "/" {
-        return "/ (host, no container)".into();
-    }
-    let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
-    let pod = comps.iter().find_map(|c| {
-        let c = c.strip_suffix(".slice").unwrap_or(c);
-        c.rfind("-pod").map(|i| c[i + 4..].replace('_', "-")).or_else(|| c.strip_prefix("pod").map(str::to_string))
-    });
-    let ctr = comps.last().map(|c| {
-        let c = c.strip_suffix(".scope").unwrap_or(c);
-        let id = c.rsplit(['-', ':']).next().unwrap_or(c);
-        id.to_string()
-    });
-    match (pod, ctr) {
-        (Some(pod), Some(ctr)) if ctr.len() >= 8 => {
-            format!("pod {}/{}", &pod[..pod.len().min(8)], &ctr[..8])
-        }
-        _ => {
-            let tail = comps.iter().rev().take(2).rev().cloned().collect::<Vec<_>>().join("/");
-            if tail.len() > 40 { format!("…{}", &tail[tail.len() - 39..]) } else { tail }
-        }
-    }
 }
 
 fn usage_cells(u: &Usage) -> Vec<Cell> {
@@ -88,7 +41,7 @@ fn cgroup_sort_key(c: &CgroupRow) -> (std::cmp::Reverse<u64>, u64) {
 fn name_of(s: &AgentSnapshot, id: u64, path: Option<&str>) -> String {
     match s.containers.get(&id) {
         Some(c) => c.display_name(),
-        None => short_cgroup(path, id),
+        None => short_name(path, id),
     }
 }
 
@@ -106,15 +59,15 @@ fn render_header(s: &AgentSnapshot, o: &RenderOptions) -> String {
                 }
             }
         }
-        None if s.nvml.status == "ready" => out.push_str("NVML: ready, first interval not attributed yet\n"),
-        None if !s.nvml.status.is_empty() => out.push_str(&format!(
+        None if s.nvml.status == NvmlStatus::Ready => out.push_str("NVML: ready, first interval not attributed yet\n"),
+        None if s.nvml.status != NvmlStatus::NotStarted => out.push_str(&format!(
             "NVML {}: {}\n  (per-GPU attribution needs NVML; below: the driver ledger only)\n",
             s.nvml.status,
             s.nvml.reason.as_deref().unwrap_or("no reason given")
         )),
         None => {}
     }
-    if !matches!(s.kubernetes.status, "" | "not-started" | "off") {
+    if !matches!(s.kubernetes.status, KubernetesStatus::NotStarted | KubernetesStatus::Off) {
         out.push_str(&format!("kubernetes: {}\n", s.kubernetes.detail));
     }
     if !s.violations.is_empty() {
@@ -149,18 +102,10 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
         s.attach_mode,
     ));
 
-    let mut table = Table::new();
-    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
-    // One line per row: no separator between rows (a 30-pod node stays readable).
-    table.remove_style(TableComponent::HorizontalLines);
-    table.remove_style(TableComponent::MiddleIntersections);
-    table.remove_style(TableComponent::LeftBorderIntersections);
-    table.remove_style(TableComponent::RightBorderIntersections);
-    table.set_width(o.width);
-    table.set_header(vec!["CGROUP / PROCESS", "PROCS", "GPU MEM", "SYSMEM", "MANAGED", "ALLOC/FREE", "IOCTLS"]);
-    for col in table.column_iter_mut() {
-        col.set_padding((1, 0));
-    }
+    let mut table = compact_table(
+        o.width,
+        vec!["CGROUP / PROCESS", "PROCS", "GPU MEM", "SYSMEM", "MANAGED", "ALLOC/FREE", "IOCTLS"],
+    );
     let mut cgroups: Vec<&CgroupRow> = s.state.cgroups.iter().collect();
     cgroups.sort_by_key(|c| cgroup_sort_key(c));
     for c in cgroups {
@@ -227,18 +172,9 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
 
 /// The libcuda view (the `cuda` family): launches and CUDA-level allocations per cgroup.
 fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
-    let mut table = Table::new();
-    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
-    table.remove_style(TableComponent::HorizontalLines);
-    table.remove_style(TableComponent::MiddleIntersections);
-    table.remove_style(TableComponent::LeftBorderIntersections);
-    table.remove_style(TableComponent::RightBorderIntersections);
-    table.set_width(o.width);
     // Managed bytes are in `--json`; six columns keep a pod name on one line at 80 columns.
-    table.set_header(vec!["CUDA (libcuda)", "LAUNCH/s", "LAUNCHES", "GRAPHS", "CUDA MEM", "ALLOC/FREE"]);
-    for col in table.column_iter_mut() {
-        col.set_padding((1, 0));
-    }
+    let mut table =
+        compact_table(o.width, vec!["CUDA (libcuda)", "LAUNCH/s", "LAUNCHES", "GRAPHS", "CUDA MEM", "ALLOC/FREE"]);
     let right = |v: String| Cell::new(v).set_alignment(CellAlignment::Right);
     let row = |name: String, u: &crate::cuda::ledger::CudaUsage| {
         vec![
@@ -266,31 +202,8 @@ fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bytes_are_human() {
-        assert_eq!(human_bytes(0), "0");
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
-        assert_eq!(human_bytes(1536 << 20), "1.5 GiB");
-        assert_eq!(human_bytes(200 << 20), "200 MiB");
-    }
-
-    #[test]
-    fn pod_cgroups_are_shortened() {
-        let p = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope";
-        assert_eq!(short_cgroup(Some(p), 1), "pod 1b2c3d4e/01234567");
-        assert_eq!(short_cgroup(Some("/user.slice/session-1.scope"), 1), "user.slice/session-1.scope");
-        assert_eq!(short_cgroup(None, 7), "cgroup #7 (gone)");
-        assert_eq!(short_cgroup(Some("/"), 1), "/ (host, no container)");
-    }
-}
-
-#[cfg(test)]
-mod width_tests {
-    use super::*;
     use crate::{
-        pipeline::{Accounting, PipelineStats},
+        model::{Accounting, PipelineStats},
         source::counters::KernelCounters,
         state::snapshot::{CgroupRow, ProcessRow, Snapshot},
     };
@@ -341,7 +254,7 @@ mod width_tests {
                 in_flight: 0,
                 exact: true,
             },
-            attach_mode: "btf-tracepoint",
+            attach_mode: crate::probe::ProbeMode::Attached(crate::config::AttachMode::BtfTracepoint),
             driver_version: "535.261.03".into(),
             ..Default::default()
         }

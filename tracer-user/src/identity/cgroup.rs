@@ -309,9 +309,46 @@ pub fn parse_proc_pid_cgroup(text: &str) -> Option<ProcCgroup> {
     })
 }
 
+/// A short name for a cgroup path: Kubernetes pod/container scopes become `pod <uid> / <ctr id>`,
+/// anything else its last components.
+pub fn short_name(path: Option<&str>, id: u64) -> String {
+    let Some(p) = path else { return format!("cgroup #{id} (gone)") };
+    if p == "/" {
+        return "/ (host, no container)".into();
+    }
+    let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+    let pod = comps.iter().find_map(|c| {
+        let c = c.strip_suffix(".slice").unwrap_or(c);
+        c.rfind("-pod").map(|i| c[i + 4..].replace('_', "-")).or_else(|| c.strip_prefix("pod").map(str::to_string))
+    });
+    let ctr = comps.last().map(|c| {
+        let c = c.strip_suffix(".scope").unwrap_or(c);
+        let id = c.rsplit(['-', ':']).next().unwrap_or(c);
+        id.to_string()
+    });
+    match (pod, ctr) {
+        (Some(pod), Some(ctr)) if ctr.len() >= 8 => {
+            format!("pod {}/{}", &pod[..pod.len().min(8)], &ctr[..8])
+        }
+        _ => {
+            let tail = comps.iter().rev().take(2).rev().cloned().collect::<Vec<_>>().join("/");
+            if tail.len() > 40 { format!("…{}", &tail[tail.len() - 39..]) } else { tail }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_cgroups_are_shortened() {
+        let p = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope";
+        assert_eq!(short_name(Some(p), 1), "pod 1b2c3d4e/01234567");
+        assert_eq!(short_name(Some("/user.slice/session-1.scope"), 1), "user.slice/session-1.scope");
+        assert_eq!(short_name(None, 7), "cgroup #7 (gone)");
+        assert_eq!(short_name(Some("/"), 1), "/ (host, no container)");
+    }
     use CgroupDriver::*;
     use CgroupKind as K;
     use ContainerRuntime as R;

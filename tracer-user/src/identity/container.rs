@@ -104,7 +104,7 @@ impl ContainerIdentity {
             (Some(ns), Some(p), None) => return format!("{ns}/{p}"),
             _ => {}
         }
-        crate::export::top::short_cgroup(self.cgroup_path.as_deref(), self.cgroup_id)
+        super::cgroup::short_name(self.cgroup_path.as_deref(), self.cgroup_id)
     }
 
     /// What this container asked for, as the attribution engine's rightsizing reads it: a MIG

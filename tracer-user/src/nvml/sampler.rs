@@ -210,7 +210,7 @@ impl NvmlSource {
         let started = Instant::now();
         let taken_unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         // The pipeline's clock, so sample times compare with its own.
-        let taken_mono_ns = crate::pipeline::monotonic_ns();
+        let taken_mono_ns = crate::clock::monotonic_ns();
         let Self { nvml, status, last_seen_us, known_uuids } = self;
         let mut failures = Failures { counts: &mut status.failed_readings };
         let mut missing = Vec::new();

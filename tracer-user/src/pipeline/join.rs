@@ -7,13 +7,14 @@ use std::{
     time::Duration,
 };
 
-use super::{Agent, AllocationUse, KubeView, StartError};
+use super::{Agent, StartError};
 use crate::{
     allocation::{GpuAllocations, GpuDevice, source::AllocationSource},
     attribution::{ContainerInput, ContainerKey, ProcessLedgers, ProcessOwner},
     cuda::ledger::CudaSnapshot,
     guardrails::{GpuMap, GpuProcessObservation},
     identity::{ContainerIdentity, KubeStart, PodWatcher},
+    model::{AllocationUse, KubeView, KubernetesStatus},
     nvml::model::NvmlSample,
     state::Snapshot,
 };
@@ -37,10 +38,10 @@ impl Agent {
         let start = PodWatcher::start(&settings).await?;
         self.kube.detail = start.describe();
         self.kube.status = match &start {
-            KubeStart::Off => "off",
-            KubeStart::NotInUse { .. } => "not-in-use",
-            KubeStart::Unavailable { .. } => "unavailable",
-            KubeStart::Running(_) => "running",
+            KubeStart::Off => KubernetesStatus::Off,
+            KubeStart::NotInUse { .. } => KubernetesStatus::NotInUse,
+            KubeStart::Unavailable { .. } => KubernetesStatus::Unavailable,
+            KubeStart::Running(_) => KubernetesStatus::Running,
         };
         match &start {
             KubeStart::Running(_) | KubeStart::NotInUse { .. } | KubeStart::Off => {
@@ -54,8 +55,8 @@ impl Agent {
         }
         // pod-resources only makes sense on a Kubernetes node: off when Kubernetes is, and on a
         // plain host (not in use) only if a kubelet socket is there after all.
-        let on_node = self.kube.status != "not-in-use" || settings.pod_resources_socket.exists();
-        if self.kube.status != "off" && on_node {
+        let on_node = self.kube.status != KubernetesStatus::NotInUse || settings.pod_resources_socket.exists();
+        if self.kube.status != KubernetesStatus::Off && on_node {
             self.kube.allocations = AllocationSource::start(&settings, POD_RESOURCES_EVERY).await?;
         }
         Ok(())

@@ -1,0 +1,64 @@
+//! What the exporters read: the agent's immutable per-interval [`AgentSnapshot`] and the views it
+//! is made of (accounting, NVML, Kubernetes, allocation use), plus the one type that says what is
+//! known about an event beyond its bytes ([`EventContext`]).
+//!
+//! The pipeline builds these; `export/*` only reads them. Nothing here depends on `export` or on
+//! `pipeline`.
+use std::{collections::BTreeMap, sync::Arc};
+
+use serde::Serialize;
+
+mod accounting;
+mod event;
+mod kubernetes;
+mod nvml;
+
+pub use accounting::{Accounting, LedgerCheck, PipelineStats};
+pub use event::EventContext;
+pub use kubernetes::{AllocationUse, KubeView, KubernetesStatus};
+pub use nvml::{NvmlStatus, NvmlView};
+
+use crate::{
+    attribution::AttributionSnapshot,
+    cuda::ledger::CudaSnapshot,
+    guardrails::{Violation, ViolationCounts},
+    identity::ContainerIdentity,
+    probe::ProbeMode,
+    source::counters::KernelCounters,
+    state::Snapshot,
+};
+
+/// Everything a user-facing command shows, computed once per interval.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AgentSnapshot {
+    /// The driver ledger: per process and cgroup live memory and ioctl counts.
+    pub state: Snapshot,
+    /// libcuda-level numbers (the `cuda` family): launches, CUDA allocations.
+    pub cuda: CudaSnapshot,
+    /// CUDA ledger vs driver ledger, per process seen by both.
+    pub ledger_check: Vec<LedgerCheck>,
+    /// The kernel's per-probe counters.
+    pub kernel: KernelCounters,
+    /// The user-space stages' counters.
+    pub pipeline: PipelineStats,
+    /// `seen = received + aggregated + dropped`.
+    pub accounting: Accounting,
+    /// Where the driver probes attached (or NVML-only).
+    pub attach_mode: ProbeMode,
+    /// The driver version whose struct layouts are used.
+    pub driver_version: String,
+    /// NVML: in use or why not, and the latest sample.
+    pub nvml: NvmlView,
+    /// Per GPU (and MIG instance): each container's memory, SM share, energy and cost, and the
+    /// lines that belong to no container; all of it sums to the device. `None` without NVML.
+    pub attribution: Option<Arc<AttributionSnapshot>>,
+    /// Who each cgroup seen is (cgroup, container, pod, allocated GPUs), by cgroup id.
+    pub containers: BTreeMap<u64, ContainerIdentity>,
+    /// Allocated vs used GPUs per container (when the kubelet's allocations are known).
+    pub allocation_use: Vec<AllocationUse>,
+    /// Violations raised so far (each once per container, GPU and kind), and the counts.
+    pub violations: Vec<Violation>,
+    pub violation_counts: ViolationCounts,
+    /// Where Kubernetes identity stands.
+    pub kubernetes: KubeView,
+}
