@@ -142,7 +142,7 @@ fn a_second_libcuda_copy_in_a_process_is_found_and_probed() {
     ok(&mut w, "init 0"); // opens /dev/nvidiactl: the agent reads its mappings
     t.settle();
     assert_eq!(t.agent.stats.cuda_libraries_found, 1, "errors: {}", t.agent.stats.cuda_library_errors);
-    assert!(t.agent.cuda_late_libraries[0].path.ends_with("libcuda.so.1"));
+    assert!(t.agent.cuda_late_libraries()[0].path.ends_with("libcuda.so.1"));
     ok(&mut w, "cuda-launch 400");
     let s = t.settle();
     assert_eq!(cg(&s, pod.id()).launches, 400);

@@ -1,5 +1,7 @@
-//! Identity: cgroup id → cgroup path (by walking the cgroup v2 mount), and process start time and
-//! command name from `/proc` (the start time makes a reused PID a different process).
+//! The enrich stage: who a record's process and cgroup are, beyond the ids the kernel gives.
+//! cgroup id → cgroup path (by walking the cgroup v2 mount), and process start time and command
+//! name from `/proc` (the start time makes a reused PID a different process). [`Enricher`] holds
+//! both caches for the pipeline; container and pod identity come after it (`identity`).
 use std::{
     collections::HashMap,
     os::unix::fs::MetadataExt,
@@ -72,6 +74,65 @@ impl CgroupResolver {
                 }
             }
         }
+    }
+}
+
+/// The enrich stage's state: process facts cached per tgid (until the process exits) and the
+/// cgroup id → path resolver.
+pub struct Enricher {
+    proc_root: PathBuf,
+    processes: HashMap<u32, ProcessInfo>,
+    /// cgroup ids → paths under the cgroup2 mount.
+    pub cgroups: CgroupResolver,
+}
+
+impl Enricher {
+    /// An enricher reading `proc_root`, with cgroups under `cgroup_root` (default: the cgroup2
+    /// mount `proc_root/self/mountinfo` names).
+    pub fn new(proc_root: PathBuf, cgroup_root: Option<PathBuf>) -> Enricher {
+        let root = cgroup_root.or_else(|| crate::source::procscan::cgroup2_mount(&proc_root.join("self/mountinfo")));
+        Enricher { proc_root, processes: HashMap::new(), cgroups: CgroupResolver::new(root) }
+    }
+
+    /// Start time and comm of `tgid`, read from `/proc` once and cached; `None` if it is gone.
+    pub fn process(&mut self, tgid: u32) -> Option<ProcessInfo> {
+        if let Some(i) = self.processes.get(&tgid) {
+            return Some(i.clone());
+        }
+        let i = process_info(&self.proc_root, tgid)?;
+        self.processes.insert(tgid, i.clone());
+        Some(i)
+    }
+
+    /// Start time and comm of `pid` read now, not cached (for processes no record named).
+    pub fn process_now(&self, pid: u32) -> Option<ProcessInfo> {
+        process_info(&self.proc_root, pid)
+    }
+
+    /// `tgid` exited: forget its cached facts (the PID may be reused).
+    pub fn process_exited(&mut self, tgid: u32) {
+        self.processes.remove(&tgid);
+    }
+
+    /// Is `pid` a process (its own thread group leader), not a thread?
+    pub fn is_process(&self, pid: u32) -> bool {
+        tgid_of(&self.proc_root, pid) == Some(pid)
+    }
+
+    /// The cgroup id of `tgid`, from `/proc/PID/cgroup` (for processes found by a scan).
+    pub fn cgroup_id_of(&self, tgid: u32) -> Option<u64> {
+        let rel = crate::source::procscan::process_cgroup_path(&self.proc_root, tgid)?;
+        let root = self.cgroups.root()?;
+        std::fs::metadata(root.join(rel.trim_start_matches('/'))).ok().map(|m| m.ino())
+    }
+
+    /// A cgroup id from a numeric id or a path relative to the cgroup2 mount.
+    pub fn cgroup_id(&self, path_or_id: &str) -> Option<u64> {
+        if let Ok(id) = path_or_id.parse::<u64>() {
+            return Some(id);
+        }
+        let root = self.cgroups.root()?;
+        std::fs::metadata(root.join(path_or_id.trim_start_matches('/'))).ok().map(|m| m.ino())
     }
 }
 

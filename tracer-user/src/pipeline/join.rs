@@ -1,20 +1,20 @@
 //! The join stage: once per NVML sample, what the eBPF ledgers, the NVML sample and identity know
-//! about every GPU process, put together for the attribution engine and the guardrails; and the
-//! Kubernetes side (pod watcher, kubelet allocations) that feeds identity.
+//! about every GPU process, put together for the attribution engine (per-GPU lines that add up)
+//! and for the guardrails (GPU use outside the kubelet's allocations).
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
-    time::Duration,
 };
 
-use super::{Agent, StartError};
+use super::Agent;
 use crate::{
-    allocation::{GpuAllocations, GpuDevice, source::AllocationSource},
-    attribution::{ContainerInput, ContainerKey, ProcessLedgers, ProcessOwner},
+    allocation::{GpuAllocations, GpuDevice},
+    attribution::{AttributionSnapshot, Attributor, ContainerInput, ContainerKey, ProcessLedgers, ProcessOwner},
+    config::Config,
     cuda::ledger::CudaSnapshot,
-    guardrails::{GpuMap, GpuProcessObservation},
-    identity::{ContainerIdentity, KubeStart, PodWatcher},
-    model::{AllocationUse, KubeView, KubernetesStatus},
+    guardrails::{GpuMap, GpuProcessObservation, Guardrails, Violation, VisibleDevices},
+    identity::ContainerIdentity,
+    model::AllocationUse,
     nvml::model::NvmlSample,
     state::Snapshot,
 };
@@ -22,119 +22,43 @@ use crate::{
 /// The comm the MPS control daemon's server has (15 bytes of `nvidia-cuda-mps-server`).
 const MPS_SERVER_COMM: &str = "nvidia-cuda-mps";
 
-/// How often the kubelet's allocations are read again.
-const POD_RESOURCES_EVERY: Duration = Duration::from_secs(5);
+/// What the join stage keeps between intervals: the attribution engine and its latest result,
+/// the guardrails and what they raised, allocated-vs-used per container.
+pub(super) struct Join {
+    attributor: Attributor,
+    pub(super) attribution: Option<Arc<AttributionSnapshot>>,
+    /// Cumulative launches per cgroup at the previous attribution (for per-interval deltas).
+    launches_at_last_sample: HashMap<u64, u64>,
+    guardrails: Guardrails,
+    pub(super) violations: Vec<Violation>,
+    /// Violations not yet taken by `take_new_violations` (the event stream).
+    pub(super) new_violations: Vec<Violation>,
+    /// `NVIDIA_VISIBLE_DEVICES` / `CUDA_VISIBLE_DEVICES` per (pid, start time), read once.
+    visible_devices: HashMap<(u32, u64), VisibleDevices>,
+    pub(super) allocation_use: Vec<AllocationUse>,
+}
+
+impl Join {
+    pub(super) fn new(cfg: &Config) -> Join {
+        Join {
+            attributor: Attributor::new(&cfg.attribution),
+            attribution: None,
+            launches_at_last_sample: HashMap::new(),
+            guardrails: Guardrails::new(cfg.dev_dir.clone()),
+            violations: Vec::new(),
+            new_violations: Vec::new(),
+            visible_devices: HashMap::new(),
+            allocation_use: Vec::new(),
+        }
+    }
+
+    /// Violations raised so far, by kind.
+    pub(super) fn violation_counts(&self) -> crate::guardrails::ViolationCounts {
+        self.guardrails.counts()
+    }
+}
 
 impl Agent {
-    /// Start the Kubernetes side (call once, inside the tokio runtime): the pod watcher for this
-    /// node and the kubelet pod-resources poller. In `auto` mode whatever is missing is reported
-    /// (`kubernetes` in the snapshot, `doctor`) and the agent goes on; in `required` mode it fails.
-    pub async fn start_kubernetes(&mut self) -> Result<(), StartError> {
-        if self.kube.started {
-            return Ok(());
-        }
-        self.kube.started = true;
-        let settings = self.cfg.kubernetes.clone();
-        let start = PodWatcher::start(&settings).await?;
-        self.kube.detail = start.describe();
-        self.kube.status = match &start {
-            KubeStart::Off => KubernetesStatus::Off,
-            KubeStart::NotInUse { .. } => KubernetesStatus::NotInUse,
-            KubeStart::Unavailable { .. } => KubernetesStatus::Unavailable,
-            KubeStart::Running(_) => KubernetesStatus::Running,
-        };
-        match &start {
-            KubeStart::Running(_) | KubeStart::NotInUse { .. } | KubeStart::Off => {
-                tracing::info!("{}", self.kube.detail)
-            }
-            KubeStart::Unavailable { .. } => tracing::warn!("Kubernetes identity: {}", self.kube.detail),
-        }
-        self.kube.pods = start.cache();
-        if let KubeStart::Running(w) = start {
-            self.kube.watcher = Some(w);
-        }
-        // pod-resources only makes sense on a Kubernetes node: off when Kubernetes is, and on a
-        // plain host (not in use) only if a kubelet socket is there after all.
-        let on_node = self.kube.status != KubernetesStatus::NotInUse || settings.pod_resources_socket.exists();
-        if self.kube.status != KubernetesStatus::Off && on_node {
-            self.kube.allocations = AllocationSource::start(&settings, POD_RESOURCES_EVERY).await?;
-        }
-        Ok(())
-    }
-
-    /// The pod cache, when the watcher runs (tests wait on it).
-    pub fn pod_cache(&self) -> Option<&crate::identity::PodCache> {
-        self.kube.pods.as_ref()
-    }
-
-    /// Read the kubelet's allocations now (instead of waiting for the next poll).
-    pub async fn refresh_allocations(&self) {
-        if let Some(a) = &self.kube.allocations {
-            let _ = a.refresh().await;
-        }
-    }
-
-    /// The cgroup of container `namespace/pod/container`, among those resolved.
-    pub fn cgroup_of_container(&self, namespace: &str, pod: &str, container: &str) -> Option<u64> {
-        self.identities.iter().find_map(|(id, c)| {
-            (c.namespace.as_deref() == Some(namespace)
-                && c.pod.as_deref() == Some(pod)
-                && c.container.as_deref() == Some(container))
-            .then_some(*id)
-        })
-    }
-
-    /// Violations raised since the last call (the event stream writes them).
-    pub fn take_new_violations(&mut self) -> Vec<crate::guardrails::Violation> {
-        std::mem::take(&mut self.new_violations)
-    }
-
-    pub(super) fn kube_view(&self) -> KubeView {
-        KubeView {
-            status: self.kube.status,
-            detail: self.kube.detail.clone(),
-            watcher: self.kube.pods.as_ref().map(|c| c.status()),
-            pod_resources: self.kube.allocations.as_ref().map(|a| a.status()),
-        }
-    }
-
-    fn allocations(&self) -> Option<Arc<GpuAllocations>> {
-        self.kube.allocations.as_ref().and_then(|a| a.current())
-    }
-
-    /// Who cgroup `id` is, resolved now (cheap: a path parse and cache lookups).
-    pub fn identity_of(&mut self, id: u64) -> Arc<ContainerIdentity> {
-        let path = self.cgroups.resolve(id);
-        let allocs = self.allocations();
-        let ident =
-            Arc::new(ContainerIdentity::resolve(id, path.as_deref(), self.kube.pods.as_ref(), allocs.as_deref()));
-        self.identities.insert(id, ident.clone());
-        ident
-    }
-
-    /// The identity resolved at the last interval (or now, for a cgroup not seen yet); `None` for
-    /// cgroup 0 (unknown).
-    pub(super) fn cached_identity(&mut self, id: u64) -> Option<Arc<ContainerIdentity>> {
-        if id == 0 {
-            return None;
-        }
-        match self.identities.get(&id) {
-            Some(i) => Some(i.clone()),
-            None => Some(self.identity_of(id)),
-        }
-    }
-
-    /// Identities of every cgroup the state and the attribution know, resolved again.
-    pub(super) fn snapshot_identities(&mut self, state: &Snapshot) -> BTreeMap<u64, ContainerIdentity> {
-        let mut ids: BTreeSet<u64> = state.cgroups.iter().map(|c| c.cgroup_id).collect();
-        if let Some(a) = &self.attribution {
-            ids.extend(a.containers.iter().map(|c| c.container.0));
-        }
-        // Bounded: only what the state or the attribution still knows.
-        self.identities.retain(|k, _| ids.contains(k));
-        ids.into_iter().map(|id| (id, (*self.identity_of(id)).clone())).collect()
-    }
-
     /// One interval: NVML's latest sample joined with the ledgers and identity → attribution; and
     /// the guardrails on the same observations.
     pub(super) fn attribute(&mut self, state: &Snapshot, cuda: &CudaSnapshot) {
@@ -148,14 +72,14 @@ impl Agent {
                 pids.extend(m.processes.iter().map(|p| p.pid));
             }
         }
-        let allocs = self.allocations();
+        let allocs = self.kube.allocations();
         let mut owners: BTreeMap<u32, ProcessOwner> = BTreeMap::new();
         let mut cgroup_of: BTreeMap<u32, u64> = BTreeMap::new();
         let mut containers: BTreeMap<ContainerKey, ContainerInput> = BTreeMap::new();
         let mut idents: BTreeMap<u64, Arc<ContainerIdentity>> = BTreeMap::new();
         for pid in &pids {
             let cg = process_row(state, *pid).map(|p| p.cgroup_id).filter(|c| *c != 0);
-            let Some(cg) = cg.or_else(|| self.cgroup_id_of(*pid)) else {
+            let Some(cg) = cg.or_else(|| self.enrich.cgroup_id_of(*pid)) else {
                 owners.insert(*pid, ProcessOwner::default());
                 continue;
             };
@@ -164,7 +88,7 @@ impl Agent {
             let ident = match idents.get(&cg) {
                 Some(i) => Arc::clone(i),
                 None => {
-                    let i = self.identity_of(cg);
+                    let i = self.identities.resolve(cg, &mut self.enrich.cgroups, &self.kube);
                     idents.insert(cg, Arc::clone(&i));
                     i
                 }
@@ -185,7 +109,7 @@ impl Agent {
         let mut launches: BTreeMap<ContainerKey, u64> = BTreeMap::new();
         for row in &cuda.cgroups {
             let total = row.usage.launches + row.usage.graph_launches;
-            let before = self.launches_at_last_sample.insert(row.cgroup_id, total).unwrap_or(0);
+            let before = self.join.launches_at_last_sample.insert(row.cgroup_id, total).unwrap_or(0);
             let delta = total.saturating_sub(before);
             if delta > 0 {
                 launches.insert(ContainerKey(row.cgroup_id), delta);
@@ -209,15 +133,15 @@ impl Agent {
             for g in &mut input.gpus {
                 let keys: BTreeSet<ContainerKey> = g.processes.iter().filter_map(|p| p.container).collect();
                 for k in keys {
-                    let ident = self.identities.get(&k.0);
+                    let ident = self.identities.get(k.0);
                     if let Some(f) = ident.and_then(|i| i.requested_fraction_of(&g.uuid, Some(a))) {
                         g.requested_fraction.insert(k, f);
                     }
                 }
             }
         }
-        let snap = self.attributor.update(&input);
-        self.attribution = Some(Arc::new(snap));
+        let snap = self.join.attributor.update(&input);
+        self.join.attribution = Some(Arc::new(snap));
         self.check_guardrails(state, &sample, &cgroup_of, allocs);
     }
 
@@ -225,7 +149,7 @@ impl Agent {
         if let Some(c) = process_row(state, pid).and_then(|p| p.comm.clone()) {
             return Some(c);
         }
-        crate::enrich::process_info(&self.cfg.proc_root, pid).map(|i| i.comm)
+        self.enrich.process_now(pid).map(|i| i.comm)
     }
 
     /// Observations of every GPU process in a container → new violations; and allocated vs used.
@@ -237,7 +161,7 @@ impl Agent {
         allocs: Option<Arc<GpuAllocations>>,
     ) {
         let Some(allocs) = allocs else {
-            self.allocation_use.clear();
+            self.join.allocation_use.clear();
             return;
         };
         let map = GpuMap::from_nvml(sample);
@@ -255,7 +179,7 @@ impl Agent {
         let mut obs = Vec::new();
         let mut used: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
         for (pid, cg) in cgroup_of {
-            let Some(ident) = self.identities.get(cg).cloned() else { continue };
+            let Some(ident) = self.identities.get(*cg).cloned() else { continue };
             let ident: &ContainerIdentity = &ident;
             let Some(cref) = ident.container_ref() else { continue };
             let row = process_row(state, *pid);
@@ -278,6 +202,7 @@ impl Agent {
             let start = row.map_or(0, |r| r.start_time_ticks);
             let proc_root = self.cfg.proc_root.clone();
             let visible = self
+                .join
                 .visible_devices
                 .entry((*pid, start))
                 .or_insert_with(|| crate::guardrails::read_visible_devices(&proc_root, *pid).unwrap_or_default())
@@ -291,16 +216,16 @@ impl Agent {
             });
         }
         let live: BTreeSet<u32> = cgroup_of.keys().copied().collect();
-        self.visible_devices.retain(|(pid, _), _| live.contains(pid));
+        self.join.visible_devices.retain(|(pid, _), _| live.contains(pid));
         // A pod that is gone takes its raised violations with it (a new pod of the same name is
         // a new workload and is checked afresh).
         if let Some(pods) = &self.kube.pods {
             let live: BTreeSet<(String, String)> = pods.pods().into_iter().map(|p| (p.namespace, p.name)).collect();
             if !live.is_empty() {
-                self.guardrails.retain_containers(|c| live.contains(&(c.namespace.clone(), c.pod.clone())));
+                self.join.guardrails.retain_containers(|c| live.contains(&(c.namespace.clone(), c.pod.clone())));
             }
         }
-        let new = self.guardrails.evaluate(&obs, &map, &allocs);
+        let new = self.join.guardrails.evaluate(&obs, &map, &allocs);
         for v in &new {
             tracing::warn!(
                 kind = v.kind.as_str(),
@@ -311,12 +236,12 @@ impl Agent {
                 "GPU guardrail violation"
             );
         }
-        self.violations.extend(new.iter().cloned());
-        self.new_violations.extend(new);
+        self.join.violations.extend(new.iter().cloned());
+        self.join.new_violations.extend(new);
         // Allocated vs used, per container with a name.
         let mut rows = Vec::new();
         for (cg, used) in used {
-            let Some(ident) = self.identities.get(&cg) else { continue };
+            let Some(ident) = self.identities.get(cg) else { continue };
             let allocated_gpus: BTreeSet<String> = ident
                 .container_ref()
                 .map(|c| allocs.for_container(&c).iter().filter_map(|g| physical_uuid(&map, &g.device)).collect())
@@ -343,7 +268,7 @@ impl Agent {
                 outside_allocation: outside,
             });
         }
-        self.allocation_use = rows;
+        self.join.allocation_use = rows;
     }
 }
 

@@ -1,0 +1,166 @@
+//! The kernel side of the pipeline and the housekeeping of its maps that user space owns: which
+//! NVIDIA fds the probes track (`NV_FDS`, the tracked-process map), sweeping entry state of
+//! threads that died inside a syscall, the per-event switch of the cuda family, and reading the
+//! kernel's counters.
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
+use tracer_common::{
+    CudaCount, CudaCountKey, DeviceRef, FdKey, PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, TracerConfig, family,
+    map_names, nv::DriverAbi,
+};
+
+use super::StartError;
+use crate::{
+    config::Config,
+    decode,
+    probe::{ProbeReport, Probes},
+    source::{
+        counters::{self, KernelCounters},
+        cuda_counts,
+        ringbuf::{RingSource, SourceError},
+        tracked::TrackedTgids,
+    },
+};
+
+/// How often entry state of dead threads is swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The loaded programs, the ring buffer, the kernel's tracked-process map (memory-mapped), and
+/// which `NV_FDS` keys user space put there or saw opened, per process.
+pub(super) struct KernelSide {
+    pub(super) probes: Probes,
+    pub(super) ring: RingSource,
+    tracked: TrackedTgids,
+    /// Kernel `NV_FDS` keys per process, so they can be removed when it exits.
+    fds: HashMap<u32, BTreeSet<u32>>,
+    last_sweep: Instant,
+}
+
+fn missing(name: &str) -> MapError {
+    MapError::InvalidName { name: name.to_string() }
+}
+
+impl KernelSide {
+    /// Load and attach the probe families the configuration asks for.
+    pub(super) fn load(cfg: &Config, abi: &DriverAbi) -> Result<(KernelSide, ProbeReport), StartError> {
+        let plans = decode::plan::capture_plans(abi);
+        let sizes = decode::plan::alloc_param_sizes(abi);
+        let mut probes = Probes::load(cfg, abi, &plans, &sizes)?;
+        let ring = RingSource::new(&mut probes.ebpf)?;
+        let tracked = TrackedTgids::map(&probes.ebpf, probes.tracked_entries).map_err(SourceError::Io)?;
+        let report = probes.report.clone();
+        let side = KernelSide { probes, ring, tracked, fds: HashMap::new(), last_sweep: Instant::now() };
+        Ok((side, report))
+    }
+
+    /// Register an NVIDIA fd found outside the probes (the `/proc` scan) with the kernel.
+    pub(super) fn track(&mut self, key: FdKey, dev: DeviceRef) -> Result<(), MapError> {
+        {
+            let m = self.probes.ebpf.map_mut(map_names::NV_FDS).ok_or_else(|| missing(map_names::NV_FDS))?;
+            let mut h: BpfHashMap<&mut MapData, FdKey, DeviceRef> = BpfHashMap::try_from(m)?;
+            h.insert(key, dev, 0)?;
+        }
+        self.tracked.set(key.tgid, true);
+        self.fds.entry(key.tgid).or_default().insert(key.fd);
+        Ok(())
+    }
+
+    /// The probes put `fd` of `tgid` in `NV_FDS` (an open or a dup of an NVIDIA fd).
+    pub(super) fn fd_opened(&mut self, tgid: u32, fd: u32) {
+        self.fds.entry(tgid).or_default().insert(fd);
+    }
+
+    /// The probes removed `fd` of `tgid` from `NV_FDS` (a close).
+    pub(super) fn fd_closed(&mut self, tgid: u32, fd: u32) {
+        if let Some(s) = self.fds.get_mut(&tgid) {
+            s.remove(&fd);
+        }
+    }
+
+    /// Forget a process's fds in the kernel map (its files were closed by exit). Returns how many
+    /// entries were removed.
+    pub(super) fn forget_process(&mut self, tgid: u32) -> u64 {
+        let Some(fds) = self.fds.remove(&tgid) else { return 0 };
+        let Some(m) = self.probes.ebpf.map_mut(map_names::NV_FDS) else { return 0 };
+        let Ok(mut h) = BpfHashMap::<&mut MapData, FdKey, DeviceRef>::try_from(m) else { return 0 };
+        fds.into_iter().filter(|fd| h.remove(&FdKey { tgid, fd: *fd }).is_ok()).count() as u64
+    }
+
+    /// Is a sweep of dead threads' entry state due?
+    pub(super) fn sweep_due(&self) -> bool {
+        self.last_sweep.elapsed() >= SWEEP_EVERY
+    }
+
+    /// Remove `INFLIGHT` entries (syscall entry state) of threads that no longer exist: a thread
+    /// killed inside a traced syscall never reaches its exit. Returns how many were removed.
+    pub(super) fn sweep_dead_threads(&mut self, proc_root: &Path) -> u64 {
+        self.last_sweep = Instant::now();
+        let ebpf = &mut self.probes.ebpf;
+        sweep_dead::<tracer_common::Inflight>(ebpf, map_names::INFLIGHT, proc_root)
+            + sweep_dead::<tracer_common::CudaAllocInflight>(ebpf, map_names::CUDA_INFLIGHT, proc_root)
+    }
+
+    /// Per-event mode for these cgroups and processes (empty lists turn it off).
+    pub(super) fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), MapError> {
+        let ebpf = &mut self.probes.ebpf;
+        {
+            let m = ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
+            let mut h: BpfHashMap<&mut MapData, PerEventKey, u32> = BpfHashMap::try_from(m)?;
+            let old: Vec<PerEventKey> = h.keys().filter_map(Result::ok).collect();
+            for k in old {
+                h.remove(&k)?;
+            }
+            for id in cgroups {
+                h.insert(PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: *id }, 1, 0)?;
+            }
+            for t in tgids {
+                h.insert(PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: *t as u64 }, 1, 0)?;
+            }
+        }
+        let m = ebpf.map_mut(map_names::CONFIG).ok_or_else(|| missing(map_names::CONFIG))?;
+        let mut a: aya::maps::Array<&mut MapData, TracerConfig> = aya::maps::Array::try_from(m)?;
+        let mut cfg = a.get(&0, 0)?;
+        if cgroups.is_empty() && tgids.is_empty() {
+            cfg.families &= !family::CUDA_PER_EVENT;
+        } else {
+            cfg.families |= family::CUDA_PER_EVENT;
+        }
+        a.set(0, cfg, 0)?;
+        Ok(())
+    }
+
+    /// The per-probe counters (zero when they cannot be read).
+    pub(super) fn counters(&self) -> KernelCounters {
+        counters::read(&self.probes.ebpf).unwrap_or_default()
+    }
+
+    /// The in-kernel launch counts, per (cgroup, tgid, entry point).
+    pub(super) fn cuda_counts(&self) -> Vec<(CudaCountKey, CudaCount)> {
+        cuda_counts::read(&self.probes.ebpf)
+    }
+
+    /// Drop an exited process's rows of the in-kernel launch counts.
+    pub(super) fn forget_cuda_counts(&mut self, tgid: u32) {
+        cuda_counts::forget(&mut self.probes.ebpf, tgid);
+    }
+}
+
+/// Remove the entries of a pid_tgid-keyed map whose thread no longer exists.
+fn sweep_dead<V: aya::Pod>(ebpf: &mut aya::Ebpf, map: &str, proc_root: &Path) -> u64 {
+    let Some(m) = ebpf.map_mut(map) else { return 0 };
+    let Ok(mut h) = BpfHashMap::<&mut MapData, u64, V>::try_from(m) else { return 0 };
+    let dead: Vec<u64> = h
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| {
+            let (tgid, tid) = ((k >> 32) as u32, *k as u32);
+            !proc_root.join(format!("{tgid}/task/{tid}")).exists()
+        })
+        .collect();
+    dead.iter().filter(|k| h.remove(k).is_ok()).count() as u64
+}

@@ -1,0 +1,347 @@
+//! The running pipeline. [`Agent`] holds the stages, each in its own file:
+//!
+//! ```text
+//! kernel.rs        probes, ring buffer, tracked fds  ──► ingest.rs: decode → track fds → apply
+//!                  (+ sweeping, per-event switch)         (state, CUDA ledger) → enrich → emit
+//! late_libcuda.rs  a process's own libcuda, probed        → after (exit cleanup, fork seeding)
+//!                  when it first opens a device                    │
+//! nvml.rs          NVML sampler ─────────────────┐                 ▼
+//! kubernetes.rs    pod watcher, pod-resources ───┼──► join.rs: ledgers + NVML + identity →
+//! identities.rs    cgroup → container/pod ───────┘    attribution and guardrails, once per sample
+//!                                                                  │
+//!                                        snapshot() ──► model::AgentSnapshot (once per tick)
+//! ```
+//!
+//! Everything runs on one task: a record is decoded and applied as soon as it is drained, so no
+//! queue sits between the stages and none can drop. What can be lost is lost in the kernel, where it
+//! is counted; [`Accounting`] checks `seen == received + aggregated + dropped` for every probe.
+use std::{collections::BTreeSet, time::Duration};
+
+use tracer_common::nv::DriverAbi;
+
+use crate::{
+    clock::{self, WallClock},
+    config::{Config, ResolvedDriverVersion, resolve_driver_version},
+    cuda::{attach::LibraryReport, ledger::CudaLedger},
+    enrich::Enricher,
+    identity::{ContainerIdentity, PodCache},
+    model::{Accounting, AgentSnapshot, EventContext, LedgerCheck, PipelineStats},
+    probe::{ProbeError, ProbeReport},
+    source::{counters::KernelCounters, ringbuf::SourceError},
+    state::TracerState,
+};
+
+mod identities;
+mod ingest;
+mod join;
+mod kernel;
+mod kubernetes;
+mod late_libcuda;
+mod nvml;
+
+pub use ingest::EventSink;
+
+/// How many records are taken out of the ring buffer per batch.
+const DRAIN_BATCH: usize = 4096;
+
+/// Errors starting the pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("NVML is required (nvml.mode = \"required\") but cannot be used: {0}")]
+    Nvml(#[from] crate::nvml::sampler::NvmlOpenError),
+    #[error("Kubernetes is required (kubernetes.mode = \"required\") but cannot be used: {0}")]
+    Kube(#[from] crate::identity::KubeError),
+    #[error("the kubelet pod-resources API is required (kubernetes.mode = \"required\") but cannot be used: {0}")]
+    PodResources(#[from] crate::allocation::pod_resources::PodResourcesError),
+}
+
+/// The running agent: the pipeline's stages, in the order data flows through them.
+pub struct Agent {
+    cfg: Config,
+    /// The driver version whose struct layouts decoding uses.
+    pub driver_version: ResolvedDriverVersion,
+    abi: DriverAbi,
+    report: ProbeReport,
+    /// Source: the eBPF side; `None` in NVML-only mode (every probe family off).
+    kernel: Option<kernel::KernelSide>,
+    late_libcuda: late_libcuda::LateLibcuda,
+    /// State: the driver ledger (processes, fds, RM handles → live memory).
+    state: TracerState,
+    /// State: the CUDA ledger (launch counts, cuMemAlloc/cuMemFree, kernel names).
+    cuda: CudaLedger,
+    /// Enrich: process facts and cgroup paths.
+    enrich: Enricher,
+    identities: identities::Identities,
+    nvml: nvml::NvmlSide,
+    kube: kubernetes::KubeSide,
+    join: join::Join,
+    /// Counters of the user-space stages.
+    pub stats: PipelineStats,
+    /// Stamps events with wall time.
+    wall_clock: WallClock,
+}
+
+impl Agent {
+    /// Load and attach the probes, then seed state from `/proc`.
+    pub fn start(cfg: Config) -> Result<Agent, StartError> {
+        cfg.validate()?;
+        let driver_version = resolve_driver_version(&cfg);
+        let abi = DriverAbi::for_version(driver_version.version);
+        // NVML first: when it is required and missing, fail before loading anything.
+        let nvml = nvml::NvmlSide::open(&cfg)?;
+        let (kernel, report) = if cfg.families.any() {
+            let (k, report) = kernel::KernelSide::load(&cfg, &abi)?;
+            (Some(k), report)
+        } else {
+            (None, ProbeReport::nvml_only())
+        };
+        let late_libcuda =
+            late_libcuda::LateLibcuda::new(report.cuda_libraries.iter().map(|l| std::path::Path::new(&l.path)));
+        let mut agent = Agent {
+            driver_version,
+            abi,
+            report,
+            kernel,
+            late_libcuda,
+            state: TracerState::new(cfg.max_processes),
+            cuda: CudaLedger::default(),
+            enrich: Enricher::new(cfg.proc_root.clone(), cfg.cgroup_root.clone()),
+            identities: Default::default(),
+            nvml,
+            kube: Default::default(),
+            join: join::Join::new(&cfg),
+            stats: PipelineStats::default(),
+            wall_clock: WallClock::new(),
+            cfg,
+        };
+        agent.seed_from_proc(None, &mut |_, _| {});
+        Ok(agent)
+    }
+
+    /// Start the Kubernetes side (call once, inside the tokio runtime): the pod watcher for this
+    /// node and the kubelet pod-resources poller. In `auto` mode whatever is missing is reported
+    /// (`kubernetes` in the snapshot, `doctor`) and the agent goes on; in `required` mode it fails.
+    pub async fn start_kubernetes(&mut self) -> Result<(), StartError> {
+        self.kube.start(&self.cfg.kubernetes).await
+    }
+
+    /// What loading and attaching did.
+    pub fn report(&self) -> &ProbeReport {
+        &self.report
+    }
+
+    /// Are eBPF probes loaded (false in NVML-only mode)?
+    pub fn has_probes(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Reports of the libcuda copies probed after start-up (found in GPU processes' mappings).
+    pub fn cuda_late_libraries(&self) -> &[LibraryReport] {
+        &self.late_libcuda.reports
+    }
+
+    /// The pod cache, when the watcher runs (tests wait on it).
+    pub fn pod_cache(&self) -> Option<&PodCache> {
+        self.kube.pods.as_ref()
+    }
+
+    /// Read the kubelet's allocations now (instead of waiting for the next poll).
+    pub async fn refresh_allocations(&self) {
+        self.kube.refresh_allocations().await
+    }
+
+    /// Wait for records (a wake-up or the drain interval), then process everything waiting.
+    /// `sink` sees every event with its context. Returns how many records were processed.
+    pub async fn step(&mut self, sink: &mut EventSink<'_>) -> usize {
+        let wait = Duration::from_millis(self.cfg.drain_interval_ms.max(1));
+        match self.kernel.as_mut() {
+            Some(k) => k.ring.wait(wait).await,
+            None => tokio::time::sleep(wait).await,
+        }
+        if self.kernel.as_ref().is_some_and(|k| k.sweep_due()) {
+            self.sweep_inflight();
+        }
+        self.drain(sink)
+    }
+
+    /// Process everything waiting in the ring buffer now.
+    pub fn drain(&mut self, sink: &mut EventSink<'_>) -> usize {
+        let mut total = 0;
+        loop {
+            let mut batch: Vec<Vec<u8>> = Vec::new();
+            let Some(k) = self.kernel.as_mut() else { return total };
+            let n = k.ring.drain(DRAIN_BATCH, |b| batch.push(b.to_vec()));
+            self.stats.received += n as u64;
+            for b in &batch {
+                self.ingest(b, sink);
+            }
+            total += n;
+            if n < DRAIN_BATCH {
+                return total;
+            }
+        }
+    }
+
+    /// Remove `INFLIGHT` entries (syscall entry state) of threads that no longer exist: a thread
+    /// killed inside a traced syscall never reaches its exit. Returns how many were removed.
+    pub fn sweep_inflight(&mut self) -> u64 {
+        let Some(k) = self.kernel.as_mut() else { return 0 };
+        let n = k.sweep_dead_threads(&self.cfg.proc_root);
+        self.stats.inflight_swept += n;
+        n
+    }
+
+    /// Launch counts since the previous call, per (cgroup, tgid, entry point), read fresh from the
+    /// kernel: the `events` command reports them as launch-batch events once per interval.
+    pub fn launch_batches(&mut self) -> Vec<(tracer_common::CudaCountKey, u64)> {
+        self.refresh_cuda_counts();
+        self.cuda.take_launch_batches()
+    }
+
+    /// Read the in-kernel launch counts into the CUDA ledger.
+    fn refresh_cuda_counts(&mut self) {
+        if let Some(k) = &self.kernel {
+            self.cuda.update_counts(k.cuda_counts());
+        }
+    }
+
+    /// The context of an event of `tgid` in `cgroup_id` made now (for events user space makes),
+    /// with its monotonic timestamp.
+    pub fn context_now(&mut self, tgid: u32, cgroup_id: u64) -> (u64, EventContext) {
+        let now = clock::monotonic_ns();
+        let process = self.enrich.process_now(tgid);
+        let ctx = EventContext {
+            wall_time_unix_ns: self.wall_clock.wall_ns(now),
+            process_start_time_ns: clock::ticks_to_ns(process.as_ref().map_or(0, |p| p.start_time_ticks)),
+            comm: process.map(|p| p.comm),
+            cgroup_path: self.enrich.cgroups.resolve(cgroup_id),
+            released_bytes: None,
+            kernel_name: None,
+            container: self.identities.cached(cgroup_id, &mut self.enrich.cgroups, &self.kube),
+        };
+        (now, ctx)
+    }
+
+    /// A cgroup id from a numeric id or a path relative to the cgroup2 mount.
+    pub fn cgroup_id(&self, path_or_id: &str) -> Option<u64> {
+        self.enrich.cgroup_id(path_or_id)
+    }
+
+    /// Who cgroup `id` is, resolved now (cheap: a path parse and cache lookups).
+    pub fn identity_of(&mut self, id: u64) -> std::sync::Arc<ContainerIdentity> {
+        self.identities.resolve(id, &mut self.enrich.cgroups, &self.kube)
+    }
+
+    /// The cgroup of container `namespace/pod/container`, among those resolved.
+    pub fn cgroup_of_container(&self, namespace: &str, pod: &str, container: &str) -> Option<u64> {
+        self.identities.cgroup_of_container(namespace, pod, container)
+    }
+
+    /// Violations raised since the last call (the event stream writes them).
+    pub fn take_new_violations(&mut self) -> Vec<crate::guardrails::Violation> {
+        std::mem::take(&mut self.join.new_violations)
+    }
+
+    /// Per-event mode: send every launch of these cgroups and processes one by one (with grid, block,
+    /// shared memory, stream and the kernel name), on top of the in-kernel counts. Takes effect at
+    /// once, without restarting anything; empty lists turn it off.
+    pub fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), aya::maps::MapError> {
+        let missing = || aya::maps::MapError::InvalidName { name: tracer_common::map_names::CUDA_PER_EVENT.into() };
+        self.kernel.as_mut().ok_or_else(missing)?.set_per_event(cgroups, tgids)
+    }
+
+    /// Read the kernel counters and check the accounting identity.
+    pub fn accounting(&self) -> (KernelCounters, Accounting) {
+        let kc = self.kernel.as_ref().map(|k| k.counters()).unwrap_or_default();
+        let t = kc.total();
+        let in_flight = t.emitted as i64 - self.stats.received as i64;
+        let acc = Accounting {
+            seen: t.seen,
+            received: self.stats.received,
+            aggregated: t.aggregated,
+            dropped: t.dropped(),
+            in_flight,
+            exact: t.seen == self.stats.received + t.aggregated + t.dropped() && in_flight == 0,
+        };
+        (kc, acc)
+    }
+
+    /// Take an NVML sample (and attribute the interval since the previous one) now, whatever the
+    /// snapshot interval says.
+    pub fn sample_now(&mut self) {
+        if !self.nvml.in_use() {
+            return;
+        }
+        self.refresh_cuda_counts();
+        let state = self.state.snapshot();
+        let cuda = self.cuda.snapshot(&mut |id| self.enrich.cgroups.resolve(id));
+        self.nvml.sample();
+        self.attribute(&state, &cuda);
+    }
+
+    /// The immutable snapshot of this moment, built once: the ledgers are read once, and when a
+    /// snapshot interval has passed since the previous NVML sample, NVML is sampled and the
+    /// interval attributed from those same readings.
+    pub fn snapshot(&mut self) -> AgentSnapshot {
+        let (kernel, accounting) = self.accounting();
+        self.refresh_cuda_counts();
+        let state = self.state.snapshot();
+        let cuda = self.cuda.snapshot(&mut |id| self.enrich.cgroups.resolve(id));
+        if self.nvml.due(self.cfg.snapshot_interval_ms) {
+            self.nvml.sample();
+            self.attribute(&state, &cuda);
+        }
+        let ledger_check = ledger_check(&state, &cuda);
+        let mut ids: BTreeSet<u64> = state.cgroups.iter().map(|c| c.cgroup_id).collect();
+        if let Some(a) = &self.join.attribution {
+            ids.extend(a.containers.iter().map(|c| c.container.0));
+        }
+        let containers = self.identities.refresh(ids, &mut self.enrich.cgroups, &self.kube);
+        AgentSnapshot {
+            state,
+            cuda,
+            ledger_check,
+            kernel,
+            pipeline: self.stats.clone(),
+            accounting,
+            attach_mode: self.report.attach_mode,
+            driver_version: self.driver_version.version_string(),
+            nvml: self.nvml.view(),
+            attribution: self.join.attribution.clone(),
+            containers,
+            allocation_use: self.join.allocation_use.clone(),
+            violations: self.join.violations.clone(),
+            violation_counts: self.join.violation_counts(),
+            kubernetes: self.kube.view(),
+        }
+    }
+}
+
+/// The CUDA ledger beside the driver ledger, for every process both know.
+fn ledger_check(state: &crate::state::Snapshot, cuda: &crate::cuda::ledger::CudaSnapshot) -> Vec<LedgerCheck> {
+    cuda.processes
+        .iter()
+        .filter_map(|c| {
+            let d = state.processes.iter().find(|p| p.tgid == c.tgid)?;
+            let (cu, dr) = (c.usage.device_bytes, d.usage.vidmem_bytes);
+            Some(LedgerCheck {
+                tgid: c.tgid,
+                cgroup_id: c.cgroup_id,
+                cuda_device_bytes: cu,
+                driver_vidmem_bytes: dr,
+                driver_minus_cuda: dr as i64 - cu as i64,
+            })
+        })
+        .collect()
+}
