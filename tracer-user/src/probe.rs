@@ -76,11 +76,12 @@ pub enum FamilyStatus {
 }
 
 /// Where the driver probes attached, or that no eBPF was loaded at all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProbeMode {
     /// Probes loaded; the driver family uses this mechanism.
     Attached(AttachMode),
     /// Every probe family is off: numbers come from NVML and `/proc` only.
+    #[default]
     NvmlOnly,
 }
 
@@ -103,12 +104,6 @@ impl std::fmt::Display for ProbeMode {
 impl Serialize for ProbeMode {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
-    }
-}
-
-impl Default for ProbeMode {
-    fn default() -> Self {
-        ProbeMode::NvmlOnly
     }
 }
 

@@ -9,8 +9,11 @@
 //! rejects) still decodes, as [`IoctlOp::Malformed`], so that it is counted rather than dropped.
 //!
 //! What the kernel side copies for each command is chosen by [`plan`]; [`encode`] is the inverse of
-//! [`decode`] and builds raw records for tests, benchmarks and the fuzz seed corpus.
+//! [`decode`] and builds raw records for tests, benchmarks and the fuzz seed corpus; it is built
+//! only for this crate's tests and behind the `encode` feature (the tests crate, bench and fuzz
+//! turn it on), so the agent binary does not carry it.
 
+#[cfg(any(test, feature = "encode"))]
 pub mod encode;
 mod ioctl;
 pub mod plan;

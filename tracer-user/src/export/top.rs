@@ -213,7 +213,7 @@ mod tests {
         for i in 0..pods {
             let id = 1000 + i as u64;
             let usage = Usage {
-                vidmem_bytes: (i as u64 + 1) * 3 << 29,
+                vidmem_bytes: ((i as u64 + 1) * 3) << 29,
                 allocations: 123,
                 frees: 45,
                 ioctls: 98765,

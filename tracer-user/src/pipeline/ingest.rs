@@ -120,11 +120,9 @@ impl Agent {
     fn after(&mut self, ev: &Event, sink: &mut EventSink<'_>) {
         match ev {
             Event::ProcessExit { header, .. } => self.process_exited(header.tgid),
-            Event::ProcessFork { child_pid, .. } => {
-                // A new process (not a thread) inherits the parent's NVIDIA fds: register them.
-                if self.enrich.is_process(*child_pid) {
-                    self.seed_from_proc(Some(*child_pid), sink);
-                }
+            // A new process (not a thread) inherits the parent's NVIDIA fds: register them.
+            Event::ProcessFork { child_pid, .. } if self.enrich.is_process(*child_pid) => {
+                self.seed_from_proc(Some(*child_pid), sink)
             }
             Event::CgroupRemoved { cgroup_id, .. } => self.enrich.cgroups.forget(*cgroup_id),
             _ => {}
