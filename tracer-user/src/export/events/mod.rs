@@ -4,7 +4,8 @@
 //! [`to_proto`] maps every [`Event`] and every [`IoctlOp`] onto the schema. Operations without a
 //! dedicated message become [`v1::OtherIoctl`] (frontend escapes and other NVIDIA nodes) or
 //! [`v1::UvmOther`] (UVM commands), so every ioctl is still counted by consumers. [`to_json`] is the
-//! readable form of the same message; [`EventWriter`] writes either.
+//! readable form of the same message; [`EventWriter`] writes either, and [`EventStream`] is the
+//! stream a command writes (an event limit, the first write error kept, a broken pipe a normal end).
 //!
 //! What the decoded event does not carry is written as the schema's zero ("unknown"): the raw
 //! NVOS32/NVOS02 `flags`/`attr`, `RmControl.params_size`, `RmMapMemory.linear_address`, and
@@ -26,7 +27,7 @@ mod writer;
 
 pub use json::to_json;
 pub use proto::{container_proto, event_kind, launch_batch_to_proto, to_proto, violation_to_proto};
-pub use writer::{EventFormat, EventWriter};
+pub use writer::{EventFormat, EventStream, EventWriter};
 
 #[cfg(test)]
 mod tests;

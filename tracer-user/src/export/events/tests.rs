@@ -1,6 +1,9 @@
 use std::collections::BTreeSet;
 
-use gpu_tracer_proto::v1::{self, event::Payload};
+use gpu_tracer_proto::{
+    prost::Message,
+    v1::{self, event::Payload},
+};
 use serde_json::Value;
 use tracer_common::{
     flags, kind,
@@ -494,4 +497,132 @@ fn to_path_writes_a_file() {
     std::fs::remove_file(&path).unwrap();
     let back: Vec<_> = gpu_tracer_proto::read_stream(&buf).collect::<Result<_, _>>().unwrap();
     assert_eq!(back, msgs);
+}
+
+/// A writer that takes `room` bytes, then fails every write and flush with `kind`; it counts the
+/// calls it gets.
+struct Failing {
+    room: usize,
+    kind: std::io::ErrorKind,
+    taken: Vec<u8>,
+    writes: usize,
+}
+
+impl Failing {
+    fn new(room: usize, kind: std::io::ErrorKind) -> Self {
+        Failing { room, kind, taken: Vec::new(), writes: 0 }
+    }
+}
+
+impl std::io::Write for Failing {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.writes += 1;
+        if self.room == 0 {
+            return Err(self.kind.into());
+        }
+        let n = b.len().min(self.room);
+        self.room -= n;
+        self.taken.extend_from_slice(&b[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.room == 0 { Err(self.kind.into()) } else { Ok(()) }
+    }
+}
+
+fn messages() -> Vec<v1::Event> {
+    events().iter().map(|ev| to_proto(ev, &enrichment())).collect()
+}
+
+#[test]
+fn stream_honours_its_limit_exactly() {
+    let msgs = messages();
+    assert!(msgs.len() > 3);
+    let mut out = Vec::new();
+    let mut s = EventStream::new(EventWriter::new(&mut out, EventFormat::Protobuf), Some(3));
+    let emitted: Vec<bool> = msgs.iter().map(|m| s.emit(m)).collect();
+    assert_eq!(emitted.iter().filter(|&&e| e).count(), 3);
+    assert!(emitted[..3].iter().all(|&e| e), "the first three are written");
+    assert!(s.is_done());
+    assert_eq!(s.written(), 3);
+    assert!(!s.emit_with(|| panic!("a finished stream builds no message")));
+    assert_eq!(s.finish().unwrap(), 3);
+    let back: Vec<_> = gpu_tracer_proto::read_stream(&out).collect::<Result<_, _>>().unwrap();
+    assert_eq!(back, msgs[..3]);
+}
+
+#[test]
+fn stream_without_limit_writes_everything() {
+    let msgs = messages();
+    let mut out = Vec::new();
+    let mut s = EventStream::new(EventWriter::new(&mut out, EventFormat::JsonLines), None);
+    for m in &msgs {
+        assert!(s.emit_with(|| m.clone()));
+    }
+    assert!(!s.is_done());
+    assert_eq!(s.written(), msgs.len() as u64);
+    assert_eq!(s.finish().unwrap(), msgs.len() as u64);
+    assert_eq!(String::from_utf8(out).unwrap().lines().count(), msgs.len());
+    // A limit of zero takes nothing.
+    let mut s = EventStream::new(EventWriter::new(Vec::new(), EventFormat::Protobuf), Some(0));
+    assert!(s.is_done() && !s.emit(&msgs[0]));
+    assert_eq!(s.finish().unwrap(), 0);
+}
+
+#[test]
+fn stream_stops_at_an_io_error_and_reports_it() {
+    let msgs = messages();
+    let one = msgs[0].encode_length_delimited_to_vec().len();
+    // Room for the first message and part of the second.
+    let mut w = Failing::new(one + 1, std::io::ErrorKind::StorageFull);
+    let mut s = EventStream::new(EventWriter::new(&mut w, EventFormat::Protobuf), None);
+    assert!(s.emit(&msgs[0]));
+    assert!(!s.is_done());
+    assert!(!s.emit(&msgs[1]), "the failed write does not count");
+    assert!(s.is_done());
+    assert_eq!(s.written(), 1);
+    for m in &msgs[2..] {
+        assert!(!s.emit(m));
+    }
+    let err = s.finish().unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+    // Nothing was written after the error (the finish's flush aside).
+    assert_eq!(w.writes, 3, "first message, the failing one, and nothing more");
+    assert_eq!(w.taken.len(), one + 1);
+}
+
+#[test]
+fn stream_reports_a_failed_final_flush() {
+    let msgs = messages();
+    let mut w = Failing::new(0, std::io::ErrorKind::PermissionDenied);
+    let mut s = EventStream::new(EventWriter::new(std::io::BufWriter::new(&mut w), EventFormat::Protobuf), None);
+    // Buffered: the writes succeed, the flush does not.
+    assert!(s.emit(&msgs[0]));
+    assert_eq!(s.written(), 1);
+    assert_eq!(s.finish().unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
+}
+
+#[test]
+fn stream_ends_normally_on_a_broken_pipe() {
+    let msgs = messages();
+    // Unbuffered: the write that meets the closed pipe ends the stream.
+    let mut w = Failing::new(0, std::io::ErrorKind::BrokenPipe);
+    let mut s = EventStream::new(EventWriter::new(&mut w, EventFormat::JsonLines), Some(10));
+    assert!(!s.emit(&msgs[0]));
+    assert!(s.is_done());
+    assert_eq!(s.finish().unwrap(), 0);
+    // Buffered, as the command writes: the pipe closes after some events; the error shows at a
+    // write that spills the buffer and again at the final flush. Neither is an error.
+    let mut all = EventWriter::new(Vec::new(), EventFormat::JsonLines);
+    msgs.iter().for_each(|m| all.write(m).unwrap());
+    let total = all.bytes_written() as usize;
+    let mut w = Failing::new(total / 2, std::io::ErrorKind::BrokenPipe);
+    let buffered = std::io::BufWriter::with_capacity(total / 4, &mut w);
+    let mut s = EventStream::new(EventWriter::new(buffered, EventFormat::JsonLines), None);
+    let written = msgs.iter().take_while(|m| s.emit(m)).count() as u64;
+    assert!(s.is_done());
+    assert!(written >= 1 && written < msgs.len() as u64);
+    assert_eq!(s.written(), written);
+    assert_eq!(s.finish().unwrap(), written);
 }

@@ -1,4 +1,5 @@
-//! Writing the event stream: [`EventWriter`] encodes messages in one [`EventFormat`].
+//! Writing the event stream: [`EventWriter`] encodes messages in one [`EventFormat`];
+//! [`EventStream`] is the stream a command writes, with its limit and its first error.
 
 use std::{
     fs::File,
@@ -90,5 +91,64 @@ impl<W: Write> EventWriter<W> {
     /// The underlying writer (not flushed).
     pub fn into_inner(self) -> W {
         self.out
+    }
+}
+
+/// The event stream a command writes: an [`EventWriter`] with a limit on the number of events, that
+/// stops at the first write error and keeps it for [`finish`](EventStream::finish).
+///
+/// Every path that adds events to the stream (decoded events, launch batches, guardrail violations)
+/// goes through [`emit`](EventStream::emit), so they share one limit, one count and one error.
+pub struct EventStream<W: Write> {
+    writer: EventWriter<W>,
+    limit: u64,
+    error: Option<io::Error>,
+}
+
+impl<W: Write> EventStream<W> {
+    /// A stream to `writer` that takes at most `limit` events (`None`: no limit).
+    pub fn new(writer: EventWriter<W>, limit: Option<u64>) -> Self {
+        EventStream { writer, limit: limit.unwrap_or(u64::MAX), error: None }
+    }
+
+    /// Writes `msg` unless the stream is [done](EventStream::is_done). Returns whether it was
+    /// written; a write error is kept (and ends the stream) rather than returned.
+    pub fn emit(&mut self, msg: &v1::Event) -> bool {
+        if self.is_done() {
+            return false;
+        }
+        match self.writer.write(msg) {
+            Ok(()) => true,
+            Err(e) => {
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// [`emit`](EventStream::emit) for a message built only if the stream still takes events, so a
+    /// finished stream costs its callers nothing (not even the lookups the message needs).
+    pub fn emit_with(&mut self, build: impl FnOnce() -> v1::Event) -> bool {
+        !self.is_done() && self.emit(&build())
+    }
+
+    /// Whether the stream takes no more events: the limit is reached or a write failed.
+    pub fn is_done(&self) -> bool {
+        self.error.is_some() || self.written() >= self.limit
+    }
+
+    /// Events written so far.
+    pub fn written(&self) -> u64 {
+        self.writer.events_written()
+    }
+
+    /// Flushes the stream and returns the number of events written, or the first write error. A
+    /// broken pipe (the reader went away, as in `gpu-tracer events | head -1`) is a normal end.
+    pub fn finish(mut self) -> io::Result<u64> {
+        let flushed = self.writer.flush();
+        match self.error.map_or(flushed, Err) {
+            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
+            _ => Ok(self.writer.events_written()),
+        }
     }
 }
