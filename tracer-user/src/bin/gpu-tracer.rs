@@ -11,7 +11,7 @@ use tracer_user::{
     config::{AttachMode, Config, CostPolicy, SourceMode, UnusedCost},
     doctor,
     export::{
-        events::{EventFormat, EventWriter, to_proto},
+        events::{EventFormat, EventStream, EventWriter, to_proto},
         top,
     },
     model::{EventContext, KubernetesStatus, NvmlStatus},
@@ -308,39 +308,35 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     }
     let start = Instant::now();
     let mut last_batch = Instant::now();
-    let mut out = StreamOut { writer, written: 0, limit: a.count.unwrap_or(u64::MAX), io_error: None };
+    let mut out = EventStream::new(writer, a.count);
     // Events for processes found by the start-up scan were applied before the stream existed; the
     // stream starts with what happens from now on.
     loop {
-        let mut sink = |ev: &tracer_user::decode::Event, id: &EventContext| out.write(ev, id);
+        let mut sink = |ev: &tracer_user::decode::Event, id: &EventContext| {
+            out.emit_with(|| to_proto(ev, id));
+        };
         tokio::select! {
             _ = agent.step(&mut sink) => {}
             _ = tokio::signal::ctrl_c() => break,
         }
         if last_batch.elapsed() >= Duration::from_secs(1) {
-            out.launch_batches(&mut agent, last_batch.elapsed());
+            emit_launch_batches(&mut out, &mut agent, last_batch.elapsed());
             // NVML is sampled (and the guardrails checked) on the snapshot interval.
             let _ = agent.snapshot();
-            out.violations(&mut agent);
+            emit_violations(&mut out, &mut agent);
             last_batch = Instant::now();
         }
-        if out.io_error.is_some()
-            || out.written >= out.limit
-            || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d)
-        {
+        if out.is_done() || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
             break;
         }
     }
-    agent.drain(&mut |ev, id| out.write(ev, id));
-    out.launch_batches(&mut agent, last_batch.elapsed());
-    out.violations(&mut agent);
-    out.writer.flush()?;
-    if let Some(e) = out.io_error
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        return Err(e).context("writing events");
-    }
-    let written = out.written;
+    agent.drain(&mut |ev, id| {
+        out.emit_with(|| to_proto(ev, id));
+    });
+    emit_launch_batches(&mut out, &mut agent, last_batch.elapsed());
+    emit_violations(&mut out, &mut agent);
+    // A broken pipe (`gpu-tracer events | head -1`) is a normal end.
+    let written = out.finish().context("writing events")?;
     if a.summary {
         let (_, acc) = agent.accounting();
         eprintln!(
@@ -351,62 +347,25 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     Ok(())
 }
 
-/// The `events` command's output side.
-struct StreamOut {
-    writer: EventWriter<Box<dyn Write + Send>>,
-    written: u64,
-    limit: u64,
-    io_error: Option<std::io::Error>,
+/// Launches counted in the kernel since the last batch, one event per process and entry point.
+fn emit_launch_batches(out: &mut EventStream<impl Write>, agent: &mut Agent, interval: Duration) {
+    for (k, n) in agent.launch_batches() {
+        out.emit_with(|| {
+            let (now, e) = agent.context_now(k.tgid, k.cgroup_id);
+            let interval_ns = interval.as_nanos() as u64;
+            tracer_user::export::events::launch_batch_to_proto(k.tgid, k.cgroup_id, k.entry, n, interval_ns, now, &e)
+        });
+    }
 }
 
-impl StreamOut {
-    /// Launches counted in the kernel since the last batch, one event per process and entry point.
-    fn launch_batches(&mut self, agent: &mut Agent, interval: Duration) {
-        for (k, n) in agent.launch_batches() {
-            if self.written >= self.limit || self.io_error.is_some() {
-                return;
-            }
-            let (now, e) = agent.context_now(k.tgid, k.cgroup_id);
-            let msg = tracer_user::export::events::launch_batch_to_proto(
-                k.tgid,
-                k.cgroup_id,
-                k.entry,
-                n,
-                interval.as_nanos() as u64,
-                now,
-                &e,
-            );
-            match self.writer.write(&msg) {
-                Ok(()) => self.written += 1,
-                Err(err) => self.io_error = Some(err),
-            }
-        }
-    }
-
-    /// Guardrail violations raised since the last call, one event each.
-    fn violations(&mut self, agent: &mut Agent) {
-        for v in agent.take_new_violations() {
-            if self.written >= self.limit || self.io_error.is_some() {
-                return;
-            }
+/// Guardrail violations raised since the last call, one event each.
+fn emit_violations(out: &mut EventStream<impl Write>, agent: &mut Agent) {
+    for v in agent.take_new_violations() {
+        out.emit_with(|| {
             let cgroup_id = agent.cgroup_of_container(&v.namespace, &v.pod, &v.container).unwrap_or(0);
             let (now, e) = agent.context_now(v.pid, cgroup_id);
-            let msg = tracer_user::export::events::violation_to_proto(&v, cgroup_id, now, &e);
-            match self.writer.write(&msg) {
-                Ok(()) => self.written += 1,
-                Err(err) => self.io_error = Some(err),
-            }
-        }
-    }
-
-    fn write(&mut self, ev: &tracer_user::decode::Event, id: &EventContext) {
-        if self.written >= self.limit || self.io_error.is_some() {
-            return;
-        }
-        match self.writer.write(&to_proto(ev, id)) {
-            Ok(()) => self.written += 1,
-            Err(e) => self.io_error = Some(e),
-        }
+            tracer_user::export::events::violation_to_proto(&v, cgroup_id, now, &e)
+        });
     }
 }
 
