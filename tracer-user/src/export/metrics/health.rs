@@ -43,16 +43,9 @@ pub fn probe_accounting(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
     per_probe(e, "probe_events_aggregated", "Calls counted in an in-kernel aggregate instead of a record.", |c| {
         c.aggregated
     })?;
-    let dropped = probes.iter().flat_map(|(p, c)| {
-        [
-            ("ringbuf_full", c.dropped_ringbuf_full),
-            ("inflight_full", c.dropped_inflight_full),
-            ("fd_map_full", c.dropped_fd_map_full),
-            ("no_entry", c.dropped_no_entry),
-            ("count_map_full", c.dropped_count_map_full),
-        ]
-        .map(|(reason, v)| ([("probe", p.as_str()), ("reason", reason)], v))
-    });
+    let dropped = probes
+        .iter()
+        .flat_map(|(p, c)| c.drops().map(move |(reason, v)| ([("probe", p.as_str()), ("reason", reason)], v)));
     counter_family(e, "probe_events_dropped", "Calls a probe lost in the kernel, by reason.", None, dropped)?;
     let acc = &s.snapshot.accounting;
     counter(e, "records_received", "Records user space took out of the ring buffer.", None, acc.received)?;

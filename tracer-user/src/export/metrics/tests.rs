@@ -85,7 +85,11 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
         calls_by_entry: [("cuLaunchKernel", 12345)].into_iter().collect(),
         ..Default::default()
     };
-    let probe = |seen, emitted, rb| ProbeCounters { seen, emitted, dropped_ringbuf_full: rb, ..Default::default() };
+    let probe = |seen, emitted, rb| {
+        let mut c = ProbeCounters { seen, emitted, ..Default::default() };
+        c.set_dropped(tracer_common::counter::DROP_RINGBUF_FULL, rb);
+        c
+    };
     AgentSnapshot {
         state,
         cuda,
