@@ -375,28 +375,21 @@ fn record(ctx: &Ctx, acc: &mut CudaMeasured, run: &WorkerRun, counted: Option<u6
 }
 
 fn add_counters(t: &mut ProbeCounters, k: &ProbeCounters) {
-    t.seen += k.seen;
-    t.emitted += k.emitted;
-    t.aggregated += k.aggregated;
-    t.dropped_ringbuf_full += k.dropped_ringbuf_full;
-    t.dropped_inflight_full += k.dropped_inflight_full;
-    t.dropped_fd_map_full += k.dropped_fd_map_full;
-    t.dropped_no_entry += k.dropped_no_entry;
-    t.dropped_count_map_full += k.dropped_count_map_full;
+    *t += k;
 }
 
 /// `a − b`, field by field (counters of one session read at two moments).
 fn sub_counters(a: &ProbeCounters, b: &ProbeCounters) -> ProbeCounters {
-    ProbeCounters {
+    let mut d = ProbeCounters {
         seen: a.seen - b.seen,
         emitted: a.emitted - b.emitted,
         aggregated: a.aggregated - b.aggregated,
-        dropped_ringbuf_full: a.dropped_ringbuf_full - b.dropped_ringbuf_full,
-        dropped_inflight_full: a.dropped_inflight_full - b.dropped_inflight_full,
-        dropped_fd_map_full: a.dropped_fd_map_full - b.dropped_fd_map_full,
-        dropped_no_entry: a.dropped_no_entry - b.dropped_no_entry,
-        dropped_count_map_full: a.dropped_count_map_full - b.dropped_count_map_full,
+        ..Default::default()
+    };
+    for ((d, a), b) in d.dropped_by_reason.iter_mut().zip(a.dropped_by_reason).zip(b.dropped_by_reason) {
+        *d = a - b;
     }
+    d
 }
 
 /// The cgroup v2 id of this process (its children's, the workers', too).
@@ -706,7 +699,8 @@ mod tests {
 
     #[test]
     fn counters_subtract_field_by_field() {
-        let a = ProbeCounters { seen: 10, emitted: 4, aggregated: 5, dropped_ringbuf_full: 1, ..Default::default() };
+        let mut a = ProbeCounters { seen: 10, emitted: 4, aggregated: 5, ..Default::default() };
+        a.set_dropped(tracer_common::counter::DROP_RINGBUF_FULL, 1);
         let b = ProbeCounters { seen: 3, emitted: 1, aggregated: 2, ..Default::default() };
         let d = sub_counters(&a, &b);
         assert_eq!((d.seen, d.emitted, d.aggregated, d.dropped()), (7, 3, 3, 1));

@@ -636,6 +636,11 @@ pub mod family {
 ///
 /// For every probe, `SEEN == EMITTED + Σ DROP_*` holds exactly in the kernel; user space adds what it
 /// received and dropped itself.
+///
+/// The drop reasons are the slots `DROP_FIRST..=DROP_LAST`, named by `NAMES`: user space reads,
+/// sums, exports (the `reason` label) and serialises them from this table, so a new reason is an
+/// edit of this module only (its slot and name, `DROP_LAST`, the slots after it moved up), plus the
+/// probe that counts it and its line in `docs/metrics.md`.
 pub mod counter {
     pub const SEEN: u32 = 0;
     pub const EMITTED: u32 = 1;

@@ -56,6 +56,33 @@ pub struct CudaUsage {
     pub failed_allocs: u64,
 }
 
+/// Field by field: the sum of several rows (a cgroup's processes, cgroups into one container).
+impl std::ops::AddAssign<&CudaUsage> for CudaUsage {
+    fn add_assign(&mut self, o: &CudaUsage) {
+        // Destructured, so that a new field cannot be left out of the sum.
+        let CudaUsage {
+            device_bytes,
+            managed_bytes,
+            host_bytes,
+            launches,
+            graph_launches,
+            launch_rate,
+            allocs,
+            frees,
+            failed_allocs,
+        } = *o;
+        self.device_bytes += device_bytes;
+        self.managed_bytes += managed_bytes;
+        self.host_bytes += host_bytes;
+        self.launches += launches;
+        self.graph_launches += graph_launches;
+        self.launch_rate += launch_rate;
+        self.allocs += allocs;
+        self.frees += frees;
+        self.failed_allocs += failed_allocs;
+    }
+}
+
 /// One process's CUDA row.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CudaProcessRow {
@@ -274,15 +301,7 @@ impl CudaLedger {
         }
         let mut totals = CudaUsage::default();
         for u in cgroups.values() {
-            totals.device_bytes += u.device_bytes;
-            totals.managed_bytes += u.managed_bytes;
-            totals.host_bytes += u.host_bytes;
-            totals.launches += u.launches;
-            totals.graph_launches += u.graph_launches;
-            totals.launch_rate += u.launch_rate;
-            totals.allocs += u.allocs;
-            totals.frees += u.frees;
-            totals.failed_allocs += u.failed_allocs;
+            totals += u;
         }
         CudaSnapshot {
             cgroups: cgroups

@@ -3,30 +3,86 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuArray},
 };
-use serde::Serialize;
+use serde::{Serialize, Serializer, ser::SerializeMap};
 use tracer_common::{counter, map_names, probe};
 
+/// How many drop reasons there are: the slots `counter::DROP_FIRST..=counter::DROP_LAST`.
+pub const N_DROP_REASONS: usize = (counter::DROP_LAST - counter::DROP_FIRST + 1) as usize;
+
+/// The name of each drop reason (the `reason` label), from `counter::NAMES`.
+pub fn drop_reasons() -> &'static [&'static str] {
+    &counter::NAMES[counter::DROP_FIRST as usize..=counter::DROP_LAST as usize]
+}
+
 /// Counters for one probe, summed over CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+///
+/// The drops are a table indexed by reason, so that a new reason in `tracer_common::counter`
+/// (a slot, its name in `NAMES`, `DROP_LAST`) reaches the reading, the totals, `/metrics` and the
+/// JSON without an edit here. Serialised as `seen`, `emitted`, one `dropped_<reason>` per reason,
+/// `aggregated`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbeCounters {
     pub seen: u64,
     pub emitted: u64,
-    pub dropped_ringbuf_full: u64,
-    pub dropped_inflight_full: u64,
-    pub dropped_fd_map_full: u64,
-    pub dropped_no_entry: u64,
-    pub dropped_count_map_full: u64,
+    /// Calls lost in the kernel, by reason: index `slot - counter::DROP_FIRST` (see
+    /// [`ProbeCounters::drops`], [`ProbeCounters::dropped_at`]).
+    pub dropped_by_reason: [u64; N_DROP_REASONS],
     /// Calls counted in an in-kernel aggregate instead of a ring-buffer record.
     pub aggregated: u64,
 }
 
 impl ProbeCounters {
+    /// Calls lost in the kernel, all reasons.
     pub fn dropped(&self) -> u64 {
-        self.dropped_ringbuf_full
-            + self.dropped_inflight_full
-            + self.dropped_fd_map_full
-            + self.dropped_no_entry
-            + self.dropped_count_map_full
+        self.dropped_by_reason.iter().sum()
+    }
+
+    /// `(reason, calls lost)` for every drop reason, in slot order (also the reasons at 0).
+    pub fn drops(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        drop_reasons().iter().copied().zip(self.dropped_by_reason)
+    }
+
+    /// Calls lost for the reason in `counter` slot `slot` (e.g. `counter::DROP_RINGBUF_FULL`).
+    /// Panics when `slot` is not a drop reason.
+    pub fn dropped_at(&self, slot: u32) -> u64 {
+        self.dropped_by_reason[drop_index(slot)]
+    }
+
+    /// Set the calls lost for the reason in `counter` slot `slot`. Panics when `slot` is not a
+    /// drop reason.
+    pub fn set_dropped(&mut self, slot: u32, calls: u64) {
+        self.dropped_by_reason[drop_index(slot)] = calls;
+    }
+}
+
+fn drop_index(slot: u32) -> usize {
+    assert!((counter::DROP_FIRST..=counter::DROP_LAST).contains(&slot), "counter slot {slot} is not a drop reason");
+    (slot - counter::DROP_FIRST) as usize
+}
+
+/// Field by field (drops reason by reason): the counters of several probes or reads.
+impl std::ops::AddAssign<&ProbeCounters> for ProbeCounters {
+    fn add_assign(&mut self, o: &ProbeCounters) {
+        let ProbeCounters { seen, emitted, dropped_by_reason, aggregated } = *o;
+        self.seen += seen;
+        self.emitted += emitted;
+        for (t, d) in self.dropped_by_reason.iter_mut().zip(dropped_by_reason) {
+            *t += d;
+        }
+        self.aggregated += aggregated;
+    }
+}
+
+impl Serialize for ProbeCounters {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut m = serializer.serialize_map(Some(3 + N_DROP_REASONS))?;
+        m.serialize_entry("seen", &self.seen)?;
+        m.serialize_entry("emitted", &self.emitted)?;
+        for (reason, calls) in self.drops() {
+            m.serialize_entry(&format!("dropped_{reason}"), &calls)?;
+        }
+        m.serialize_entry("aggregated", &self.aggregated)?;
+        m.end()
     }
 }
 
@@ -40,14 +96,7 @@ impl KernelCounters {
     pub fn total(&self) -> ProbeCounters {
         let mut t = ProbeCounters::default();
         for (_, c) in &self.probes {
-            t.seen += c.seen;
-            t.emitted += c.emitted;
-            t.dropped_ringbuf_full += c.dropped_ringbuf_full;
-            t.dropped_inflight_full += c.dropped_inflight_full;
-            t.dropped_fd_map_full += c.dropped_fd_map_full;
-            t.dropped_no_entry += c.dropped_no_entry;
-            t.dropped_count_map_full += c.dropped_count_map_full;
-            t.aggregated += c.aggregated;
+            t += c;
         }
         t
     }
@@ -68,19 +117,63 @@ pub fn read(ebpf: &Ebpf) -> Result<KernelCounters, aya::maps::MapError> {
             let v = arr.get(&(p * counter::SLOTS + s), 0)?;
             Ok(v.iter().sum())
         };
-        out.probes.push((
-            probe::NAMES[p as usize].to_string(),
-            ProbeCounters {
-                seen: slot(counter::SEEN)?,
-                emitted: slot(counter::EMITTED)?,
-                dropped_ringbuf_full: slot(counter::DROP_RINGBUF_FULL)?,
-                dropped_inflight_full: slot(counter::DROP_INFLIGHT_FULL)?,
-                dropped_fd_map_full: slot(counter::DROP_FD_MAP)?,
-                dropped_no_entry: slot(counter::DROP_NO_ENTRY)?,
-                dropped_count_map_full: slot(counter::DROP_COUNT_MAP)?,
-                aggregated: slot(counter::AGGREGATED)?,
-            },
-        ));
+        // Slot by slot in order: the kernel's `seen` is counted first, so it is read first.
+        let mut c =
+            ProbeCounters { seen: slot(counter::SEEN)?, emitted: slot(counter::EMITTED)?, ..Default::default() };
+        for s in counter::DROP_FIRST..=counter::DROP_LAST {
+            c.set_dropped(s, slot(s)?);
+        }
+        c.aggregated = slot(counter::AGGREGATED)?;
+        out.probes.push((probe::NAMES[p as usize].to_string(), c));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ProbeCounters {
+        let mut c = ProbeCounters { seen: 20, emitted: 10, aggregated: 4, ..Default::default() };
+        c.set_dropped(counter::DROP_RINGBUF_FULL, 3);
+        c.set_dropped(counter::DROP_COUNT_MAP, 2);
+        c.set_dropped(counter::DROP_NO_ENTRY, 1);
+        c
+    }
+
+    #[test]
+    fn drops_are_named_and_summed_by_reason() {
+        let c = sample();
+        assert_eq!(c.dropped(), 6);
+        assert_eq!(c.dropped_at(counter::DROP_COUNT_MAP), 2);
+        let drops: Vec<_> = c.drops().collect();
+        assert_eq!(
+            drops,
+            [("ringbuf_full", 3), ("inflight_full", 0), ("fd_map_full", 0), ("no_entry", 1), ("count_map_full", 2)]
+        );
+        let mut t = ProbeCounters::default();
+        t += &c;
+        t += &c;
+        assert_eq!(
+            (t.seen, t.emitted, t.aggregated, t.dropped(), t.dropped_at(counter::DROP_NO_ENTRY)),
+            (40, 20, 8, 12, 2)
+        );
+        let k = KernelCounters { probes: vec![("ioctl".into(), c), ("open".into(), c)] };
+        assert_eq!(k.total(), t);
+    }
+
+    #[test]
+    fn json_names_every_reason_as_a_field() {
+        let j = serde_json::to_string(&sample()).unwrap();
+        assert_eq!(
+            j,
+            r#"{"seen":20,"emitted":10,"dropped_ringbuf_full":3,"dropped_inflight_full":0,"dropped_fd_map_full":0,"dropped_no_entry":1,"dropped_count_map_full":2,"aggregated":4}"#
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "not a drop reason")]
+    fn a_slot_that_is_no_drop_reason_panics() {
+        ProbeCounters::default().set_dropped(counter::AGGREGATED, 1);
+    }
 }

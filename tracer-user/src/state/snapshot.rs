@@ -49,6 +49,37 @@ impl Usage {
     }
 }
 
+/// Field by field: the sum of several rows (e.g. cgroups that resolve to one container).
+impl std::ops::AddAssign<&Usage> for Usage {
+    fn add_assign(&mut self, o: &Usage) {
+        // Destructured, so that a new field cannot be left out of the sum.
+        let Usage {
+            vidmem_bytes,
+            sysmem_bytes,
+            va_reserved_bytes,
+            managed_bytes,
+            inferred_vidmem_bytes,
+            live_allocations,
+            managed_mappings,
+            allocations,
+            frees,
+            ioctls,
+            failed_calls,
+        } = *o;
+        self.vidmem_bytes += vidmem_bytes;
+        self.sysmem_bytes += sysmem_bytes;
+        self.va_reserved_bytes += va_reserved_bytes;
+        self.managed_bytes += managed_bytes;
+        self.inferred_vidmem_bytes += inferred_vidmem_bytes;
+        self.live_allocations += live_allocations;
+        self.managed_mappings += managed_mappings;
+        self.allocations += allocations;
+        self.frees += frees;
+        self.ioctls += ioctls;
+        self.failed_calls += failed_calls;
+    }
+}
+
 /// One live process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessRow {

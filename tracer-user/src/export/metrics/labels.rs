@@ -1,0 +1,90 @@
+//! Label sets shared by several families: a container's identity ([`ContainerLabels`], and the
+//! [`ContainerResolver`] that fills it in) and a GPU's ([`GpuIdLabels`]).
+use std::fmt;
+
+use prometheus_client::encoding::EncodeLabelSet;
+
+/// The identity labels of every per-container series.
+///
+/// `cgroup` is always set (the cgroup path, or `id:N` when the path is unknown); `namespace`,
+/// `pod` and `container` are empty strings until a [`ContainerResolver`] knows them (an empty
+/// label value is the same as no label to Prometheus, so queries need not change later).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ContainerLabels {
+    /// Kubernetes namespace of the pod.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name within the pod.
+    pub container: String,
+    /// cgroup v2 path (relative to the cgroup root).
+    pub cgroup: String,
+}
+
+impl ContainerLabels {
+    /// Labels that carry only the cgroup: its path, or `id:N` when the path was never resolved.
+    pub fn for_cgroup(cgroup_id: u64, path: Option<&str>) -> Self {
+        ContainerLabels { cgroup: path.map_or_else(|| format!("id:{cgroup_id}"), str::to_owned), ..Default::default() }
+    }
+}
+
+// Families are encoded from borrowed rows; `&` is fundamental, so this impl is ours to write.
+impl EncodeLabelSet for &ContainerLabels {
+    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
+        (**self).encode(encoder)
+    }
+}
+
+/// Maps a cgroup to its container identity (the Kubernetes enrichment plugs in here).
+pub trait ContainerResolver: Send + Sync + 'static {
+    /// The labels of the series of one cgroup row. Rows that resolve to the same labels are summed.
+    fn labels(&self, cgroup_id: u64, cgroup_path: Option<&str>) -> ContainerLabels;
+}
+
+/// The resolver used without Kubernetes: the cgroup label only.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CgroupOnly;
+
+impl ContainerResolver for CgroupOnly {
+    fn labels(&self, cgroup_id: u64, cgroup_path: Option<&str>) -> ContainerLabels {
+        ContainerLabels::for_cgroup(cgroup_id, cgroup_path)
+    }
+}
+
+impl<F> ContainerResolver for F
+where
+    F: Fn(u64, Option<&str>) -> ContainerLabels + Send + Sync + 'static,
+{
+    fn labels(&self, cgroup_id: u64, cgroup_path: Option<&str>) -> ContainerLabels {
+        self(cgroup_id, cgroup_path)
+    }
+}
+
+/// Labels of a GPU in the attribution and NVML families: `gpu` is the `GPU-…` or `MIG-…` UUID,
+/// `device` dcgm-exporter's `nvidiaN` (empty when the minor is unknown), `mig_profile` the MIG
+/// profile of a MIG instance (empty for a whole GPU).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, EncodeLabelSet)]
+pub struct GpuIdLabels {
+    /// `GPU-…` or `MIG-…` UUID.
+    pub gpu: String,
+    /// `nvidiaN` (the physical GPU's `/dev/nvidiaN`), or empty.
+    pub device: String,
+    /// e.g. `3g.71gb`; empty off MIG.
+    pub mig_profile: String,
+}
+
+impl GpuIdLabels {
+    pub(super) fn new(uuid: &str, minor: Option<u32>, mig_profile: Option<&str>) -> Self {
+        GpuIdLabels {
+            gpu: uuid.to_owned(),
+            device: minor.map(|m| format!("nvidia{m}")).unwrap_or_default(),
+            mig_profile: mig_profile.unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+impl EncodeLabelSet for &GpuIdLabels {
+    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
+        (**self).encode(encoder)
+    }
+}
