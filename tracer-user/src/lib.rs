@@ -1,12 +1,14 @@
 //! gpu-tracer user space, as a library with a thin binary (`src/bin/gpu-tracer.rs`).
 //!
-//! Modules follow the pipeline: `probe` (load, feature detection, attach) → `source` (ring buffer,
-//! counters, `/proc` seeding) → `decode` (pure: bytes → events) → `state` (fd table, RM handle
-//! ledger → live memory) → `enrich` (cgroup paths, process identity) → `identity` (cgroup path →
-//! container and pod; the pod watcher) → `allocation` (which GPUs the kubelet gave each container)
-//! → `nvml` (device and per-process readings) → `attribution` (per-GPU lines that add up) →
-//! `guardrails` (GPU use outside the allocations) → `export` (event stream, `top`, metrics).
-//! `pipeline` wires the stages together; `doctor` reports what works on this node.
+//! Modules follow the pipeline (`docs/ARCHITECTURE.md` has the table, stage by stage): `probe`
+//! (load, feature detection, attach) → `source` (ring buffer, counters, `/proc` scan) → `decode`
+//! (pure: bytes → events) → `state` (fd table, RM handle ledger → live memory) and `cuda` (the
+//! libcuda ledger) → `enrich` (process facts, cgroup paths) → `identity` (cgroup path → container
+//! and pod; the pod watcher) → `allocation` (which GPUs the kubelet gave each container) → `nvml`
+//! (device and per-process readings) → `attribution` (per-GPU lines that add up) → `guardrails`
+//! (GPU use outside the allocations) → `model` (the immutable snapshot exporters read) → `export`
+//! (event stream, `top`, metrics, HTTP). `pipeline` holds the stages and drives them; `clock` is
+//! the one clock; `doctor` reports what works on this node.
 pub mod allocation;
 pub mod attribution;
 pub mod clock;
