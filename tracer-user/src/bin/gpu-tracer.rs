@@ -8,7 +8,7 @@ use std::{
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tracer_user::{
-    config::{AttachMode, Config, CostPolicy, SourceMode, UnusedCost},
+    config::{Config, Overrides},
     doctor,
     export::{
         events::{EventFormat, EventWriter, to_proto},
@@ -48,54 +48,9 @@ struct CommonArgs {
     /// TOML config file (flags override it; every key is listed in docs/configuration.md).
     #[arg(long, global = true, env = "GPU_TRACER_CONFIG")]
     config: Option<PathBuf>,
-    /// Directory with the NVIDIA device nodes [default: /dev].
-    #[arg(long, global = true)]
-    dev_dir: Option<PathBuf>,
-    /// procfs of the host PID namespace [default: /proc].
-    #[arg(long, global = true)]
-    proc_root: Option<PathBuf>,
-    /// Where the driver probes attach [default: auto = the cheapest this kernel offers].
-    #[arg(long, global = true, value_enum)]
-    attach_mode: Option<AttachMode>,
-    /// Driver version for struct layouts (default: read /proc/driver/nvidia/version).
-    #[arg(long, global = true)]
-    driver_version: Option<String>,
-    /// Do not load the driver probe family (fds, ioctls, managed mmaps).
-    #[arg(long, global = true)]
-    no_driver: bool,
-    /// Do not load the lifecycle probe family (exec/exit/fork, cgroup removal).
-    #[arg(long, global = true)]
-    no_lifecycle: bool,
-    /// Do not load the cuda probe family (uprobes on libcuda.so.1).
-    #[arg(long, global = true)]
-    no_cuda: bool,
-    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths).
-    #[arg(long = "libcuda", global = true)]
-    libcuda: Vec<PathBuf>,
-    /// NVML use: auto (use it when there; say why not otherwise), required (exit when it cannot be
-    /// used), off [default: auto].
-    #[arg(long, global = true, value_enum)]
-    nvml: Option<SourceMode>,
-    /// The libnvidia-ml.so.1 to load [default: the dynamic loader's search].
-    #[arg(long, global = true, value_name = "PATH")]
-    nvml_library: Option<PathBuf>,
-    /// No eBPF at all: per-container memory and SM share from NVML and /proc only (works without
-    /// CAP_BPF; no launch counts, no allocation ledger, no events).
-    #[arg(long, global = true)]
-    nvml_only: bool,
-    /// Price of one GPU-hour (any currency): turns on the cost split.
-    #[arg(long, global = true, value_name = "PRICE")]
-    price_per_gpu_hour: Option<f64>,
-    /// Price of the node per hour, split evenly over its GPUs (instead of --price-per-gpu-hour).
-    #[arg(long, global = true, value_name = "PRICE")]
-    price_per_node_hour: Option<f64>,
-    /// How cost is split between containers [default: memory-time].
-    #[arg(long, global = true, value_enum)]
-    cost_policy: Option<CostPolicy>,
-    /// What happens to idle / reserved / unattributed cost: kept as lines, or spread over the
-    /// containers [default: lines].
-    #[arg(long, global = true, value_enum)]
-    unused_cost: Option<UnusedCost>,
+    // Flags that override the file's settings (config::Overrides: its doc comments are the help).
+    #[command(flatten)]
+    overrides: Overrides,
     /// Log level filter (also RUST_LOG) [default: warn].
     #[arg(long, global = true, default_value = "warn")]
     log: String,
@@ -187,53 +142,7 @@ fn build_config(c: &CommonArgs) -> Result<Config> {
         }
         None => Config::default(),
     };
-    if let Some(d) = &c.dev_dir {
-        cfg.dev_dir = d.clone();
-    }
-    if let Some(p) = &c.proc_root {
-        cfg.proc_root = p.clone();
-    }
-    if let Some(m) = c.attach_mode {
-        cfg.attach_mode = m;
-    }
-    if let Some(v) = &c.driver_version {
-        cfg.driver_version = Some(v.clone());
-    }
-    if c.no_driver {
-        cfg.families.driver = false;
-    }
-    if c.no_lifecycle {
-        cfg.families.lifecycle = false;
-    }
-    if c.no_cuda {
-        cfg.families.cuda = false;
-    }
-    if !c.libcuda.is_empty() {
-        cfg.cuda_libraries = c.libcuda.clone();
-    }
-    if let Some(m) = c.nvml {
-        cfg.nvml.mode = m;
-    }
-    if let Some(p) = &c.nvml_library {
-        cfg.nvml.library = Some(p.clone());
-    }
-    if c.nvml_only {
-        cfg.families.driver = false;
-        cfg.families.lifecycle = false;
-        cfg.families.cuda = false;
-    }
-    if let Some(p) = c.price_per_gpu_hour {
-        cfg.attribution.price_per_gpu_hour = Some(p);
-    }
-    if let Some(p) = c.price_per_node_hour {
-        cfg.attribution.price_per_node_hour = Some(p);
-    }
-    if let Some(p) = c.cost_policy {
-        cfg.attribution.cost_policy = p;
-    }
-    if let Some(u) = c.unused_cost {
-        cfg.attribution.unused_cost = u;
-    }
+    c.overrides.apply(&mut cfg);
     cfg.validate()?;
     Ok(cfg)
 }
