@@ -151,7 +151,7 @@ fn log_report(agent: &Agent) {
     let r = agent.report();
     tracing::info!(mode = %r.attach_mode, reason = %r.attach_reason, driver = %agent.driver_version.version_string(), "probes loaded");
     for (name, st) in [("driver", &r.driver), ("lifecycle", &r.lifecycle), ("cuda", &r.cuda)] {
-        if let FamilyStatus::Failed { error } = st {
+        if let Some(error) = st.error() {
             tracing::warn!(family = name, %error, "probe family failed; the others keep running");
         }
     }
@@ -377,11 +377,7 @@ async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
                 FamilyStatus::Disabled => ("warn", "disabled by configuration".to_string()),
                 // A node without libcuda has nothing for the cuda family to probe: worth a warning,
                 // not a failure (the driver family still attributes memory).
-                FamilyStatus::Failed { error }
-                    if name == "cuda family" && error.starts_with("no libcuda.so.1 found") =>
-                {
-                    ("warn", error.clone())
-                }
+                FamilyStatus::NothingToProbe { error } => ("warn", error.clone()),
                 FamilyStatus::Failed { error } => ("fail", error.clone()),
             };
             checks.push(doctor::Check { name, status, detail });
