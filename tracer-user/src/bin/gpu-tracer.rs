@@ -14,9 +14,8 @@ use tracer_user::{
         events::{EventFormat, EventWriter, to_proto},
         top,
     },
-    model::{EventContext, KubernetesStatus, NvmlStatus},
+    model::EventContext,
     pipeline::Agent,
-    probe::FamilyStatus,
 };
 
 #[derive(Parser)]
@@ -320,77 +319,13 @@ impl StreamOut {
 }
 
 async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
-    let mut checks = doctor::static_checks(&cfg);
-    let mut probe_result = Agent::start(cfg.clone());
-    if let Ok(agent) = probe_result.as_mut() {
-        let v = agent.snapshot().nvml;
-        let (status, detail) = match (v.status, &v.sample) {
-            (NvmlStatus::Ready, Some(s)) => (
-                "ok",
-                format!(
-                    "{} loaded: driver {}, NVML {}, {} GPU(s){}",
-                    v.library.as_deref().unwrap_or("libnvidia-ml.so.1"),
-                    v.driver_version.as_deref().unwrap_or("?"),
-                    v.nvml_version.as_deref().unwrap_or("?"),
-                    s.devices.len(),
-                    if s.devices.iter().any(|d| d.lost) { " (some lost: fell off the bus?)" } else { "" }
-                ),
-            ),
-            (NvmlStatus::Off, _) => {
-                ("warn", "off by configuration: per-process memory and SM share come only from eBPF".into())
-            }
-            (_, _) => ("warn", v.reason.clone().unwrap_or_else(|| "not sampled".into())),
-        };
-        checks.push(doctor::Check { name: "nvml", status, detail });
-        if let Err(e) = agent.start_kubernetes().await {
-            checks.push(doctor::Check { name: "kubernetes", status: "fail", detail: format!("{e:#}") });
-        } else {
-            let k = agent.snapshot().kubernetes;
-            let status = if k.status == KubernetesStatus::Running { "ok" } else { "warn" };
-            checks.push(doctor::Check { name: "kubernetes", status, detail: k.detail.clone() });
-            if let Some(p) = &k.pod_resources {
-                let (st, d) = match (&p.last_error, p.available) {
-                    (_, true) => ("ok", format!("{} answers", p.socket.display())),
-                    (Some(e), false) => ("warn", e.clone()),
-                    (None, false) => ("warn", format!("{}: no answer yet", p.socket.display())),
-                };
-                checks.push(doctor::Check { name: "kubelet allocations", status: st, detail: d });
-            }
-        }
-    }
-    let report = match &probe_result {
-        Ok(agent) => Some(agent.report().clone()),
-        Err(e) => {
-            checks.push(doctor::Check { name: "probes", status: "fail", detail: format!("{e:#}") });
-            None
-        }
-    };
-    if let Some(r) = &report {
-        checks.push(doctor::Check {
-            name: "attach mode",
-            status: "ok",
-            detail: format!("{} ({})", r.attach_mode, r.attach_reason),
-        });
-        for (name, st) in [("driver family", &r.driver), ("lifecycle family", &r.lifecycle), ("cuda family", &r.cuda)] {
-            let (status, detail) = match st {
-                FamilyStatus::Attached { programs } => ("ok", format!("attached: {}", programs.join(", "))),
-                FamilyStatus::Disabled => ("warn", "disabled by configuration".to_string()),
-                // A node without libcuda has nothing for the cuda family to probe: worth a warning,
-                // not a failure (the driver family still attributes memory).
-                FamilyStatus::NothingToProbe { error } => ("warn", error.clone()),
-                FamilyStatus::Failed { error } => ("fail", error.clone()),
-            };
-            checks.push(doctor::Check { name, status, detail });
-        }
-    }
+    let report = doctor::run(&cfg).await;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "checks": checks, "probes": report }))?);
+        println!("{}", report.to_json()?);
     } else {
-        for c in &checks {
-            println!("{:<5} {:<20} {}", c.status, c.name, c.detail);
-        }
+        print!("{}", report.render_text());
     }
-    if checks.iter().any(|c| c.status == "fail") {
+    if report.failed() {
         std::process::exit(1);
     }
     Ok(())
