@@ -6,7 +6,8 @@
 //! container and pod; the pod watcher) → `allocation` (which GPUs the kubelet gave each container)
 //! → `nvml` (device and per-process readings) → `attribution` (per-GPU lines that add up) →
 //! `guardrails` (GPU use outside the allocations) → `export` (event stream, `top`, metrics).
-//! `pipeline` wires the stages together; `doctor` reports what works on this node.
+//! `pipeline` wires the stages together; `runner` is the loop the long-running commands share;
+//! `doctor` reports what works on this node.
 pub mod allocation;
 pub mod attribution;
 pub mod clock;
@@ -22,5 +23,6 @@ pub mod model;
 pub mod nvml;
 pub mod pipeline;
 pub mod probe;
+pub mod runner;
 pub mod source;
 pub mod state;

@@ -16,6 +16,7 @@ use tracer_user::{
     },
     model::EventContext,
     pipeline::Agent,
+    runner::{self, Flow, Schedule},
 };
 
 #[derive(Parser)]
@@ -160,21 +161,27 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
-    let start = Instant::now();
-    let interval = Duration::from_millis(a.interval_ms.max(50));
-    let mut next = Instant::now() + interval;
     let tty = !a.once && !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let mut stdout = std::io::stdout();
-    loop {
-        let mut ignore = |_: &tracer_user::decode::Event, _: &EventContext| {};
-        tokio::select! {
-            _ = agent.step(&mut ignore) => {}
-            _ = tokio::signal::ctrl_c() => break,
-        }
-        if Instant::now() < next {
-            continue;
-        }
-        next += interval;
+    // `top` stops at a tick (after printing), never between two: its duration is checked there.
+    let schedule =
+        Schedule { interval: Duration::from_millis(a.interval_ms.max(50)), tick_at_start: false, duration: None };
+    let mut out =
+        TopOut { duration: a.duration.and_then(Schedule::duration_from_secs), args: a, tty, start: Instant::now() };
+    runner::run(&mut agent, schedule, &mut out).await?;
+    Ok(())
+}
+
+/// The `top` command's output side: a snapshot printed (or redrawn) every tick.
+struct TopOut {
+    args: TopArgs,
+    tty: bool,
+    start: Instant,
+    duration: Option<Duration>,
+}
+
+impl runner::Handler for TopOut {
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+        let a = &self.args;
         agent.drain(&mut |_, _| {});
         let snap = agent.snapshot();
         let out = if a.json {
@@ -182,7 +189,8 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
         } else {
             top::render(&snap, &top::RenderOptions { per_process: a.per_process, width: top::terminal_width() })
         };
-        if tty {
+        let mut stdout = std::io::stdout();
+        if self.tty {
             // Redraw in place.
             write!(stdout, "\x1b[H\x1b[2J{out}")?;
         } else {
@@ -192,11 +200,9 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
             }
         }
         stdout.flush()?;
-        if a.once || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
-            break;
-        }
+        let done = a.once || self.duration.is_some_and(|d| self.start.elapsed() >= d);
+        Ok(if done { Flow::Stop } else { Flow::Continue })
     }
-    Ok(())
 }
 
 async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
@@ -338,6 +344,20 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
         http::{HealthSettings, ServeState, serve},
         metrics::MetricsRegistry,
     };
+
+    /// Heartbeat every step; a snapshot published every tick.
+    struct Publish(Arc<ServeState>);
+    impl runner::Handler for Publish {
+        fn stepped(&mut self, _: &mut Agent) {
+            self.0.heartbeat();
+        }
+        fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+            agent.drain(&mut |_, _| {});
+            self.0.publish(Arc::new(agent.snapshot()));
+            Ok(Flow::Continue)
+        }
+    }
+
     let interval = Duration::from_millis(cfg.snapshot_interval_ms.max(100));
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
@@ -347,26 +367,9 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
     let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;
     tracing::info!(listen = %server.local_addr, "serving /metrics, /healthz, /readyz");
     eprintln!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
-    let start = Instant::now();
-    let mut next = Instant::now();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        let mut ignore = |_: &tracer_user::decode::Event, _: &EventContext| {};
-        tokio::select! {
-            _ = agent.step(&mut ignore) => {}
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
-        }
-        state.heartbeat();
-        if Instant::now() >= next {
-            next = Instant::now() + interval;
-            agent.drain(&mut |_, _| {});
-            state.publish(Arc::new(agent.snapshot()));
-        }
-        if a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
-            break;
-        }
-    }
+    let schedule =
+        Schedule { interval, tick_at_start: true, duration: a.duration.and_then(Schedule::duration_from_secs) };
+    runner::run(&mut agent, schedule, &mut Publish(state)).await?;
     server.shutdown().await.context("stopping the metrics server")?;
     Ok(())
 }
