@@ -92,12 +92,12 @@ pub fn start(cfg: Config, spin_ns: u64) -> Result<Running> {
                 let driver_problem = match &agent.report().driver {
                     FamilyStatus::Attached { .. } => None,
                     FamilyStatus::Disabled => Some("driver family disabled".to_string()),
-                    FamilyStatus::Failed { error } => Some(error.clone()),
+                    FamilyStatus::Failed { error } | FamilyStatus::NothingToProbe { error } => Some(error.clone()),
                 };
                 let cuda_problem = match &agent.report().cuda {
                     FamilyStatus::Attached { .. } => None,
                     FamilyStatus::Disabled => Some("cuda family disabled".to_string()),
-                    FamilyStatus::Failed { error } => Some(error.clone()),
+                    FamilyStatus::Failed { error } | FamilyStatus::NothingToProbe { error } => Some(error.clone()),
                 };
                 let _ = ready_tx.send(Ok(Started {
                     attach_mode: agent.report().attach_mode.to_string(),

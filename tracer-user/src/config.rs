@@ -312,6 +312,113 @@ impl Config {
     }
 }
 
+/// Command-line overrides of a [`Config`] (flags > file > defaults): every field is "not given"
+/// by default, and [`Overrides::apply`] changes only what was given. The binary flattens it into its
+/// global flags, so the doc comments below are the `--help` text.
+#[derive(Clone, Debug, Default, PartialEq, clap::Args)]
+pub struct Overrides {
+    /// Directory with the NVIDIA device nodes [default: /dev].
+    #[arg(long, global = true)]
+    pub dev_dir: Option<PathBuf>,
+    /// procfs of the host PID namespace [default: /proc].
+    #[arg(long, global = true)]
+    pub proc_root: Option<PathBuf>,
+    /// Where the driver probes attach [default: auto = the cheapest this kernel offers].
+    #[arg(long, global = true, value_enum)]
+    pub attach_mode: Option<AttachMode>,
+    /// Driver version for struct layouts (default: read /proc/driver/nvidia/version).
+    #[arg(long, global = true)]
+    pub driver_version: Option<String>,
+    /// Do not load the driver probe family (fds, ioctls, managed mmaps).
+    #[arg(long, global = true)]
+    pub no_driver: bool,
+    /// Do not load the lifecycle probe family (exec/exit/fork, cgroup removal).
+    #[arg(long, global = true)]
+    pub no_lifecycle: bool,
+    /// Do not load the cuda probe family (uprobes on libcuda.so.1).
+    #[arg(long, global = true)]
+    pub no_cuda: bool,
+    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths).
+    #[arg(long = "libcuda", global = true)]
+    pub libcuda: Vec<PathBuf>,
+    /// NVML use: auto (use it when there; say why not otherwise), required (exit when it cannot be
+    /// used), off [default: auto].
+    #[arg(long, global = true, value_enum)]
+    pub nvml: Option<SourceMode>,
+    /// The libnvidia-ml.so.1 to load [default: the dynamic loader's search].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
+    /// No eBPF at all: per-container memory and SM share from NVML and /proc only (works without
+    /// CAP_BPF; no launch counts, no allocation ledger, no events).
+    #[arg(long, global = true)]
+    pub nvml_only: bool,
+    /// Price of one GPU-hour (any currency): turns on the cost split.
+    #[arg(long, global = true, value_name = "PRICE")]
+    pub price_per_gpu_hour: Option<f64>,
+    /// Price of the node per hour, split evenly over its GPUs (instead of --price-per-gpu-hour).
+    #[arg(long, global = true, value_name = "PRICE")]
+    pub price_per_node_hour: Option<f64>,
+    /// How cost is split between containers [default: memory-time].
+    #[arg(long, global = true, value_enum)]
+    pub cost_policy: Option<CostPolicy>,
+    /// What happens to idle / reserved / unattributed cost: kept as lines, or spread over the
+    /// containers [default: lines].
+    #[arg(long, global = true, value_enum)]
+    pub unused_cost: Option<UnusedCost>,
+}
+
+impl Overrides {
+    /// Write every given override into `cfg`; what was not given keeps the file's (or the
+    /// default) value. `nvml_only` turns every probe family off, whatever else says.
+    pub fn apply(&self, cfg: &mut Config) {
+        if let Some(d) = &self.dev_dir {
+            cfg.dev_dir = d.clone();
+        }
+        if let Some(p) = &self.proc_root {
+            cfg.proc_root = p.clone();
+        }
+        if let Some(m) = self.attach_mode {
+            cfg.attach_mode = m;
+        }
+        if let Some(v) = &self.driver_version {
+            cfg.driver_version = Some(v.clone());
+        }
+        if self.no_driver {
+            cfg.families.driver = false;
+        }
+        if self.no_lifecycle {
+            cfg.families.lifecycle = false;
+        }
+        if self.no_cuda {
+            cfg.families.cuda = false;
+        }
+        if !self.libcuda.is_empty() {
+            cfg.cuda_libraries = self.libcuda.clone();
+        }
+        if let Some(m) = self.nvml {
+            cfg.nvml.mode = m;
+        }
+        if let Some(p) = &self.nvml_library {
+            cfg.nvml.library = Some(p.clone());
+        }
+        if self.nvml_only {
+            cfg.families = Families { driver: false, lifecycle: false, cuda: false };
+        }
+        if let Some(p) = self.price_per_gpu_hour {
+            cfg.attribution.price_per_gpu_hour = Some(p);
+        }
+        if let Some(p) = self.price_per_node_hour {
+            cfg.attribution.price_per_node_hour = Some(p);
+        }
+        if let Some(p) = self.cost_policy {
+            cfg.attribution.cost_policy = p;
+        }
+        if let Some(u) = self.unused_cost {
+            cfg.attribution.unused_cost = u;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,6 +440,93 @@ mod tests {
         let c = Config { dev_dir: PathBuf::from(format!("/{}", "a".repeat(80))), ..Default::default() };
         assert!(c.validate().unwrap_err().to_string().contains("too long"));
         Config::default().validate().unwrap();
+    }
+
+    const FILE: &str = "dev_dir = \"/file/dev\"\nproc_root = \"/file/proc\"\nattach_mode = \"raw-tracepoint\"\n\
+                        driver_version = \"535.1.2\"\ncuda_libraries = [\"/file/libcuda.so.1\"]\n\
+                        [families]\nlifecycle = false\n[nvml]\nmode = \"off\"\nlibrary = \"/file/nvml.so\"\n\
+                        [attribution]\nprice_per_gpu_hour = 2.0\ncost_policy = \"blended\"\n";
+
+    #[test]
+    fn no_overrides_change_nothing() {
+        let (file, _) = Config::from_toml(FILE).unwrap();
+        let mut c = file.clone();
+        Overrides::default().apply(&mut c);
+        assert_eq!(c, file);
+        let mut d = Config::default();
+        Overrides::default().apply(&mut d);
+        assert_eq!(d, Config::default());
+    }
+
+    #[test]
+    fn flags_beat_the_file_which_beats_the_defaults() {
+        let (mut c, w) = Config::from_toml(FILE).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        let o = Overrides {
+            dev_dir: Some("/flag/dev".into()),
+            attach_mode: Some(AttachMode::SyscallTracepoint),
+            no_cuda: true,
+            libcuda: vec!["/flag/a.so".into(), "/flag/b.so".into()],
+            nvml: Some(SourceMode::Required),
+            price_per_gpu_hour: Some(3.5),
+            price_per_node_hour: Some(20.0),
+            unused_cost: Some(UnusedCost::Spread),
+            ..Default::default()
+        };
+        o.apply(&mut c);
+        // Flags given: theirs.
+        assert_eq!(c.dev_dir, PathBuf::from("/flag/dev"));
+        assert_eq!(c.attach_mode, AttachMode::SyscallTracepoint);
+        assert!(!c.families.cuda);
+        assert_eq!(c.cuda_libraries, vec![PathBuf::from("/flag/a.so"), PathBuf::from("/flag/b.so")]);
+        assert_eq!(c.nvml.mode, SourceMode::Required);
+        assert_eq!(c.attribution.price_per_gpu_hour, Some(3.5));
+        assert_eq!(c.attribution.price_per_node_hour, Some(20.0));
+        assert_eq!(c.attribution.unused_cost, UnusedCost::Spread);
+        // Flags absent: the file's.
+        assert_eq!(c.proc_root, PathBuf::from("/file/proc"));
+        assert_eq!(c.driver_version.as_deref(), Some("535.1.2"));
+        assert!(!c.families.lifecycle, "an absent --no-lifecycle does not turn the family back on");
+        assert_eq!(c.nvml.library, Some(PathBuf::from("/file/nvml.so")));
+        assert_eq!(c.attribution.cost_policy, CostPolicy::Blended);
+        // Neither: the defaults.
+        assert!(c.families.driver);
+        assert_eq!(c.snapshot_interval_ms, Config::default().snapshot_interval_ms);
+        assert_eq!(c.kubernetes, KubeSettings::default());
+    }
+
+    #[test]
+    fn the_remaining_flags_override_too() {
+        let mut c = Config::default();
+        let o = Overrides {
+            proc_root: Some("/flag/proc".into()),
+            driver_version: Some("550.54".into()),
+            no_driver: true,
+            no_lifecycle: true,
+            nvml_library: Some("/flag/nvml.so".into()),
+            cost_policy: Some(CostPolicy::RequestBased),
+            ..Default::default()
+        };
+        o.apply(&mut c);
+        assert_eq!(c.proc_root, PathBuf::from("/flag/proc"));
+        assert_eq!(c.driver_version.as_deref(), Some("550.54"));
+        assert_eq!(c.families, Families { driver: false, lifecycle: false, cuda: true });
+        assert_eq!(c.nvml.library, Some(PathBuf::from("/flag/nvml.so")));
+        assert_eq!(c.attribution.cost_policy, CostPolicy::RequestBased);
+        assert_eq!(c.dev_dir, PathBuf::from("/dev"));
+        assert!(c.cuda_libraries.is_empty(), "no --libcuda keeps the (empty) default search");
+    }
+
+    #[test]
+    fn nvml_only_turns_every_family_off() {
+        let (mut c, _) = Config::from_toml("[families]\ndriver = true\nlifecycle = true\ncuda = true\n").unwrap();
+        Overrides { nvml_only: true, ..Default::default() }.apply(&mut c);
+        assert_eq!(c.families, Families { driver: false, lifecycle: false, cuda: false });
+        assert!(!c.families.any());
+        // Whatever the other family flags say.
+        let mut c = Config::default();
+        Overrides { nvml_only: true, no_cuda: true, ..Default::default() }.apply(&mut c);
+        assert!(!c.families.any());
     }
 }
 

@@ -7,8 +7,9 @@
 //! and pod; the pod watcher) → `allocation` (which GPUs the kubelet gave each container) → `nvml`
 //! (device and per-process readings) → `attribution` (per-GPU lines that add up) → `guardrails`
 //! (GPU use outside the allocations) → `model` (the immutable snapshot exporters read) → `export`
-//! (event stream, `top`, metrics, HTTP). `pipeline` holds the stages and drives them; `clock` is
-//! the one clock; `doctor` reports what works on this node.
+//! (event stream, `top`, metrics, HTTP). `pipeline` holds the stages and drives them; `runner` is the
+//! loop the long-running commands share; `clock` is the one clock; `doctor` reports what works on
+//! this node.
 pub mod allocation;
 pub mod attribution;
 pub mod clock;
@@ -24,5 +25,6 @@ pub mod model;
 pub mod nvml;
 pub mod pipeline;
 pub mod probe;
+pub mod runner;
 pub mod source;
 pub mod state;

@@ -70,9 +70,39 @@ pub fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, St
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum FamilyStatus {
-    Attached { programs: Vec<String> },
+    Attached {
+        programs: Vec<String>,
+    },
     Disabled,
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
+    /// The family found nothing on this node to attach to (the cuda family without a libcuda):
+    /// not a fault of the probes, and the other families still account for memory. Serialized
+    /// like [`FamilyStatus::Failed`] (`"state": "failed"`, with the same `error`).
+    #[serde(rename = "failed")]
+    NothingToProbe {
+        error: String,
+    },
+}
+
+impl FamilyStatus {
+    /// The cuda family's status after [`crate::cuda::attach::attach_all`].
+    pub fn from_cuda_attach_error(e: &crate::cuda::attach::AttachError) -> Self {
+        if e.is_nothing_to_probe() {
+            FamilyStatus::NothingToProbe { error: e.to_string() }
+        } else {
+            FamilyStatus::Failed { error: e.to_string() }
+        }
+    }
+
+    /// Why the family is not attached, when it was meant to be (failed, or nothing to probe).
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            FamilyStatus::Failed { error } | FamilyStatus::NothingToProbe { error } => Some(error),
+            FamilyStatus::Attached { .. } | FamilyStatus::Disabled => None,
+        }
+    }
 }
 
 /// Where the driver probes attached, or that no eBPF was loaded at all.
@@ -255,7 +285,7 @@ impl Probes {
                     cuda_libraries = reports;
                     FamilyStatus::Attached { programs }
                 }
-                Err(e) => FamilyStatus::Failed { error: e },
+                Err(e) => FamilyStatus::from_cuda_attach_error(&e),
             }
         } else {
             FamilyStatus::Disabled
@@ -275,7 +305,7 @@ impl Probes {
             && !matches!(report.cuda, FamilyStatus::Attached { .. })
         {
             let s = |f: &FamilyStatus| match f {
-                FamilyStatus::Failed { error } => error.clone(),
+                FamilyStatus::Failed { error } | FamilyStatus::NothingToProbe { error } => error.clone(),
                 FamilyStatus::Disabled => "disabled".into(),
                 FamilyStatus::Attached { .. } => "attached".into(),
             };
@@ -359,4 +389,29 @@ fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
         attached.push(format!("tracepoint/{cat}/{name}"));
     }
     Ok(attached)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_to_probe_serializes_as_failed() {
+        let e = crate::cuda::attach::AttachError::NoLibrary { searched: crate::cuda::attach::SEARCH_PATHS };
+        let st = FamilyStatus::from_cuda_attach_error(&e);
+        assert!(matches!(st, FamilyStatus::NothingToProbe { .. }));
+        assert_eq!(st.error(), Some(e.to_string().as_str()));
+        assert_eq!(
+            serde_json::to_value(&st).unwrap(),
+            serde_json::json!({ "state": "failed", "error": e.to_string() })
+        );
+        let other = crate::cuda::attach::AttachError::NothingAttached { why: "x".into() };
+        assert_eq!(FamilyStatus::from_cuda_attach_error(&other), FamilyStatus::Failed { error: other.to_string() });
+        assert_eq!(
+            serde_json::to_value(FamilyStatus::Attached { programs: vec!["a".into()] }).unwrap(),
+            serde_json::json!({ "state": "attached", "programs": ["a"] })
+        );
+        assert_eq!(serde_json::to_value(FamilyStatus::Disabled).unwrap(), serde_json::json!({ "state": "disabled" }));
+        assert_eq!(FamilyStatus::Disabled.error(), None);
+    }
 }

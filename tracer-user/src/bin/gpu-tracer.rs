@@ -8,15 +8,15 @@ use std::{
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tracer_user::{
-    config::{AttachMode, Config, CostPolicy, SourceMode, UnusedCost},
+    config::{Config, Overrides},
     doctor,
     export::{
         events::{EventFormat, EventStream, EventWriter, to_proto},
         top,
     },
-    model::{EventContext, KubernetesStatus, NvmlStatus},
+    model::EventContext,
     pipeline::Agent,
-    probe::FamilyStatus,
+    runner::{self, Flow, Schedule},
 };
 
 #[derive(Parser)]
@@ -48,54 +48,9 @@ struct CommonArgs {
     /// TOML config file (flags override it; every key is listed in docs/configuration.md).
     #[arg(long, global = true, env = "GPU_TRACER_CONFIG")]
     config: Option<PathBuf>,
-    /// Directory with the NVIDIA device nodes [default: /dev].
-    #[arg(long, global = true)]
-    dev_dir: Option<PathBuf>,
-    /// procfs of the host PID namespace [default: /proc].
-    #[arg(long, global = true)]
-    proc_root: Option<PathBuf>,
-    /// Where the driver probes attach [default: auto = the cheapest this kernel offers].
-    #[arg(long, global = true, value_enum)]
-    attach_mode: Option<AttachMode>,
-    /// Driver version for struct layouts (default: read /proc/driver/nvidia/version).
-    #[arg(long, global = true)]
-    driver_version: Option<String>,
-    /// Do not load the driver probe family (fds, ioctls, managed mmaps).
-    #[arg(long, global = true)]
-    no_driver: bool,
-    /// Do not load the lifecycle probe family (exec/exit/fork, cgroup removal).
-    #[arg(long, global = true)]
-    no_lifecycle: bool,
-    /// Do not load the cuda probe family (uprobes on libcuda.so.1).
-    #[arg(long, global = true)]
-    no_cuda: bool,
-    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths).
-    #[arg(long = "libcuda", global = true)]
-    libcuda: Vec<PathBuf>,
-    /// NVML use: auto (use it when there; say why not otherwise), required (exit when it cannot be
-    /// used), off [default: auto].
-    #[arg(long, global = true, value_enum)]
-    nvml: Option<SourceMode>,
-    /// The libnvidia-ml.so.1 to load [default: the dynamic loader's search].
-    #[arg(long, global = true, value_name = "PATH")]
-    nvml_library: Option<PathBuf>,
-    /// No eBPF at all: per-container memory and SM share from NVML and /proc only (works without
-    /// CAP_BPF; no launch counts, no allocation ledger, no events).
-    #[arg(long, global = true)]
-    nvml_only: bool,
-    /// Price of one GPU-hour (any currency): turns on the cost split.
-    #[arg(long, global = true, value_name = "PRICE")]
-    price_per_gpu_hour: Option<f64>,
-    /// Price of the node per hour, split evenly over its GPUs (instead of --price-per-gpu-hour).
-    #[arg(long, global = true, value_name = "PRICE")]
-    price_per_node_hour: Option<f64>,
-    /// How cost is split between containers [default: memory-time].
-    #[arg(long, global = true, value_enum)]
-    cost_policy: Option<CostPolicy>,
-    /// What happens to idle / reserved / unattributed cost: kept as lines, or spread over the
-    /// containers [default: lines].
-    #[arg(long, global = true, value_enum)]
-    unused_cost: Option<UnusedCost>,
+    // Flags that override the file's settings (config::Overrides: its doc comments are the help).
+    #[command(flatten)]
+    overrides: Overrides,
     /// Log level filter (also RUST_LOG) [default: warn].
     #[arg(long, global = true, default_value = "warn")]
     log: String,
@@ -187,53 +142,7 @@ fn build_config(c: &CommonArgs) -> Result<Config> {
         }
         None => Config::default(),
     };
-    if let Some(d) = &c.dev_dir {
-        cfg.dev_dir = d.clone();
-    }
-    if let Some(p) = &c.proc_root {
-        cfg.proc_root = p.clone();
-    }
-    if let Some(m) = c.attach_mode {
-        cfg.attach_mode = m;
-    }
-    if let Some(v) = &c.driver_version {
-        cfg.driver_version = Some(v.clone());
-    }
-    if c.no_driver {
-        cfg.families.driver = false;
-    }
-    if c.no_lifecycle {
-        cfg.families.lifecycle = false;
-    }
-    if c.no_cuda {
-        cfg.families.cuda = false;
-    }
-    if !c.libcuda.is_empty() {
-        cfg.cuda_libraries = c.libcuda.clone();
-    }
-    if let Some(m) = c.nvml {
-        cfg.nvml.mode = m;
-    }
-    if let Some(p) = &c.nvml_library {
-        cfg.nvml.library = Some(p.clone());
-    }
-    if c.nvml_only {
-        cfg.families.driver = false;
-        cfg.families.lifecycle = false;
-        cfg.families.cuda = false;
-    }
-    if let Some(p) = c.price_per_gpu_hour {
-        cfg.attribution.price_per_gpu_hour = Some(p);
-    }
-    if let Some(p) = c.price_per_node_hour {
-        cfg.attribution.price_per_node_hour = Some(p);
-    }
-    if let Some(p) = c.cost_policy {
-        cfg.attribution.cost_policy = p;
-    }
-    if let Some(u) = c.unused_cost {
-        cfg.attribution.unused_cost = u;
-    }
+    c.overrides.apply(&mut cfg);
     cfg.validate()?;
     Ok(cfg)
 }
@@ -242,7 +151,7 @@ fn log_report(agent: &Agent) {
     let r = agent.report();
     tracing::info!(mode = %r.attach_mode, reason = %r.attach_reason, driver = %agent.driver_version.version_string(), "probes loaded");
     for (name, st) in [("driver", &r.driver), ("lifecycle", &r.lifecycle), ("cuda", &r.cuda)] {
-        if let FamilyStatus::Failed { error } = st {
+        if let Some(error) = st.error() {
             tracing::warn!(family = name, %error, "probe family failed; the others keep running");
         }
     }
@@ -252,21 +161,27 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
-    let start = Instant::now();
-    let interval = Duration::from_millis(a.interval_ms.max(50));
-    let mut next = Instant::now() + interval;
     let tty = !a.once && !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let mut stdout = std::io::stdout();
-    loop {
-        let mut ignore = |_: &tracer_user::decode::Event, _: &EventContext| {};
-        tokio::select! {
-            _ = agent.step(&mut ignore) => {}
-            _ = tokio::signal::ctrl_c() => break,
-        }
-        if Instant::now() < next {
-            continue;
-        }
-        next += interval;
+    // `top` stops at a tick (after printing), never between two: its duration is checked there.
+    let schedule =
+        Schedule { interval: Duration::from_millis(a.interval_ms.max(50)), tick_at_start: false, duration: None };
+    let mut out =
+        TopOut { duration: a.duration.and_then(Schedule::duration_from_secs), args: a, tty, start: Instant::now() };
+    runner::run(&mut agent, schedule, &mut out).await?;
+    Ok(())
+}
+
+/// The `top` command's output side: a snapshot printed (or redrawn) every tick.
+struct TopOut {
+    args: TopArgs,
+    tty: bool,
+    start: Instant,
+    duration: Option<Duration>,
+}
+
+impl runner::Handler for TopOut {
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+        let a = &self.args;
         agent.drain(&mut |_, _| {});
         let snap = agent.snapshot();
         let out = if a.json {
@@ -274,7 +189,8 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
         } else {
             top::render(&snap, &top::RenderOptions { per_process: a.per_process, width: top::terminal_width() })
         };
-        if tty {
+        let mut stdout = std::io::stdout();
+        if self.tty {
             // Redraw in place.
             write!(stdout, "\x1b[H\x1b[2J{out}")?;
         } else {
@@ -284,11 +200,9 @@ async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
             }
         }
         stdout.flush()?;
-        if a.once || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
-            break;
-        }
+        let done = a.once || self.duration.is_some_and(|d| self.start.elapsed() >= d);
+        Ok(if done { Flow::Stop } else { Flow::Continue })
     }
-    Ok(())
 }
 
 async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
@@ -370,81 +284,13 @@ fn emit_violations(out: &mut EventStream<impl Write>, agent: &mut Agent) {
 }
 
 async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
-    let mut checks = doctor::static_checks(&cfg);
-    let mut probe_result = Agent::start(cfg.clone());
-    if let Ok(agent) = probe_result.as_mut() {
-        let v = agent.snapshot().nvml;
-        let (status, detail) = match (v.status, &v.sample) {
-            (NvmlStatus::Ready, Some(s)) => (
-                "ok",
-                format!(
-                    "{} loaded: driver {}, NVML {}, {} GPU(s){}",
-                    v.library.as_deref().unwrap_or("libnvidia-ml.so.1"),
-                    v.driver_version.as_deref().unwrap_or("?"),
-                    v.nvml_version.as_deref().unwrap_or("?"),
-                    s.devices.len(),
-                    if s.devices.iter().any(|d| d.lost) { " (some lost: fell off the bus?)" } else { "" }
-                ),
-            ),
-            (NvmlStatus::Off, _) => {
-                ("warn", "off by configuration: per-process memory and SM share come only from eBPF".into())
-            }
-            (_, _) => ("warn", v.reason.clone().unwrap_or_else(|| "not sampled".into())),
-        };
-        checks.push(doctor::Check { name: "nvml", status, detail });
-        if let Err(e) = agent.start_kubernetes().await {
-            checks.push(doctor::Check { name: "kubernetes", status: "fail", detail: format!("{e:#}") });
-        } else {
-            let k = agent.snapshot().kubernetes;
-            let status = if k.status == KubernetesStatus::Running { "ok" } else { "warn" };
-            checks.push(doctor::Check { name: "kubernetes", status, detail: k.detail.clone() });
-            if let Some(p) = &k.pod_resources {
-                let (st, d) = match (&p.last_error, p.available) {
-                    (_, true) => ("ok", format!("{} answers", p.socket.display())),
-                    (Some(e), false) => ("warn", e.clone()),
-                    (None, false) => ("warn", format!("{}: no answer yet", p.socket.display())),
-                };
-                checks.push(doctor::Check { name: "kubelet allocations", status: st, detail: d });
-            }
-        }
-    }
-    let report = match &probe_result {
-        Ok(agent) => Some(agent.report().clone()),
-        Err(e) => {
-            checks.push(doctor::Check { name: "probes", status: "fail", detail: format!("{e:#}") });
-            None
-        }
-    };
-    if let Some(r) = &report {
-        checks.push(doctor::Check {
-            name: "attach mode",
-            status: "ok",
-            detail: format!("{} ({})", r.attach_mode, r.attach_reason),
-        });
-        for (name, st) in [("driver family", &r.driver), ("lifecycle family", &r.lifecycle), ("cuda family", &r.cuda)] {
-            let (status, detail) = match st {
-                FamilyStatus::Attached { programs } => ("ok", format!("attached: {}", programs.join(", "))),
-                FamilyStatus::Disabled => ("warn", "disabled by configuration".to_string()),
-                // A node without libcuda has nothing for the cuda family to probe: worth a warning,
-                // not a failure (the driver family still attributes memory).
-                FamilyStatus::Failed { error }
-                    if name == "cuda family" && error.starts_with("no libcuda.so.1 found") =>
-                {
-                    ("warn", error.clone())
-                }
-                FamilyStatus::Failed { error } => ("fail", error.clone()),
-            };
-            checks.push(doctor::Check { name, status, detail });
-        }
-    }
+    let report = doctor::run(&cfg).await;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "checks": checks, "probes": report }))?);
+        println!("{}", report.to_json()?);
     } else {
-        for c in &checks {
-            println!("{:<5} {:<20} {}", c.status, c.name, c.detail);
-        }
+        print!("{}", report.render_text());
     }
-    if checks.iter().any(|c| c.status == "fail") {
+    if report.failed() {
         std::process::exit(1);
     }
     Ok(())
@@ -457,6 +303,20 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
         http::{HealthSettings, ServeState, serve},
         metrics::MetricsRegistry,
     };
+
+    /// Heartbeat every step; a snapshot published every tick.
+    struct Publish(Arc<ServeState>);
+    impl runner::Handler for Publish {
+        fn stepped(&mut self, _: &mut Agent) {
+            self.0.heartbeat();
+        }
+        fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+            agent.drain(&mut |_, _| {});
+            self.0.publish(Arc::new(agent.snapshot()));
+            Ok(Flow::Continue)
+        }
+    }
+
     let interval = Duration::from_millis(cfg.snapshot_interval_ms.max(100));
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
@@ -466,26 +326,9 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
     let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;
     tracing::info!(listen = %server.local_addr, "serving /metrics, /healthz, /readyz");
     eprintln!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
-    let start = Instant::now();
-    let mut next = Instant::now();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        let mut ignore = |_: &tracer_user::decode::Event, _: &EventContext| {};
-        tokio::select! {
-            _ = agent.step(&mut ignore) => {}
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
-        }
-        state.heartbeat();
-        if Instant::now() >= next {
-            next = Instant::now() + interval;
-            agent.drain(&mut |_, _| {});
-            state.publish(Arc::new(agent.snapshot()));
-        }
-        if a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
-            break;
-        }
-    }
+    let schedule =
+        Schedule { interval, tick_at_start: true, duration: a.duration.and_then(Schedule::duration_from_secs) };
+    runner::run(&mut agent, schedule, &mut Publish(state)).await?;
     server.shutdown().await.context("stopping the metrics server")?;
     Ok(())
 }

@@ -34,6 +34,45 @@ pub const SEARCH_PATHS: &[&str] = &[
     "/run/nvidia/driver/usr/lib64/libcuda.so.1",
 ];
 
+/// Why libcuda could not be probed. The messages are what `doctor` and the logs show.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// No library to probe: none configured and none at [`SEARCH_PATHS`]. Expected on a node
+    /// without the CUDA driver library; not a fault of the probes.
+    #[error("no libcuda.so.1 found (searched {}); set `cuda_libraries` in the config", searched.join(", "))]
+    NoLibrary { searched: &'static [&'static str] },
+    /// The library file cannot be examined.
+    #[error("{}: {error}", path.display())]
+    Stat { path: PathBuf, error: std::io::Error },
+    /// The library file cannot be read.
+    #[error("reading {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    /// No entry point of this library could be attached (`why`: the first few failures).
+    #[error("no entry point of {} could be attached: {why}", path.display())]
+    NoEntryPoint { path: PathBuf, why: String },
+    /// Of all the libraries, no entry point could be attached (`why`: the first few failures).
+    #[error("no libcuda entry point could be attached: {why}")]
+    NothingAttached { why: String },
+}
+
+impl AttachError {
+    /// A short label for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AttachError::NoLibrary { .. } => "no_library",
+            AttachError::Stat { .. } => "stat",
+            AttachError::Read { .. } => "read",
+            AttachError::NoEntryPoint { .. } => "no_entry_point",
+            AttachError::NothingAttached { .. } => "nothing_attached",
+        }
+    }
+
+    /// True when there was nothing to probe (no library), as opposed to probes that failed.
+    pub fn is_nothing_to_probe(&self) -> bool {
+        matches!(self, AttachError::NoLibrary { .. })
+    }
+}
+
 /// How one entry point fared.
 #[derive(Clone, Debug, Serialize)]
 pub struct EntryReport {
@@ -111,9 +150,9 @@ pub fn detach(ebpf: &mut Ebpf, links: Links) -> usize {
 
 /// Attach every entry point of one library; returns its report and links. Fails when nothing
 /// could be attached.
-pub fn attach_library(ebpf: &mut Ebpf, lib: &Path) -> Result<(LibraryReport, Links), String> {
-    let md = std::fs::metadata(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
-    let bytes = std::fs::read(lib).map_err(|e| format!("reading {}: {e}", lib.display()))?;
+pub fn attach_library(ebpf: &mut Ebpf, lib: &Path) -> Result<(LibraryReport, Links), AttachError> {
+    let md = std::fs::metadata(lib).map_err(|error| AttachError::Stat { path: lib.into(), error })?;
+    let bytes = std::fs::read(lib).map_err(|error| AttachError::Read { path: lib.into(), error })?;
     let mut links = Links::new();
     let mut entries = Vec::new();
     for (id, symbol, action) in cuda_entry::ALL {
@@ -133,19 +172,17 @@ pub fn attach_library(ebpf: &mut Ebpf, lib: &Path) -> Result<(LibraryReport, Lin
             .take(3)
             .collect();
         detach(ebpf, links);
-        return Err(format!("no entry point of {} could be attached: {}", lib.display(), why.join("; ")));
+        return Err(AttachError::NoEntryPoint { path: lib.into(), why: why.join("; ") });
     }
     Ok((report, links))
 }
 
 /// Attach every entry point of every library (distinct inodes only). Returns the per-library
-/// report; an error only when nothing could be attached at all.
-pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport>, String> {
+/// report; an error only when nothing could be attached at all ([`AttachError::NoLibrary`] when
+/// `libs` is empty).
+pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport>, AttachError> {
     if libs.is_empty() {
-        return Err(format!(
-            "no libcuda.so.1 found (searched {}); set `cuda_libraries` in the config",
-            SEARCH_PATHS.join(", ")
-        ));
+        return Err(AttachError::NoLibrary { searched: SEARCH_PATHS });
     }
     let mut seen = HashSet::new();
     let mut reports = Vec::new();
@@ -153,8 +190,8 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport
     for lib in libs {
         let md = match std::fs::metadata(lib) {
             Ok(m) => m,
-            Err(e) => {
-                errors.push(format!("{}: {e}", lib.display()));
+            Err(error) => {
+                errors.push(AttachError::Stat { path: lib.clone(), error }.to_string());
                 continue;
             }
         };
@@ -164,7 +201,7 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport
         // The host's libraries stay attached for the agent's life: their links are not kept.
         match attach_library(ebpf, lib) {
             Ok((report, _links)) => reports.push(report),
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
         }
     }
     if reports.iter().all(|r| r.attached() == 0) {
@@ -176,7 +213,7 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<Vec<LibraryReport
             .chain(errors)
             .take(3)
             .collect();
-        return Err(format!("no libcuda entry point could be attached: {}", why.join("; ")));
+        return Err(AttachError::NothingAttached { why: why.join("; ") });
     }
     Ok(reports)
 }
@@ -215,4 +252,32 @@ fn attach_entry(
         }
     }
     Ok(placement::describe(&place))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_error_messages_and_reasons() {
+        let e = AttachError::NoLibrary { searched: SEARCH_PATHS };
+        assert_eq!(
+            e.to_string(),
+            format!("no libcuda.so.1 found (searched {}); set `cuda_libraries` in the config", SEARCH_PATHS.join(", "))
+        );
+        assert_eq!(e.reason(), "no_library");
+        assert!(e.is_nothing_to_probe());
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = AttachError::Stat { path: "/x/libcuda.so.1".into(), error: io() };
+        assert_eq!(e.to_string(), format!("/x/libcuda.so.1: {}", io()));
+        assert!(!e.is_nothing_to_probe());
+        let e = AttachError::Read { path: "/x/libcuda.so.1".into(), error: io() };
+        assert_eq!(e.to_string(), format!("reading /x/libcuda.so.1: {}", io()));
+        let e = AttachError::NoEntryPoint { path: "/x/libcuda.so.1".into(), why: "a: b; c: d".into() };
+        assert_eq!(e.to_string(), "no entry point of /x/libcuda.so.1 could be attached: a: b; c: d");
+        assert_eq!(e.reason(), "no_entry_point");
+        let e = AttachError::NothingAttached { why: "a: b".into() };
+        assert_eq!(e.to_string(), "no libcuda entry point could be attached: a: b");
+        assert_eq!(e.reason(), "nothing_attached");
+    }
 }

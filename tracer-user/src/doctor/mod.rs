@@ -1,32 +1,107 @@
 //! `gpu-tracer doctor`: what works on this node and why not — kernel features, privileges, the
 //! driver, cgroups, and what actually happens when the probes are loaded.
+//!
+//! [`static_checks`] look without loading anything; [`run`] adds what starting the agent shows
+//! (NVML, Kubernetes, the kubelet's allocations, the probe families) and returns the whole
+//! [`DoctorReport`], which the binary prints as text or JSON.
 use std::path::Path;
 
 use serde::Serialize;
 
 use crate::{config::Config, probe::KernelFeatures};
 
+mod live;
 pub mod privileges;
+
+pub use live::{family_check, kubernetes_checks, nvml_check, probe_checks, run};
+
+/// How a check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    /// Works.
+    Ok,
+    /// Works in part, or is missing something gpu-tracer can do without.
+    Warn,
+    /// Missing something needed: `doctor` exits with status 1.
+    Fail,
+}
+
+impl CheckStatus {
+    /// `ok`, `warn` or `fail` (the JSON form too).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Ok => "ok",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+        }
+    }
+
+    /// `Ok` when `ok`, else `Warn` when only a warning, else `Fail`.
+    pub fn judge(ok: bool, warn_only: bool) -> Self {
+        if ok {
+            CheckStatus::Ok
+        } else if warn_only {
+            CheckStatus::Warn
+        } else {
+            CheckStatus::Fail
+        }
+    }
+}
+
+impl std::fmt::Display for CheckStatus {
+    /// Honours width and alignment (`{:<5}`), like a `str`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
 
 /// One line of the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Check {
     pub name: &'static str,
-    /// `ok`, `warn` or `fail`.
-    pub status: &'static str,
+    pub status: CheckStatus,
     pub detail: String,
 }
 
 impl Check {
-    fn new(name: &'static str, ok: bool, warn_only: bool, detail: impl Into<String>) -> Self {
-        let status = if ok {
-            "ok"
-        } else if warn_only {
-            "warn"
-        } else {
-            "fail"
-        };
+    /// A check with this outcome.
+    pub fn with(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Self {
         Self { name, status, detail: detail.into() }
+    }
+
+    fn new(name: &'static str, ok: bool, warn_only: bool, detail: impl Into<String>) -> Self {
+        Self::with(name, CheckStatus::judge(ok, warn_only), detail)
+    }
+}
+
+/// Everything `doctor` found: the checks in order, and the probe report when the probes loaded.
+#[derive(Clone, Debug, Serialize)]
+pub struct DoctorReport {
+    pub checks: Vec<Check>,
+    pub probes: Option<crate::probe::ProbeReport>,
+}
+
+impl DoctorReport {
+    /// Did any check fail? (`doctor` then exits with status 1.)
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == CheckStatus::Fail)
+    }
+
+    /// One line per check: status padded to 5, name padded to 20, detail.
+    pub fn render_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for c in &self.checks {
+            let _ = writeln!(out, "{:<5} {:<20} {}", c.status, c.name, c.detail);
+        }
+        out
+    }
+
+    /// Pretty JSON `{"checks": [...], "probes": ...}`, object keys sorted (as `doctor --json`
+    /// always printed them), without a trailing newline.
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(&serde_json::to_value(self)?)
     }
 }
 

@@ -225,6 +225,7 @@ pub fn privilege_checks(cfg: &Config, kernel_release: &str) -> Vec<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doctor::CheckStatus;
 
     #[test]
     fn parses_cap_eff_and_names_bits() {
@@ -242,17 +243,17 @@ mod tests {
     fn least_privilege_set_passes_and_missing_bpf_fails() {
         let least = (1u64 << 39) | (1 << 38) | (1 << 19) | (1 << 2);
         let checks = capability_checks(least, "6.1.0-18-amd64");
-        assert!(checks.iter().all(|c| c.status != "fail"), "{checks:?}");
+        assert!(checks.iter().all(|c| c.status != CheckStatus::Fail), "{checks:?}");
         let admin = checks.iter().find(|c| c.name == "CAP_SYS_ADMIN").unwrap();
-        assert_eq!(admin.status, "warn");
+        assert_eq!(admin.status, CheckStatus::Warn);
         assert!(admin.detail.contains("cuda family"));
         let no_bpf = capability_checks(least & !(1 << 39), "6.1.0");
-        assert_eq!(no_bpf.iter().find(|c| c.name == "CAP_BPF").unwrap().status, "fail");
+        assert_eq!(no_bpf.iter().find(|c| c.name == "CAP_BPF").unwrap().status, CheckStatus::Fail);
         // SYS_ADMIN stands in for BPF and PERFMON.
-        assert!(capability_checks(1 << 21, "6.1.0").iter().all(|c| c.status != "fail"));
+        assert!(capability_checks(1 << 21, "6.1.0").iter().all(|c| c.status != CheckStatus::Fail));
         // Before 5.11 the memlock rlimit matters.
         let old = capability_checks(least, "5.10.0-28-amd64");
-        assert_eq!(old.iter().find(|c| c.name == "CAP_SYS_RESOURCE").unwrap().status, "fail");
+        assert_eq!(old.iter().find(|c| c.name == "CAP_SYS_RESOURCE").unwrap().status, CheckStatus::Fail);
         assert!(!kernel_before("garbage", 5, 11));
     }
 }
