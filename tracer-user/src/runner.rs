@@ -50,12 +50,15 @@ impl Schedule {
 
 /// What a command does with the loop. Every method but [`Handler::tick`] has a do-nothing default.
 pub trait Handler {
+    /// What a tick can fail with (the command's own error; it must hold an I/O error, for the
+    /// signal handler's registration).
+    type Error: From<std::io::Error>;
     /// Each event, as the agent applies it.
     fn event(&mut self, _ev: &Event, _ctx: &EventContext) {}
     /// After every step (every few milliseconds): cheap work such as a liveness heartbeat.
     fn stepped(&mut self, _agent: &mut Agent) {}
     /// Every [`Schedule::interval`]: drain, snapshot, and print or publish.
-    fn tick(&mut self, agent: &mut Agent) -> anyhow::Result<Flow>;
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow, Self::Error>;
     /// Checked after every step and tick: stop now (an output limit reached, a write failed).
     fn should_stop(&self) -> bool {
         false
@@ -64,7 +67,7 @@ pub trait Handler {
 
 /// Run the loop until a signal, the duration, or the handler stops it. Errors: registering the
 /// SIGTERM handler, or one returned by [`Handler::tick`].
-pub async fn run(agent: &mut Agent, schedule: Schedule, handler: &mut impl Handler) -> anyhow::Result<Stopped> {
+pub async fn run<H: Handler>(agent: &mut Agent, schedule: Schedule, handler: &mut H) -> Result<Stopped, H::Error> {
     let start = Instant::now();
     let mut next = if schedule.tick_at_start { start } else { start + schedule.interval };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

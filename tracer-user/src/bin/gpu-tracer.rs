@@ -16,6 +16,7 @@ use tracer_user::{
     },
     model::EventContext,
     pipeline::Agent,
+    runner::Handler as _,
     runner::{self, Flow, Schedule},
 };
 
@@ -180,6 +181,7 @@ struct TopOut {
 }
 
 impl runner::Handler for TopOut {
+    type Error = anyhow::Error;
     fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
         let a = &self.args;
         agent.drain(&mut |_, _| {});
@@ -220,35 +222,21 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
         }
         agent.set_per_event(&ids, &a.per_event_pids).context("switching on per-event mode")?;
     }
-    let start = Instant::now();
-    let mut last_batch = Instant::now();
-    let mut out = EventStream::new(writer, a.count);
     // Events for processes found by the start-up scan were applied before the stream existed; the
     // stream starts with what happens from now on.
-    loop {
-        let mut sink = |ev: &tracer_user::decode::Event, id: &EventContext| {
-            out.emit_with(|| to_proto(ev, id));
-        };
-        tokio::select! {
-            _ = agent.step(&mut sink) => {}
-            _ = tokio::signal::ctrl_c() => break,
-        }
-        if last_batch.elapsed() >= Duration::from_secs(1) {
-            emit_launch_batches(&mut out, &mut agent, last_batch.elapsed());
-            // NVML is sampled (and the guardrails checked) on the snapshot interval.
-            let _ = agent.snapshot();
-            emit_violations(&mut out, &mut agent);
-            last_batch = Instant::now();
-        }
-        if out.is_done() || a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
-            break;
-        }
-    }
-    agent.drain(&mut |ev, id| {
-        out.emit_with(|| to_proto(ev, id));
-    });
-    emit_launch_batches(&mut out, &mut agent, last_batch.elapsed());
-    emit_violations(&mut out, &mut agent);
+    let mut out = EventOut { stream: EventStream::new(writer, a.count), last_batch: Instant::now() };
+    let schedule = Schedule {
+        // Launch batches once a second; NVML is sampled (and the guardrails checked) on the
+        // snapshot interval.
+        interval: Duration::from_secs(1),
+        tick_at_start: false,
+        duration: a.duration.and_then(Schedule::duration_from_secs),
+    };
+    runner::run(&mut agent, schedule, &mut out).await?;
+    // What is left: the ring buffer's last records, the last launch counts and violations.
+    agent.drain(&mut |ev, id| out.event(ev, id));
+    out.batches(&mut agent, false);
+    let out = out.stream;
     // A broken pipe (`gpu-tracer events | head -1`) is a normal end.
     let written = out.finish().context("writing events")?;
     if a.summary {
@@ -259,6 +247,41 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The `events` command's output side: every event as it is applied, launch batches and new
+/// violations every tick; it stops the loop when the stream is done (`--count`, a write error).
+struct EventOut {
+    stream: EventStream<Box<dyn Write + Send>>,
+    last_batch: Instant,
+}
+
+impl EventOut {
+    /// Launch counts since the last batch and the violations raised since, as events; with
+    /// `snapshot`, NVML is sampled (and the guardrails checked) first when the snapshot interval
+    /// says so.
+    fn batches(&mut self, agent: &mut Agent, snapshot: bool) {
+        emit_launch_batches(&mut self.stream, agent, self.last_batch.elapsed());
+        if snapshot {
+            let _ = agent.snapshot();
+        }
+        emit_violations(&mut self.stream, agent);
+        self.last_batch = Instant::now();
+    }
+}
+
+impl runner::Handler for EventOut {
+    type Error = anyhow::Error;
+    fn event(&mut self, ev: &tracer_user::decode::Event, ctx: &EventContext) {
+        self.stream.emit_with(|| to_proto(ev, ctx));
+    }
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+        self.batches(agent, true);
+        Ok(Flow::Continue)
+    }
+    fn should_stop(&self) -> bool {
+        self.stream.is_done()
+    }
 }
 
 /// Launches counted in the kernel since the last batch, one event per process and entry point.
@@ -307,6 +330,7 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
     /// Heartbeat every step; a snapshot published every tick.
     struct Publish(Arc<ServeState>);
     impl runner::Handler for Publish {
+        type Error = anyhow::Error;
         fn stepped(&mut self, _: &mut Agent) {
             self.0.heartbeat();
         }
