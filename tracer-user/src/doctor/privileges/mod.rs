@@ -1,0 +1,226 @@
+//! Privilege checks for `gpu-tracer doctor`: what this process may do on this node, and for each
+//! missing piece, which gpu-tracer feature is lost (docs/security.md has the same table).
+use std::path::Path;
+
+use super::Check;
+use crate::config::Config;
+
+/// A Linux capability the agent uses: bit number, name, what it is for, what is lost without it.
+pub struct Capability {
+    pub bit: u32,
+    pub name: &'static str,
+    pub needed_for: &'static str,
+    pub lost_without: &'static str,
+}
+
+/// Every capability doctor reports, in docs/security.md order.
+pub const CAPABILITIES: [Capability; 6] = [
+    Capability {
+        bit: 39,
+        name: "CAP_BPF",
+        needed_for: "load eBPF programs and create maps",
+        lost_without: "every probe family (only NVML is left)",
+    },
+    Capability {
+        bit: 38,
+        name: "CAP_PERFMON",
+        needed_for: "load tracing programs and attach tracepoints",
+        lost_without: "every probe family (only NVML is left)",
+    },
+    Capability {
+        bit: 19,
+        name: "CAP_SYS_PTRACE",
+        needed_for: "read other users' /proc/PID/fd links, maps, environ and root",
+        lost_without: "the start-up scan of processes that opened a GPU earlier, and libcuda copies in containers",
+    },
+    Capability {
+        bit: 2,
+        name: "CAP_DAC_READ_SEARCH",
+        needed_for: "list other users' /proc/PID/fd and read their environ",
+        lost_without: "the start-up scan and the NVIDIA_VISIBLE_DEVICES guardrail for non-root workloads",
+    },
+    Capability {
+        bit: 21,
+        name: "CAP_SYS_ADMIN",
+        needed_for: "uprobe perf events (the kernel asks for it), and kernels before 5.8",
+        lost_without: "the cuda family (libcuda uprobes: launch counts, CUDA allocations)",
+    },
+    Capability {
+        bit: 24,
+        name: "CAP_SYS_RESOURCE",
+        needed_for: "raise RLIMIT_MEMLOCK on kernels before 5.11",
+        lost_without: "nothing on 5.11 and later; map creation on older kernels",
+    },
+];
+
+/// Parses the `CapEff:` line of a `/proc/PID/status` text (hexadecimal).
+pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// Names of the known capabilities set in `mask`.
+pub fn capability_names(mask: u64) -> Vec<&'static str> {
+    CAPABILITIES.iter().filter(|c| mask & (1u64 << c.bit) != 0).map(|c| c.name).collect()
+}
+
+/// One check per capability of [`CAPABILITIES`]; `kernel_release` decides whether
+/// CAP_SYS_RESOURCE matters.
+pub fn capability_checks(caps: u64, kernel_release: &str) -> Vec<Check> {
+    let has = |bit: u32| caps & (1u64 << bit) != 0;
+    let admin = has(21);
+    let old_memlock = kernel_before(kernel_release, 5, 11);
+    CAPABILITIES
+        .iter()
+        .map(|c| {
+            let held = has(c.bit);
+            // BPF and PERFMON are required unless SYS_ADMIN stands in for them; SYS_RESOURCE
+            // only on kernels that charge maps to RLIMIT_MEMLOCK. The rest degrade features.
+            let required = matches!(c.bit, 39 | 38) && !admin || c.bit == 24 && old_memlock;
+            let detail = if held {
+                format!("held: {}", c.needed_for)
+            } else {
+                format!("missing: needed to {}; without it: {}", c.needed_for, c.lost_without)
+            };
+            Check::new(c.name, held, !required, detail)
+        })
+        .collect()
+}
+
+/// True when `release` (`6.1.0-18-amd64`) is older than `major.minor`; unknown: false.
+fn kernel_before(release: &str, major: u32, minor: u32) -> bool {
+    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) => (a, b) < (major, minor),
+        _ => false,
+    }
+}
+
+/// Whether `/proc/1/fd` of the configured procfs can be listed and one link read: the start-up
+/// scan needs this for every GPU process.
+fn proc_access(proc_root: &Path) -> Check {
+    let fd_dir = proc_root.join("1/fd");
+    let detail = match std::fs::read_dir(&fd_dir) {
+        Err(e) => Err(format!("cannot list {}: {e}", fd_dir.display())),
+        Ok(entries) => match entries.flatten().next() {
+            None => Ok(format!("{} listed (no fds)", fd_dir.display())),
+            Some(e) => match std::fs::read_link(e.path()) {
+                Ok(_) => Ok(format!("{} listed and its links read", fd_dir.display())),
+                Err(err) => Err(format!("listed {} but cannot read its links: {err}", fd_dir.display())),
+            },
+        },
+    };
+    match detail {
+        Ok(d) => Check::new("other processes' /proc", true, true, d),
+        Err(d) => Check::new(
+            "other processes' /proc",
+            false,
+            true,
+            format!(
+                "{d}: processes that opened a GPU before the agent started are not seen, and libcuda copies \
+                 inside containers are not probed. Fix: CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH, and AppArmor \
+                 unconfined for the container (docs/security.md)"
+            ),
+        ),
+    }
+}
+
+/// Whether we share the host's PID namespace: PID 1 there is the host's init.
+fn host_pid(proc_root: &Path) -> Check {
+    let comm = std::fs::read_to_string(proc_root.join("1/comm")).map(|s| s.trim().to_string());
+    let in_container = Path::new("/.dockerenv").exists()
+        || Path::new("/run/.containerenv").exists()
+        || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let place = if in_container { "in a container" } else { "not in a container" };
+    match comm {
+        Ok(c) if matches!(c.as_str(), "systemd" | "init") => {
+            Check::new("host PID namespace", true, true, format!("{place}; PID 1 is {c}: host PIDs are visible"))
+        }
+        Ok(c) => Check::new(
+            "host PID namespace",
+            false,
+            true,
+            format!(
+                "{place}; PID 1 is `{c}`, not the host's init: NVML's and the driver's host PIDs cannot be \
+                 matched to processes. Fix: hostPID: true in the pod, or proc_root pointing at the host's procfs"
+            ),
+        ),
+        Err(e) => Check::new(
+            "host PID namespace",
+            false,
+            true,
+            format!("{place}; cannot read {}/1/comm: {e}", proc_root.display()),
+        ),
+    }
+}
+
+/// Whether the NVML library can be found: the configured file, else the usual driver paths.
+fn nvml_library(cfg: &Config) -> Check {
+    use crate::config::SourceMode;
+    if cfg.nvml.mode == SourceMode::Off {
+        return Check::new("NVML library", true, true, "not used (nvml.mode = off)");
+    }
+    let candidates: Vec<std::path::PathBuf> = match &cfg.nvml.library {
+        Some(p) => vec![p.clone()],
+        None => crate::cuda::attach::SEARCH_PATHS
+            .iter()
+            .filter_map(|p| Path::new(p).parent().map(|d| d.join("libnvidia-ml.so.1")))
+            .collect(),
+    };
+    let required = cfg.nvml.mode == SourceMode::Required;
+    match candidates.iter().find(|p| p.exists()) {
+        Some(p) => Check::new("NVML library", true, true, format!("{} present", p.display())),
+        None => Check::new(
+            "NVML library",
+            false,
+            !required,
+            format!(
+                "libnvidia-ml.so.1 not found ({}): no per-process memory or SM share from NVML, no fallback \
+                 with probes off. Fix: mount the host's driver library directory and set nvml.library",
+                candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+    }
+}
+
+/// The kubelet pod-resources socket: a Unix socket we can connect to.
+fn pod_resources(cfg: &Config) -> Check {
+    use crate::config::SourceMode;
+    let path = &cfg.kubernetes.pod_resources_socket;
+    if cfg.kubernetes.mode == SourceMode::Off {
+        return Check::new("pod-resources socket", true, true, "not used (kubernetes.mode = off)");
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Check::new("pod-resources socket", true, true, format!("{} accepts connections", path.display())),
+        Err(e) => Check::new(
+            "pod-resources socket",
+            false,
+            cfg.kubernetes.mode != SourceMode::Required,
+            format!(
+                "cannot connect to {}: {e}: the GPUs the kubelet allocated to each pod are unknown (no \
+                 allocation check, no request-based cost). Fix: mount /var/lib/kubelet/pod-resources and run \
+                 as uid 0 (the socket is root's)",
+                path.display()
+            ),
+        ),
+    }
+}
+
+/// All privilege checks, for [`super::static_checks`].
+pub fn privilege_checks(cfg: &Config, kernel_release: &str) -> Vec<Check> {
+    let caps = super::effective_caps();
+    let mut out = vec![Check::new(
+        "capabilities",
+        true,
+        true,
+        format!("CapEff {caps:016x}: {}", capability_names(caps).join(", ")),
+    )];
+    out.extend(capability_checks(caps, kernel_release));
+    out.push(proc_access(&cfg.proc_root));
+    out.push(host_pid(&cfg.proc_root));
+    out.push(pod_resources(cfg));
+    out.push(nvml_library(cfg));
+    out
+}
+
+#[cfg(test)]
+mod tests;

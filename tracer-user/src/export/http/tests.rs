@@ -1,0 +1,119 @@
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::export::metrics::tests::{parse, sample_snapshot, value};
+
+/// One HTTP/1.1 request over a raw socket: (status, content type, body).
+async fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n{accept}Connection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.expect("read response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a header block");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status code");
+    let ctype = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: ").or_else(|| l.strip_prefix("Content-Type: ")))
+        .unwrap_or_default()
+        .to_owned();
+    (status, ctype, body.to_owned())
+}
+
+fn state(stale_after: Duration) -> Arc<ServeState> {
+    Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings { stale_after }))
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+
+#[tokio::test]
+async fn readiness_follows_attach_and_first_snapshot() {
+    let st = state(Duration::from_secs(30));
+    let srv = serve("127.0.0.1:0".parse().unwrap(), st.clone()).await.unwrap();
+    let addr = srv.local_addr;
+    assert_ne!(addr.port(), 0);
+
+    let (code, _, body) = get(addr, "/readyz", None).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (503, "not ready: probes not attached yet (the agent is still loading its eBPF programs)\n")
+    );
+    st.mark_attached("tracepoint");
+    let (code, _, body) = get(addr, "/readyz", None).await;
+    assert_eq!(code, 503);
+    assert!(body.contains("no snapshot published yet"), "{body}");
+    let (code, _, body) = get(addr, "/metrics", None).await;
+    assert_eq!(code, 503, "{body}");
+
+    st.publish(Arc::new(sample_snapshot()));
+    let (code, _, body) = get(addr, "/readyz", None).await;
+    assert_eq!((code, body.as_str()), (200, "ready: probes attached (tracepoint), snapshot published\n"));
+    let (code, _, body) = get(addr, "/healthz", None).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, _, _) = get(addr, "/nope", None).await;
+    assert_eq!(code, 404);
+    srv.shutdown().await.unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "still listening after shutdown");
+}
+
+#[tokio::test]
+async fn metrics_serves_the_latest_snapshot_in_the_negotiated_format() {
+    let st = state(Duration::from_secs(30));
+    let srv = serve("127.0.0.1:0".parse().unwrap(), st.clone()).await.unwrap();
+    st.mark_attached("tracepoint");
+    st.publish(Arc::new(sample_snapshot()));
+    let (code, ctype, body) = get(srv.local_addr, "/metrics", Some(OPENMETRICS)).await;
+    assert_eq!(code, 200);
+    assert_eq!(ctype, ExpositionFormat::OpenMetrics.content_type());
+    let p = parse(&body);
+    assert_eq!(value(&p, "gpu_tracer_processes", &[]), 3.0);
+
+    // A newer snapshot replaces the old one.
+    let mut next = sample_snapshot();
+    next.state.totals.processes = 7;
+    st.publish(Arc::new(next));
+    let (_, _, body) = get(srv.local_addr, "/metrics", Some(OPENMETRICS)).await;
+    assert_eq!(value(&parse(&body), "gpu_tracer_processes", &[]), 7.0);
+
+    // Without an Accept header: the classic text format.
+    let (code, ctype, body) = get(srv.local_addr, "/metrics", None).await;
+    assert_eq!(code, 200);
+    assert_eq!(ctype, ExpositionFormat::Prometheus.content_type());
+    let p = openmetrics_parser::prometheus::parse_prometheus(&body).expect("classic text parses");
+    assert!(p.families.contains_key("gpu_tracer_processes"));
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stale_heartbeat_fails_liveness_and_readiness() {
+    let st = state(Duration::from_secs(1));
+    let srv = serve("127.0.0.1:0".parse().unwrap(), st.clone()).await.unwrap();
+    st.mark_attached("tracepoint");
+    st.publish(Arc::new(sample_snapshot()));
+    assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (code, _, body) = get(srv.local_addr, "/healthz", None).await;
+    assert_eq!(code, 503);
+    assert!(body.starts_with("agent loop stalled: no heartbeat for"), "{body}");
+    let (code, _, body) = get(srv.local_addr, "/readyz", None).await;
+    assert_eq!(code, 503);
+    assert!(body.contains("agent loop stalled"), "{body}");
+    st.heartbeat();
+    assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200);
+    assert_eq!(get(srv.local_addr, "/readyz", None).await.0, 200);
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bind_error_names_the_address_and_the_fix() {
+    let st = state(Duration::from_secs(30));
+    let first = serve("127.0.0.1:0".parse().unwrap(), st.clone()).await.unwrap();
+    let err = serve(first.local_addr, st).await.expect_err("second bind on the same port");
+    let msg = err.to_string();
+    assert_eq!(err.reason(), "bind");
+    assert!(msg.contains(&first.local_addr.to_string()), "{msg}");
+    assert!(msg.contains("already in use") && msg.contains("--listen"), "{msg}");
+    first.shutdown().await.unwrap();
+}

@@ -1,0 +1,395 @@
+//! Loading and attaching the kernel programs: feature detection, attach-mode choice, per-family
+//! attach with independent failure, and the initial map contents (config, capture plans).
+use std::path::Path;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{Array, HashMap as BpfHashMap, MapData},
+    programs::{BtfTracePoint, RawTracePoint, TracePoint},
+};
+use serde::Serialize;
+use tracer_common::{CaptureKey, CapturePlan, TracerConfig, map_names, nv::DriverAbi, prog_names, sysno};
+
+use crate::config::{AttachMode, Config};
+
+/// The compiled kernel programs, embedded at build time.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
+
+/// What the kernel offers, read once at start-up.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelFeatures {
+    pub release: String,
+    /// `/sys/kernel/btf/vmlinux` exists (needed by the btf-tracepoint mode).
+    pub btf: bool,
+    /// tracefs is mounted at `/sys/kernel/tracing` (needed for tracepoint ids).
+    pub tracefs: bool,
+    /// kprobes are built in (`/sys/bus/event_source/devices/kprobe`).
+    pub kprobes: bool,
+    /// The nvidia kernel module is loaded (`/sys/module/nvidia`).
+    pub nvidia_module: bool,
+    /// The `syscalls:*` per-syscall tracepoints exist.
+    pub syscall_tracepoints: bool,
+}
+
+impl KernelFeatures {
+    pub fn detect() -> Self {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        Self {
+            release,
+            btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
+            tracefs: Path::new("/sys/kernel/tracing/events").exists(),
+            kprobes: Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
+            nvidia_module: Path::new("/sys/module/nvidia").exists(),
+            syscall_tracepoints: Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_ioctl").exists(),
+        }
+    }
+}
+
+/// The attach mode to use, and why.
+pub fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, String) {
+    match requested {
+        AttachMode::Auto => {
+            let driver_entry_note = if f.nvidia_module && f.kprobes {
+                "driver-entry is possible on this node but not implemented yet; "
+            } else if !f.kprobes {
+                "driver-entry unavailable (no kprobes/fentry on this kernel); "
+            } else {
+                "driver-entry unavailable (nvidia module not loaded); "
+            };
+            if f.btf {
+                (AttachMode::BtfTracepoint, format!("{driver_entry_note}BTF present: tp_btf sys_enter/sys_exit"))
+            } else {
+                (AttachMode::RawTracepoint, format!("{driver_entry_note}no BTF: raw_tracepoint sys_enter/sys_exit"))
+            }
+        }
+        m => (m, "set by configuration".to_string()),
+    }
+}
+
+/// How one probe family fared.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum FamilyStatus {
+    Attached {
+        programs: Vec<String>,
+    },
+    Disabled,
+    Failed {
+        error: String,
+    },
+    /// The family found nothing on this node to attach to (the cuda family without a libcuda):
+    /// not a fault of the probes, and the other families still account for memory. Serialized
+    /// like [`FamilyStatus::Failed`] (`"state": "failed"`, with the same `error`).
+    #[serde(rename = "failed")]
+    NothingToProbe {
+        error: String,
+    },
+}
+
+impl FamilyStatus {
+    /// The cuda family's status after [`crate::cuda::attach::attach_all`].
+    pub fn from_cuda_attach_error(e: &crate::cuda::attach::AttachError) -> Self {
+        if e.is_nothing_to_probe() {
+            FamilyStatus::NothingToProbe { error: e.to_string() }
+        } else {
+            FamilyStatus::Failed { error: e.to_string() }
+        }
+    }
+
+    /// Why the family is not attached, when it was meant to be (failed, or nothing to probe).
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            FamilyStatus::Failed { error } | FamilyStatus::NothingToProbe { error } => Some(error),
+            FamilyStatus::Attached { .. } | FamilyStatus::Disabled => None,
+        }
+    }
+}
+
+/// Where the driver probes attached, or that no eBPF was loaded at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// Probes loaded; the driver family uses this mechanism.
+    Attached(AttachMode),
+    /// Every probe family is off: numbers come from NVML and `/proc` only.
+    #[default]
+    NvmlOnly,
+}
+
+impl ProbeMode {
+    /// The name shown by `doctor`, `top`, `/readyz` and the `build_info` metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeMode::Attached(m) => m.as_str(),
+            ProbeMode::NvmlOnly => "none (nvml-only)",
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ProbeMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// What loading and attaching did; shown by `doctor` and logged by every command.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeReport {
+    pub features: KernelFeatures,
+    pub attach_mode: ProbeMode,
+    pub attach_reason: String,
+    pub driver_abi: String,
+    pub driver: FamilyStatus,
+    pub lifecycle: FamilyStatus,
+    pub cuda: FamilyStatus,
+    /// Per libcuda copy: which entry points are probed, and where.
+    pub cuda_libraries: Vec<crate::cuda::attach::LibraryReport>,
+}
+
+impl ProbeReport {
+    /// The report of an agent that loads no eBPF (every family off: NVML-only mode).
+    pub fn nvml_only() -> Self {
+        ProbeReport {
+            features: KernelFeatures::detect(),
+            attach_mode: ProbeMode::NvmlOnly,
+            attach_reason: "every probe family is disabled: numbers come from NVML and /proc only".into(),
+            driver_abi: String::new(),
+            driver: FamilyStatus::Disabled,
+            lifecycle: FamilyStatus::Disabled,
+            cuda: FamilyStatus::Disabled,
+            cuda_libraries: Vec::new(),
+        }
+    }
+}
+
+/// Errors that stop the agent from tracing at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "loading the eBPF object failed: {0}\n  hint: the agent needs CAP_BPF and CAP_PERFMON (or root); `gpu-tracer doctor` says which is missing"
+    )]
+    Load(#[source] aya::EbpfError),
+    #[error("eBPF map {0} missing from the object (build mismatch)")]
+    MissingMap(&'static str),
+    #[error("writing eBPF map {map}: {source}")]
+    Map { map: &'static str, source: aya::maps::MapError },
+    #[error("every probe family failed or is disabled: driver: {driver}; lifecycle: {lifecycle}; cuda: {cuda}")]
+    NothingAttached { driver: String, lifecycle: String, cuda: String },
+}
+
+impl ProbeError {
+    /// A short label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProbeError::Load(_) => "load",
+            ProbeError::MissingMap(_) => "missing_map",
+            ProbeError::Map { .. } => "map",
+            ProbeError::NothingAttached { .. } => "nothing_attached",
+        }
+    }
+}
+
+/// The loaded programs and maps. Dropping it detaches everything.
+pub struct Probes {
+    pub ebpf: Ebpf,
+    pub report: ProbeReport,
+    /// Entries `TRACKED_TGIDS` was created with (from `pid_max`).
+    pub tracked_entries: u32,
+}
+
+/// Kernel config for the programs.
+pub fn tracer_config(cfg: &Config) -> TracerConfig {
+    let prefix = cfg.dev_prefix();
+    let mut tc = TracerConfig {
+        agent_tgid: std::process::id(),
+        dev_prefix_len: prefix.len() as u32,
+        wakeup_every: cfg.wakeup_every,
+        families: 0,
+        ..Default::default()
+    };
+    tc.dev_prefix[..prefix.len()].copy_from_slice(prefix.as_bytes());
+    tc
+}
+
+impl Probes {
+    /// Load the object, fill the maps, and attach the enabled families in the chosen mode.
+    pub fn load(
+        cfg: &Config,
+        abi: &DriverAbi,
+        plans: &[(CaptureKey, CapturePlan)],
+        alloc_sizes: &[(u32, u32)],
+    ) -> Result<Probes, ProbeError> {
+        let features = KernelFeatures::detect();
+        let (mode, attach_reason) = choose_mode(cfg.attach_mode, &features);
+        let tracked_entries = crate::source::tracked::entries_for_pid_max();
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(map_names::EVENTS, cfg.ring_buffer_bytes)
+            .map_max_entries(map_names::TRACKED_TGIDS, tracked_entries)
+            .load(EBPF_OBJECT)
+            .map_err(ProbeError::Load)?;
+
+        {
+            let m = ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
+            let mut a: Array<&mut MapData, TracerConfig> =
+                Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+            a.set(0, tracer_config(cfg), 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        }
+        {
+            let m = ebpf.map_mut(map_names::CAPTURE_PLANS).ok_or(ProbeError::MissingMap(map_names::CAPTURE_PLANS))?;
+            let mut h: BpfHashMap<&mut MapData, CaptureKey, CapturePlan> =
+                BpfHashMap::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
+            for (k, p) in plans {
+                h.insert(k, p, 0).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
+            }
+        }
+        {
+            let m = ebpf
+                .map_mut(map_names::ALLOC_PARAM_SIZES)
+                .ok_or(ProbeError::MissingMap(map_names::ALLOC_PARAM_SIZES))?;
+            let mut h: BpfHashMap<&mut MapData, u32, u32> = BpfHashMap::try_from(m)
+                .map_err(|source| ProbeError::Map { map: map_names::ALLOC_PARAM_SIZES, source })?;
+            for (class, len) in alloc_sizes {
+                h.insert(class, len, 0)
+                    .map_err(|source| ProbeError::Map { map: map_names::ALLOC_PARAM_SIZES, source })?;
+            }
+        }
+
+        let driver = if cfg.families.driver {
+            match attach_driver(&mut ebpf, mode) {
+                Ok(p) => FamilyStatus::Attached { programs: p },
+                Err(e) => FamilyStatus::Failed { error: e },
+            }
+        } else {
+            FamilyStatus::Disabled
+        };
+        let lifecycle = if cfg.families.lifecycle {
+            match attach_lifecycle(&mut ebpf) {
+                Ok(p) => FamilyStatus::Attached { programs: p },
+                Err(e) => FamilyStatus::Failed { error: e },
+            }
+        } else {
+            FamilyStatus::Disabled
+        };
+        let mut cuda_libraries = Vec::new();
+        let cuda = if cfg.families.cuda {
+            let libs = crate::cuda::attach::library_candidates(&cfg.cuda_libraries);
+            match crate::cuda::attach::attach_all(&mut ebpf, &libs) {
+                Ok(reports) => {
+                    let programs =
+                        reports.iter().map(|r| format!("uprobe/{} ({} entry points)", r.path, r.attached())).collect();
+                    cuda_libraries = reports;
+                    FamilyStatus::Attached { programs }
+                }
+                Err(e) => FamilyStatus::from_cuda_attach_error(&e),
+            }
+        } else {
+            FamilyStatus::Disabled
+        };
+        let report = ProbeReport {
+            features,
+            attach_mode: ProbeMode::Attached(mode),
+            attach_reason,
+            driver_abi: format!("{}.{}.{:02}", abi.version.major, abi.version.minor, abi.version.patch),
+            driver,
+            lifecycle,
+            cuda,
+            cuda_libraries,
+        };
+        if !matches!(report.driver, FamilyStatus::Attached { .. })
+            && !matches!(report.lifecycle, FamilyStatus::Attached { .. })
+            && !matches!(report.cuda, FamilyStatus::Attached { .. })
+        {
+            let s = |f: &FamilyStatus| match f {
+                FamilyStatus::Failed { error } | FamilyStatus::NothingToProbe { error } => error.clone(),
+                FamilyStatus::Disabled => "disabled".into(),
+                FamilyStatus::Attached { .. } => "attached".into(),
+            };
+            return Err(ProbeError::NothingAttached {
+                driver: s(&report.driver),
+                lifecycle: s(&report.lifecycle),
+                cuda: s(&report.cuda),
+            });
+        }
+        Ok(Probes { ebpf, report, tracked_entries })
+    }
+}
+
+/// The program `name` of the object, as its concrete type.
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object (build mismatch)"))?
+        .try_into()
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, String> {
+    let mut attached = Vec::new();
+    match mode {
+        AttachMode::SyscallTracepoint => {
+            for (prog, dir) in [(prog_names::SYS_ENTER_TP, "enter"), (prog_names::SYS_EXIT_TP, "exit")] {
+                let p: &mut TracePoint = program(ebpf, prog)?;
+                p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+                for (_, name) in sysno::TRACED {
+                    let tp = format!("sys_{dir}_{name}");
+                    p.attach("syscalls", &tp).map_err(|e| {
+                        format!("attaching syscalls:{tp}: {e:#} (is tracefs mounted at /sys/kernel/tracing?)")
+                    })?;
+                    attached.push(format!("tracepoint/syscalls/{tp}"));
+                }
+            }
+        }
+        AttachMode::RawTracepoint => {
+            for (prog, tp) in [(prog_names::SYS_ENTER_RAW, "sys_enter"), (prog_names::SYS_EXIT_RAW, "sys_exit")] {
+                let p: &mut RawTracePoint = program(ebpf, prog)?;
+                p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+                p.attach(tp).map_err(|e| format!("attaching raw_tracepoint/{tp}: {e:#}"))?;
+                attached.push(format!("raw_tracepoint/{tp}"));
+            }
+        }
+        AttachMode::BtfTracepoint => {
+            let btf = Btf::from_sys_fs().map_err(|e| {
+                format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}; use attach_mode = \"raw-tracepoint\"")
+            })?;
+            for (prog, tp) in [(prog_names::SYS_ENTER_BTF, "sys_enter"), (prog_names::SYS_EXIT_BTF, "sys_exit")] {
+                let p: &mut BtfTracePoint = program(ebpf, prog)?;
+                p.load(tp, &btf).map_err(|e| format!("loading {prog}: {e:#}"))?;
+                p.attach().map_err(|e| format!("attaching tp_btf/{tp}: {e:#}"))?;
+                attached.push(format!("tp_btf/{tp}"));
+            }
+        }
+        AttachMode::DriverEntry => {
+            return Err("attach mode driver-entry is not implemented yet (it needs kprobes or fentry on \
+                        nvidia_unlocked_ioctl); use auto, btf-tracepoint, raw-tracepoint or syscall-tracepoint"
+                .into());
+        }
+        AttachMode::Auto => unreachable!("resolved by choose_mode"),
+    }
+    Ok(attached)
+}
+
+fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
+    let mut attached = Vec::new();
+    for (prog, cat, name) in [
+        (prog_names::PROC_EXEC, "sched", "sched_process_exec"),
+        (prog_names::PROC_EXIT, "sched", "sched_process_exit"),
+        (prog_names::PROC_FORK, "sched", "sched_process_fork"),
+        (prog_names::CGROUP_RMDIR, "cgroup", "cgroup_rmdir"),
+    ] {
+        let p: &mut TracePoint = program(ebpf, prog)?;
+        p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+        p.attach(cat, name).map_err(|e| format!("attaching tracepoint/{cat}/{name}: {e:#}"))?;
+        attached.push(format!("tracepoint/{cat}/{name}"));
+    }
+    Ok(attached)
+}
+
+#[cfg(test)]
+mod tests;

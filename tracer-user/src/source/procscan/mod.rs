@@ -1,0 +1,176 @@
+//! The start-up scan: processes that opened NVIDIA device nodes before the agent started are found
+//! through `/proc/*/fd`, their fds are written into the kernel's `NV_FDS` map (so their ioctls are
+//! traced from now on), and synthetic open records (flag `SEEDED`) feed the same decoder as live
+//! ones. Dups are recognised with `kcmp(KCMP_FILE)` so they share a `file_id`.
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use tracer_common::{DeviceRef, EventHeader, FdKey, FdOpenRecord, device_kind, flags, kind};
+
+/// Classify `path` against the device prefix (`<dev_dir>/nvidia`), like the kernel side does.
+pub fn classify_device_path(prefix: &str, path: &str) -> Option<DeviceRef> {
+    let sfx = path.strip_prefix(prefix)?;
+    let mut dev = DeviceRef::default();
+    match sfx {
+        "ctl" => dev.kind = device_kind::CTL,
+        "-uvm" => dev.kind = device_kind::UVM,
+        "-uvm-tools" => dev.kind = device_kind::UVM_TOOLS,
+        "-modeset" => dev.kind = device_kind::MODESET,
+        s if s.starts_with("-caps/") => {
+            dev.kind = device_kind::CAPS;
+            let digits: String = s.chars().rev().take_while(|c| c.is_ascii_digit()).collect();
+            dev.minor = digits.chars().rev().collect::<String>().parse().unwrap_or(0);
+        }
+        s if !s.is_empty() && s.len() <= 4 && s.bytes().all(|b| b.is_ascii_digit()) => {
+            dev.kind = device_kind::GPU;
+            dev.minor = s.parse().ok()?;
+        }
+        _ => return None,
+    }
+    Some(dev)
+}
+
+/// One NVIDIA fd found by the scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeededFd {
+    pub tgid: u32,
+    pub fd: u32,
+    pub dev: DeviceRef,
+}
+
+/// Scan `proc_root` for NVIDIA fds, skipping `skip_tgid` (the agent itself). Processes that vanish
+/// or cannot be read during the scan are skipped and counted in the second value.
+pub fn scan(proc_root: &Path, prefix: &str, skip_tgid: u32) -> (Vec<SeededFd>, u64) {
+    let mut out = Vec::new();
+    let mut unreadable = 0;
+    let Ok(rd) = std::fs::read_dir(proc_root) else { return (out, 1) };
+    for ent in rd.flatten() {
+        let Some(tgid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if tgid == skip_tgid {
+            continue;
+        }
+        let (found, bad) = scan_one(proc_root, prefix, tgid);
+        unreadable += bad;
+        out.extend(found);
+    }
+    (out, unreadable)
+}
+
+/// Scan one process's fds (e.g. a freshly forked child).
+pub fn scan_one(proc_root: &Path, prefix: &str, tgid: u32) -> (Vec<SeededFd>, u64) {
+    let fd_dir = proc_root.join(tgid.to_string()).join("fd");
+    let Ok(fds) = std::fs::read_dir(&fd_dir) else { return (Vec::new(), 1) };
+    let mut found: Vec<SeededFd> = Vec::new();
+    for f in fds.flatten() {
+        let Some(fd) = f.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(target) = std::fs::read_link(f.path()) else { continue };
+        if let Some(dev) = classify_device_path(prefix, &target.to_string_lossy()) {
+            found.push(SeededFd { tgid, fd, dev });
+        }
+    }
+    assign_file_ids(tgid, &mut found);
+    (found, 0)
+}
+
+/// Give fds of one process that share an open file description (dups) the same `file_id`.
+fn assign_file_ids(tgid: u32, fds: &mut [SeededFd]) {
+    // High bit marks seeded ids so they never collide with kernel-assigned ones in practice.
+    let base = (1u64 << 63) | ((tgid as u64) << 24);
+    let mut groups: Vec<(u32, u64)> = Vec::new(); // representative fd, file_id
+    for f in fds.iter_mut() {
+        let fd = f.fd;
+        let same = groups.iter().find(|(rep, _)| kcmp_same_file(tgid, *rep, fd) == Some(true));
+        let id = match same {
+            Some((_, id)) => *id,
+            None => {
+                let id = base | fd as u64;
+                groups.push((fd, id));
+                id
+            }
+        };
+        f.dev.file_id = id;
+    }
+}
+
+/// `kcmp(pid, pid, KCMP_FILE, a, b) == 0`: the two fds refer to the same open file description.
+fn kcmp_same_file(tgid: u32, a: u32, b: u32) -> Option<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    // SAFETY: kcmp only reads kernel state; all arguments are plain integers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            tgid as libc::c_long,
+            tgid as libc::c_long,
+            KCMP_FILE,
+            a as libc::c_long,
+            b as libc::c_long,
+        )
+    };
+    if r < 0 { None } else { Some(r == 0) }
+}
+
+/// Build the synthetic open record for a seeded fd (decoded like a live one).
+pub fn seeded_record(s: &SeededFd, cgroup_id: u64, ktime_ns: u64) -> FdOpenRecord {
+    FdOpenRecord {
+        hdr: EventHeader {
+            kind: kind::FD_OPEN,
+            flags: flags::SEEDED,
+            size: std::mem::size_of::<FdOpenRecord>() as u32,
+            ktime_ns,
+            tgid: s.tgid,
+            pid: s.tgid,
+            cgroup_id,
+        },
+        dev: s.dev,
+        fd: s.fd as i32,
+        open_flags: 0,
+    }
+}
+
+/// The `NV_FDS` key of a seeded fd.
+pub fn key(s: &SeededFd) -> FdKey {
+    FdKey { tgid: s.tgid, fd: s.fd }
+}
+
+/// Find the cgroup v2 mount point from a mountinfo file.
+pub fn cgroup2_mount(mountinfo: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(mountinfo).ok()?;
+    parse_cgroup2_mount(&text)
+}
+
+/// Parse mountinfo text for the first `cgroup2` mount.
+pub fn parse_cgroup2_mount(text: &str) -> Option<PathBuf> {
+    for line in text.lines() {
+        // fields: id parent major:minor root mountpoint options... - fstype source superopts
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        if right.split_whitespace().next() == Some("cgroup2") {
+            let mp = left.split_whitespace().nth(4)?;
+            return Some(PathBuf::from(unescape_mountinfo(mp)));
+        }
+    }
+    None
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+/// The cgroup v2 path of a process, relative to the cgroup2 mount (`0::/path` in /proc/PID/cgroup).
+pub fn process_cgroup_path(proc_root: &Path, tgid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(proc_root.join(tgid.to_string()).join("cgroup")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("0::").map(|p| p.to_string()))
+}
+
+/// Count seeded fds per process (for logs).
+pub fn per_process(seeded: &[SeededFd]) -> HashMap<u32, usize> {
+    let mut m = HashMap::new();
+    for s in seeded {
+        *m.entry(s.tgid).or_insert(0) += 1;
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests;

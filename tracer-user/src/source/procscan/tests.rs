@@ -1,0 +1,48 @@
+use super::*;
+
+#[test]
+fn classifies_every_node_kind() {
+    let p = "/dev/nvidia";
+    assert_eq!(classify_device_path(p, "/dev/nvidiactl").unwrap().kind, device_kind::CTL);
+    let g = classify_device_path(p, "/dev/nvidia7").unwrap();
+    assert_eq!((g.kind, g.minor), (device_kind::GPU, 7));
+    assert_eq!(classify_device_path(p, "/dev/nvidia-uvm").unwrap().kind, device_kind::UVM);
+    assert_eq!(classify_device_path(p, "/dev/nvidia-uvm-tools").unwrap().kind, device_kind::UVM_TOOLS);
+    assert_eq!(classify_device_path(p, "/dev/nvidia-modeset").unwrap().kind, device_kind::MODESET);
+    let c = classify_device_path(p, "/dev/nvidia-caps/nvidia-cap12").unwrap();
+    assert_eq!((c.kind, c.minor), (device_kind::CAPS, 12));
+    assert!(classify_device_path(p, "/dev/nvidiafoo").is_none());
+    assert!(classify_device_path(p, "/dev/null").is_none());
+    assert!(classify_device_path(p, "/dev/nvidia").is_none());
+    assert!(classify_device_path(p, "/dev/nvidia12345").is_none());
+}
+
+#[test]
+fn finds_cgroup2_mount() {
+    let t = "30 25 0:26 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+             35 25 0:31 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+    assert_eq!(parse_cgroup2_mount(t), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+    assert_eq!(parse_cgroup2_mount("1 2 0:1 / / rw - ext4 /dev/vda rw\n"), None);
+}
+
+#[test]
+fn scan_finds_our_own_dup_as_one_file() {
+    // Open a file under a temp "device dir" and dup it; the scan must report both fds with one id.
+    let dir = std::env::temp_dir().join(format!("gt-scan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nvidiactl");
+    std::fs::write(&path, b"").unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    use std::os::fd::AsRawFd;
+    let dupfd = unsafe { libc::dup(f.as_raw_fd()) };
+    let prefix = format!("{}/nvidia", dir.display());
+    let (found, _) = scan(Path::new("/proc"), &prefix, 0);
+    let me = std::process::id();
+    let mine: Vec<_> = found.iter().filter(|s| s.tgid == me).collect();
+    assert_eq!(mine.len(), 2, "{found:?}");
+    assert_eq!(mine[0].dev.file_id, mine[1].dev.file_id);
+    assert_eq!(mine[0].dev.kind, device_kind::CTL);
+    unsafe { libc::close(dupfd) };
+    drop(f);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
