@@ -38,7 +38,7 @@ pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEnt
     let hdr = EventHeader {
         kind: R::KIND,
         flags,
-        size: core::mem::size_of::<R>() as u32,
+        size: size_of::<R>() as u32,
         // SAFETY: helpers without preconditions.
         ktime_ns: unsafe { bpf_ktime_get_ns() },
         tgid: (pid_tgid >> 32) as u32,
