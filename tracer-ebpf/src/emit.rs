@@ -39,10 +39,11 @@ pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEnt
         kind: R::KIND,
         flags,
         size: size_of::<R>() as u32,
-        // SAFETY: helpers without preconditions.
+        // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
         ktime_ns: unsafe { bpf_ktime_get_ns() },
         tgid: (pid_tgid >> 32) as u32,
         pid: pid_tgid as u32,
+        // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
     };
     // SAFETY: every record starts with an EventHeader (repr(C)); the entry is R-sized.
