@@ -1007,7 +1007,7 @@ fn rounds_cell(n: usize, dropped: usize, dirty_kept: usize) -> String {
 }
 
 /// Bytes an ioctl record takes in the ring buffer: the record plus the 8-byte ring header.
-const RECORD_IN_RING: usize = (std::mem::size_of::<tracer_common::IoctlRecord>() + 8).div_ceil(8) * 8;
+const RECORD_IN_RING: usize = (size_of::<tracer_common::IoctlRecord>() + 8).div_ceil(8) * 8;
 
 fn ring_label(bytes: u32) -> String {
     if bytes >= 1 << 20 { format!("{} MiB", bytes >> 20) } else { format!("{} KiB", bytes >> 10) }

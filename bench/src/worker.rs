@@ -31,7 +31,7 @@ struct Nvos64 {
     status: u32,
     _pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<Nvos64>() == 48);
+const _: () = assert!(size_of::<Nvos64>() == 48);
 
 /// A 128-byte `NV_MEMORY_ALLOCATION_PARAMS` asking for 2 MiB of video memory.
 #[repr(C, align(8))]

@@ -7,7 +7,9 @@
 
 /// Generated types of package `gputracer.v1`.
 pub mod v1 {
-    #![allow(missing_docs, clippy::all)]
+    // prost writes fully qualified paths (`::prost::alloc::vec::Vec`, `super::…`) so its output compiles
+    // wherever it is included; that is not ours to trim.
+    #![allow(missing_docs, clippy::all, unused_qualifications)]
     include!(concat!(env!("OUT_DIR"), "/gputracer.v1.rs"));
 }
 
@@ -19,7 +21,9 @@ pub mod v1 {
 pub mod podresources {
     /// Generated types of package `v1`.
     pub mod v1 {
-        #![allow(missing_docs, clippy::all)]
+        // prost and tonic write fully qualified paths (`::prost::alloc::string::String`, `super::…`) so
+        // their output compiles wherever it is included; that is not ours to trim.
+        #![allow(missing_docs, clippy::all, unused_qualifications)]
         include!(concat!(env!("OUT_DIR"), "/v1.rs"));
     }
 }

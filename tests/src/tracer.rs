@@ -49,7 +49,7 @@ impl Tracer {
     }
 
     /// Run a future on the agent's runtime (e.g. `agent.refresh_allocations()`).
-    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
         self._rt.block_on(f)
     }
 

@@ -375,6 +375,8 @@ fn stale_mount_is_cleaned_up() {
     let d = driver(1);
     let dev = d.dev_dir().to_path_buf();
     // SIGKILL: no chance to unmount; the mount stays with a dead connection.
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours. The pid is the driver child
+    // `d` still owns (started above, not yet waited for), so it cannot name a recycled process.
     unsafe { libc::kill(d.pid() as libc::pid_t, libc::SIGKILL) };
     // (A FakeDriver started concurrently by another test may already have detached it.)
     let gone = || !fake_driver::fake_driver_mounts().contains(&dev);

@@ -732,120 +732,187 @@ pub mod capacity {
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<EventHeader>() == 32);
-    assert!(core::mem::size_of::<DeviceRef>() == 16);
-    assert!(core::mem::size_of::<FdKey>() == 8);
-    assert!(core::mem::size_of::<FdOpenRecord>() == 56);
-    assert!(core::mem::size_of::<FdCloseRecord>() == 56);
-    assert!(core::mem::size_of::<FdDupRecord>() == 56);
-    assert!(core::mem::size_of::<IoctlRecord>() == 32 + 16 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 256 + 16 + 128);
-    assert!(core::mem::size_of::<UvmMmapRecord>() == 32 + 16 + 8 + 8 + 8 + 8 + 8 + 8);
-    assert!(core::mem::size_of::<UvmMunmapRecord>() == 56);
-    assert!(core::mem::size_of::<ProcExecRecord>() == 48);
-    assert!(core::mem::size_of::<ProcExitRecord>() == 48);
-    assert!(core::mem::size_of::<ProcForkRecord>() == 40);
-    assert!(core::mem::size_of::<CgroupRmdirRecord>() == 32 + 16 + CGROUP_PATH_MAX);
-    assert!(core::mem::size_of::<Inflight>() == 8 + 32 + 8 + 16 + 16);
-    assert!(core::mem::size_of::<UvmMapKey>() == 16);
-    assert!(core::mem::size_of::<CaptureKey>() == 8);
-    assert!(core::mem::size_of::<CapturePlan>() == 32);
-    assert!(core::mem::size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX);
-    assert!(core::mem::size_of::<CudaCountKey>() == 16);
-    assert!(core::mem::size_of::<CudaCount>() == 16);
-    assert!(core::mem::size_of::<CudaAllocInflight>() == 24);
-    assert!(core::mem::size_of::<CudaAllocRecord>() == 56);
-    assert!(core::mem::size_of::<CudaFreeRecord>() == 48);
-    assert!(core::mem::size_of::<CudaFunctionRecord>() == 32 + 32 + CUDA_NAME_MAX);
-    assert!(core::mem::size_of::<CudaLaunchRecord>() == 32 + 8 + 16 + 24);
+    assert!(size_of::<EventHeader>() == 32);
+    assert!(size_of::<DeviceRef>() == 16);
+    assert!(size_of::<FdKey>() == 8);
+    assert!(size_of::<FdOpenRecord>() == 56);
+    assert!(size_of::<FdCloseRecord>() == 56);
+    assert!(size_of::<FdDupRecord>() == 56);
+    assert!(size_of::<IoctlRecord>() == 32 + 16 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 256 + 16 + 128);
+    assert!(size_of::<UvmMmapRecord>() == 32 + 16 + 8 + 8 + 8 + 8 + 8 + 8);
+    assert!(size_of::<UvmMunmapRecord>() == 56);
+    assert!(size_of::<ProcExecRecord>() == 48);
+    assert!(size_of::<ProcExitRecord>() == 48);
+    assert!(size_of::<ProcForkRecord>() == 40);
+    assert!(size_of::<CgroupRmdirRecord>() == 32 + 16 + CGROUP_PATH_MAX);
+    assert!(size_of::<Inflight>() == 8 + 32 + 8 + 16 + 16);
+    assert!(size_of::<UvmMapKey>() == 16);
+    assert!(size_of::<CaptureKey>() == 8);
+    assert!(size_of::<CapturePlan>() == 32);
+    assert!(size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX);
+    assert!(size_of::<CudaCountKey>() == 16);
+    assert!(size_of::<PerEventKey>() == 16);
+    assert!(size_of::<CudaCount>() == 16);
+    assert!(size_of::<CudaAllocInflight>() == 24);
+    assert!(size_of::<CudaAllocRecord>() == 56);
+    assert!(size_of::<CudaFreeRecord>() == 48);
+    assert!(size_of::<CudaFunctionRecord>() == 32 + 32 + CUDA_NAME_MAX);
+    assert!(size_of::<CudaLaunchRecord>() == 32 + 8 + 16 + 24);
 };
 
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    // SAFETY: all of these are repr(C), made of integers and byte arrays, with explicit padding.
+    // SAFETY: DeviceRef is #[repr(C)] with only integer fields (u8, u32, u64) and its padding as the explicit
+    // `_pad: [u8; 3]` field (size asserted to be 16 above), so every byte is initialised and any bit pattern
+    // is valid.
     unsafe impl aya::Pod for DeviceRef {}
+    // SAFETY: FdKey is #[repr(C)] with two u32 fields and no padding (size asserted to be 8), so any bit
+    // pattern is a valid value.
     unsafe impl aya::Pod for FdKey {}
+    // SAFETY: Inflight is #[repr(C)] of integers, a u64 array and two DeviceRefs (themselves Pod); its size
+    // is asserted to be the sum of its fields, so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for Inflight {}
+    // SAFETY: UvmMapKey is #[repr(C)] with u32/u64 fields and the explicit `_pad: u32` (size asserted to be
+    // 16), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for UvmMapKey {}
+    // SAFETY: CaptureKey is #[repr(C)] with two u32 fields and no padding (size asserted to be 8), so any bit
+    // pattern is valid.
     unsafe impl aya::Pod for CaptureKey {}
+    // SAFETY: CapturePlan is #[repr(C)] with eight u32 fields, the last the explicit `_pad` (size asserted to
+    // be 32), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CapturePlan {}
+    // SAFETY: TracerConfig is #[repr(C)] with four u32 fields followed by a byte array (size asserted to be
+    // 16 + DEV_PREFIX_MAX), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for TracerConfig {}
+    // SAFETY: CudaCountKey is #[repr(C)] with a u64 and two u32 fields (size asserted to be 16), so it has no
+    // implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CudaCountKey {}
+    // SAFETY: CudaCount is #[repr(C)] with two u64 fields (size asserted to be 16), so any bit pattern is
+    // valid.
     unsafe impl aya::Pod for CudaCount {}
+    // SAFETY: CudaAllocInflight is #[repr(C)] with two u64 and two u32 fields, the last the explicit `_pad`
+    // (size asserted to be 24), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CudaAllocInflight {}
+    // SAFETY: PerEventKey is #[repr(C)] with a u32, the explicit `_pad: u32` and a u64 (size asserted to be
+    // 16), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for PerEventKey {}
 }
 
 /// Read a record's header from raw ring-buffer bytes (user space helper; no allocation).
 pub fn header_from_bytes(b: &[u8]) -> Option<EventHeader> {
-    if b.len() < core::mem::size_of::<EventHeader>() {
+    if b.len() < size_of::<EventHeader>() {
         return None;
     }
-    // SAFETY: length checked; EventHeader is plain data and read_unaligned tolerates any alignment.
+    // SAFETY: the length check above makes the read of size_of::<EventHeader>() bytes in bounds; EventHeader
+    // is #[repr(C)] of integers only, so any bit pattern is valid, and read_unaligned tolerates the byte
+    // slice's alignment.
     Some(unsafe { core::ptr::read_unaligned(b.as_ptr() as *const EventHeader) })
 }
 
 /// Marker for the plain-old-data records that may be read from raw bytes.
 ///
 /// # Safety
-/// Implementors must be `repr(C)`, contain only integers and byte arrays, and accept any bit pattern.
+/// Implementors must be `repr(C)`, contain only integers and byte arrays, accept any bit pattern, and have
+/// no implicit padding ([`record_as_bytes`] exposes every byte).
 pub unsafe trait Record: Copy {
     const KIND: u16;
 }
+// SAFETY: FdOpenRecord is #[repr(C)] of `EventHeader`, `DeviceRef`, `i32`, `u32`, all of which accept any bit
+// pattern; its size is asserted above to be 56, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for FdOpenRecord {
     const KIND: u16 = kind::FD_OPEN;
 }
+// SAFETY: FdCloseRecord is #[repr(C)] of `EventHeader`, `DeviceRef`, `i32`, `u32` and the explicit `_pad`,
+// all of which accept any bit pattern; its size is asserted above to be 56, the sum of its fields, so there
+// is no implicit padding.
 unsafe impl Record for FdCloseRecord {
     const KIND: u16 = kind::FD_CLOSE;
 }
+// SAFETY: FdDupRecord is #[repr(C)] of `EventHeader`, `DeviceRef`, `i32`, all of which accept any bit
+// pattern; its size is asserted above to be 56, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for FdDupRecord {
     const KIND: u16 = kind::FD_DUP;
 }
+// SAFETY: IoctlRecord is #[repr(C)] of `EventHeader`, `DeviceRef`, `i32`, `u32`, `u64`, `i64`, `u16`, `[u8;
+// IOCTL_MAIN_MAX]`, `[u8; IOCTL_TAIL_MAX]`, `[u8; IOCTL_NESTED_MAX]` and the explicit `_pad`, all of which
+// accept any bit pattern; its size is asserted above to be 32 + 16 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 +
+// 256 + 16 + 128, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for IoctlRecord {
     const KIND: u16 = kind::IOCTL;
 }
+// SAFETY: UvmMmapRecord is #[repr(C)] of `EventHeader`, `DeviceRef`, `i32`, `u32`, `u64`, `i64`, all of which
+// accept any bit pattern; its size is asserted above to be 32 + 16 + 8 + 8 + 8 + 8 + 8 + 8, the sum of its
+// fields, so there is no implicit padding.
 unsafe impl Record for UvmMmapRecord {
     const KIND: u16 = kind::UVM_MMAP;
 }
+// SAFETY: UvmMunmapRecord is #[repr(C)] of `EventHeader`, `u64`, `i64`, all of which accept any bit pattern;
+// its size is asserted above to be 56, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for UvmMunmapRecord {
     const KIND: u16 = kind::UVM_MUNMAP;
 }
+// SAFETY: ProcExecRecord is #[repr(C)] of `EventHeader`, `[u8; 16]`, all of which accept any bit pattern; its
+// size is asserted above to be 48, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for ProcExecRecord {
     const KIND: u16 = kind::PROC_EXEC;
 }
+// SAFETY: ProcExitRecord is #[repr(C)] of `EventHeader`, `[u8; 16]`, all of which accept any bit pattern; its
+// size is asserted above to be 48, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for ProcExitRecord {
     const KIND: u16 = kind::PROC_EXIT;
 }
+// SAFETY: ProcForkRecord is #[repr(C)] of `EventHeader`, `u32` and the explicit `_pad`, all of which accept
+// any bit pattern; its size is asserted above to be 40, the sum of its fields, so there is no implicit
+// padding.
 unsafe impl Record for ProcForkRecord {
     const KIND: u16 = kind::PROC_FORK;
 }
+// SAFETY: CgroupRmdirRecord is #[repr(C)] of `EventHeader`, `u64`, `u32`, `[u8; CGROUP_PATH_MAX]`, all of
+// which accept any bit pattern; its size is asserted above to be 32 + 16 + CGROUP_PATH_MAX, the sum of its
+// fields, so there is no implicit padding.
 unsafe impl Record for CgroupRmdirRecord {
     const KIND: u16 = kind::CGROUP_RMDIR;
 }
+// SAFETY: CudaAllocRecord is #[repr(C)] of `EventHeader`, `u32`, `u64`, all of which accept any bit pattern;
+// its size is asserted above to be 56, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for CudaAllocRecord {
     const KIND: u16 = kind::CUDA_ALLOC;
 }
+// SAFETY: CudaFreeRecord is #[repr(C)] of `EventHeader`, `u32`, `u64` and the explicit `_pad`, all of which
+// accept any bit pattern; its size is asserted above to be 48, the sum of its fields, so there is no implicit
+// padding.
 unsafe impl Record for CudaFreeRecord {
     const KIND: u16 = kind::CUDA_FREE;
 }
+// SAFETY: CudaFunctionRecord is #[repr(C)] of `EventHeader`, `u32`, `u64`, `[u8; CUDA_NAME_MAX]` and the
+// explicit `_pad`, all of which accept any bit pattern; its size is asserted above to be 32 + 32 +
+// CUDA_NAME_MAX, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for CudaFunctionRecord {
     const KIND: u16 = kind::CUDA_FUNCTION;
 }
+// SAFETY: CudaLaunchRecord is #[repr(C)] of `EventHeader`, `u32`, `u64`, `[u32; 3]`, all of which accept any
+// bit pattern; its size is asserted above to be 32 + 8 + 16 + 24, the sum of its fields, so there is no
+// implicit padding.
 unsafe impl Record for CudaLaunchRecord {
     const KIND: u16 = kind::CUDA_LAUNCH;
 }
 
 /// Read a whole record of type `R` from raw bytes; `None` if too short.
 pub fn record_from_bytes<R: Record>(b: &[u8]) -> Option<R> {
-    if b.len() < core::mem::size_of::<R>() {
+    if b.len() < size_of::<R>() {
         return None;
     }
-    // SAFETY: length checked; R: Record accepts any bit pattern.
+    // SAFETY: the length check above makes the read of size_of::<R>() bytes in bounds; R: Record promises a
+    // #[repr(C)] plain-data type that accepts any bit pattern, and read_unaligned tolerates the byte slice's
+    // alignment.
     Some(unsafe { core::ptr::read_unaligned(b.as_ptr() as *const R) })
 }
 
 /// View a record as bytes (for encoding test inputs and the `/proc` seed path).
 pub fn record_as_bytes<R: Record>(r: &R) -> &[u8] {
-    // SAFETY: R is plain data without uninitialised padding (all padding is explicit fields).
-    unsafe { core::slice::from_raw_parts(r as *const R as *const u8, core::mem::size_of::<R>()) }
+    // SAFETY: `r` is a valid reference, so its size_of::<R>() bytes are readable for the returned lifetime
+    // (tied to `r`), and u8 has alignment 1. R: Record promises no implicit padding (every layout's size is
+    // asserted to be the sum of its fields), so every byte is initialised.
+    unsafe { core::slice::from_raw_parts(r as *const R as *const u8, size_of::<R>()) }
 }

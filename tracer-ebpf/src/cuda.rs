@@ -70,12 +70,15 @@ fn per_event_selected() -> bool {
     if cfg.families & family::CUDA_PER_EVENT == 0 {
         return false;
     }
-    // SAFETY: helpers without preconditions; presence checks only.
+    // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
     let cg = PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: unsafe { bpf_get_current_cgroup_id() } };
+    // SAFETY: HashMap::get is unsafe because the returned reference may see a concurrent update or
+    // delete; we only test for presence and never read through it.
     if unsafe { CUDA_PER_EVENT.get(&cg) }.is_some() {
         return true;
     }
     let tg = PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: bpf_get_current_pid_tgid() >> 32 };
+    // SAFETY: as above: a presence check, the value is never read.
     unsafe { CUDA_PER_EVENT.get(&tg) }.is_some()
 }
 

@@ -106,6 +106,7 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
                     let mut st = Inflight { sysno: nr, fd: -1, ..Default::default() };
                     st.args[0] = path;
                     st.args[1] = open_flags;
+                    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
                     st.enter_ktime = unsafe { bpf_ktime_get_ns() };
                     if let PathMatch::Device(dev) = m {
                         st.dev = dev;
@@ -127,6 +128,7 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
             let mut st = Inflight { sysno: nr, fd: fd as i32, dev, ..Default::default() };
             st.args[0] = a.arg(1);
             st.args[1] = a.arg(2);
+            // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
             st.enter_ktime = unsafe { bpf_ktime_get_ns() };
             stash(probe::IOCTL, pid_tgid, &st);
         }
@@ -138,6 +140,7 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
             }
             let mut st = Inflight { sysno: nr, fd: fd as i32, dev, ..Default::default() };
             st.args = [a.arg(0), a.arg(1), a.arg(2) | (a.arg(3) << 32), a.arg(5)];
+            // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
             st.enter_ktime = unsafe { bpf_ktime_get_ns() };
             stash(probe::MMAP, pid_tgid, &st);
         }
@@ -181,6 +184,7 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
             let mut st = Inflight { sysno: nr, fd: old as i32, dev, replaced, ..Default::default() };
             st.args[0] = old;
             st.args[1] = a.arg(1);
+            // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
             st.enter_ktime = unsafe { bpf_ktime_get_ns() };
             stash(probe::DUP, pid_tgid, &st);
         }
@@ -236,6 +240,7 @@ fn exit_open(st: &Inflight, pid_tgid: u64, ret: i64) {
         return;
     }
     // An id for this open file description, shared by its dups.
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
     dev.file_id = (pid_tgid << 24) ^ unsafe { bpf_ktime_get_ns() } ^ (ret as u64);
     let key = FdKey { tgid, fd: ret as u32 };
     if NV_FDS.insert(&key, &dev, 0).is_err() {

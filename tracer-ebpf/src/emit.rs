@@ -38,11 +38,12 @@ pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEnt
     let hdr = EventHeader {
         kind: R::KIND,
         flags,
-        size: core::mem::size_of::<R>() as u32,
-        // SAFETY: helpers without preconditions.
+        size: size_of::<R>() as u32,
+        // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
         ktime_ns: unsafe { bpf_ktime_get_ns() },
         tgid: (pid_tgid >> 32) as u32,
         pid: pid_tgid as u32,
+        // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
     };
     // SAFETY: every record starts with an EventHeader (repr(C)); the entry is R-sized.

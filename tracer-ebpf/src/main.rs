@@ -63,7 +63,9 @@ impl SyscallArgs for BtfRegsArgs {
 
 #[tracepoint]
 pub fn sys_enter_tp(ctx: TracePointContext) -> u32 {
-    // SAFETY: format offset.
+    // SAFETY: `id` (the syscall number, a long; we read its low half) is at offset 8 of every
+    // raw_syscalls/sys_enter record (its format file); read_at goes through bpf_probe_read_kernel, so even a
+    // wrong offset only fails.
     let nr = unsafe { ctx.read_at::<i32>(8) }.unwrap_or(-1) as u32;
     if driver::interesting(nr) {
         driver::on_enter(nr, &TpArgs(&ctx));
@@ -73,9 +75,12 @@ pub fn sys_enter_tp(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn sys_exit_tp(ctx: TracePointContext) -> u32 {
-    // SAFETY: format offsets.
+    // SAFETY: `id` (the syscall number, a long; we read its low half) is at offset 8 of every
+    // raw_syscalls/sys_exit record (its format file); read_at goes through bpf_probe_read_kernel, so even a
+    // wrong offset only fails.
     let nr = unsafe { ctx.read_at::<i32>(8) }.unwrap_or(-1) as u32;
     if driver::interesting(nr) {
+        // SAFETY: `ret` (a long) is at offset 16 of the same record, per its format file.
         let ret = unsafe { ctx.read_at::<i64>(16) }.unwrap_or(0);
         driver::on_exit(nr, ret);
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use crate::abi::{self, *};
+use crate::abi::*;
 use crate::scenario::{ComputeMode, Device, MigInstance, Process, Scenario, UsedBytes, parse_bus_id};
 
 /// `nvmlDevice_t`: an opaque pointer. The fake's handles point into these arrays, so a handle is
@@ -47,11 +47,17 @@ fn scenario_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FAKE_NVML_SCENARIO") {
         return Some(PathBuf::from(p));
     }
+    // SAFETY: Dl_info is a C struct of four raw pointers, for which all zeroes (null) is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let addr = nvmlInit_v2 as *const c_void;
+    // SAFETY: `addr` is the address of a function of this object, and `info` is a live, writable Dl_info
+    // that dladdr only writes to; it keeps no pointer to it after returning.
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
+    // SAFETY: dladdr succeeded and `dli_fname` is non-null (both checked above); it then points to the
+    // NUL-terminated path of the object containing `addr`, which stays mapped while this code (which is
+    // in that object) runs, and `so` is converted to an owned PathBuf before returning.
     let so = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
     let so = PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(so.to_bytes()));
     Some(so.parent()?.join("fake-nvml.json"))
@@ -161,15 +167,24 @@ fn device_call(name: &str, h: Handle, f: impl FnOnce(&Dev) -> Result<(), u32>) -
     })
 }
 
+/// Writes `v` to the caller's out-parameter `p`; INVALID_ARGUMENT when `p` is NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for an aligned write of one `T` (NVML's contract for its out-parameters).
 unsafe fn put<T>(p: *mut T, v: T) -> Result<(), u32> {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
     }
+    // SAFETY: `p` is non-null (checked above), so by this function's contract it is valid for an
+    // aligned write of a T; `write` does not read or drop the old (possibly uninitialised) value.
     unsafe { p.write(v) };
     Ok(())
 }
 
 /// Copies `s` with its NUL into a caller buffer of `len` bytes; INSUFFICIENT_SIZE when it does not fit.
+///
+/// # Safety
+/// `buf` is NULL or valid for writes of `len` bytes (NVML's contract for its string out-parameters).
 unsafe fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), u32> {
     if buf.is_null() {
         return Err(INVALID_ARGUMENT);
@@ -177,6 +192,10 @@ unsafe fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), u32> {
     if s.len() + 1 > len as usize {
         return Err(INSUFFICIENT_SIZE);
     }
+    // SAFETY: `buf` is non-null, so by this function's contract it is writable for `len` bytes, and
+    // s.len() + 1 <= len (checked above): the copy of s.len() bytes and the NUL at offset s.len() stay in
+    // bounds. `s` borrows our scenario, which the caller's buffer cannot alias; u8 and c_char have
+    // alignment 1.
     unsafe {
         std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
         buf.add(s.len()).write(0);
@@ -254,11 +273,15 @@ pub extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> u32 {
+    // SAFETY: per NVML's API `version` is NULL or a buffer of `length` writable bytes; put_str rejects NULL and a
+    // string (with its NUL) longer than `length`.
     library_call("nvmlSystemGetDriverVersion", |s| unsafe { put_str(version, length, &s.driver_version) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> u32 {
+    // SAFETY: per NVML's API `version` is NULL or a buffer of `length` writable bytes; put_str rejects NULL and a
+    // string (with its NUL) longer than `length`.
     library_call("nvmlSystemGetNVMLVersion", |s| unsafe {
         put_str(version, length, s.nvml_version.as_deref().ok_or(NOT_SUPPORTED)?)
     })
@@ -266,11 +289,13 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: 
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) -> u32 {
+    // SAFETY: per NVML's API `v` is NULL or points to a writable c_int; put rejects NULL.
     library_call("nvmlSystemGetCudaDriverVersion", |s| unsafe { put(v, s.cuda_driver_version.ok_or(NOT_SUPPORTED)?) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> u32 {
+    // SAFETY: per NVML's API `v` is NULL or points to a writable c_int; put rejects NULL.
     library_call("nvmlSystemGetCudaDriverVersion_v2", |s| unsafe {
         put(v, s.cuda_driver_version.ok_or(NOT_SUPPORTED)?)
     })
@@ -278,6 +303,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> u32
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> u32 {
+    // SAFETY: per NVML's API `count` is NULL or points to a writable c_uint; put rejects NULL.
     library_call("nvmlDeviceGetCount_v2", |s| unsafe { put(count, s.devices.len() as c_uint) })
 }
 
@@ -287,6 +313,8 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *m
     library_call(name, |s| {
         let gpu = s.devices.get(index as usize).ok_or(INVALID_ARGUMENT)?;
         forced(&gpu.errors, name)?;
+        // SAFETY: per NVML's API `device` is NULL or points to a writable nvmlDevice_t; put rejects NULL. The
+        // handle written is an address inside GPU_HANDLES, never dereferenced.
         unsafe { put(device, (&raw const GPU_HANDLES[index as usize]) as Handle) }
     })
 }
@@ -297,6 +325,8 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *m
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: Handle, uuid: *mut c_char, length: c_uint) -> u32 {
     device_call("nvmlDeviceGetUUID", device, |d| {
         let v = d.mig.map_or(&d.gpu.uuid, |(_, m)| &m.uuid);
+        // SAFETY: per NVML's API `uuid` is NULL or a buffer of `length` writable bytes; put_str rejects NULL and a
+        // string (with its NUL) longer than `length`.
         unsafe { put_str(uuid, length, v) }
     })
 }
@@ -308,23 +338,26 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: Handle, name: *mut c_char, le
             Some((_, m)) => m.name.as_deref(),
             None => d.gpu.name.as_deref(),
         };
+        // SAFETY: per NVML's API `name` is NULL or a buffer of `length` writable bytes; put_str rejects NULL and a
+        // string (with its NUL) longer than `length`.
         unsafe { put_str(name, length, v.ok_or(NOT_SUPPORTED)?) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: Handle, minor: *mut c_uint) -> u32 {
+    // SAFETY: per NVML's API `minor` is NULL or points to a writable c_uint; put rejects NULL.
     device_call("nvmlDeviceGetMinorNumber", device, |d| unsafe { put(minor, d.whole()?.minor.ok_or(NOT_SUPPORTED)?) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Handle, pci: *mut abi::PciInfo) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Handle, pci: *mut PciInfo) -> u32 {
     device_call("nvmlDeviceGetPciInfo_v3", device, |d| {
         let bus_id = d.whole()?.pci_bus_id.as_deref().ok_or(NOT_SUPPORTED)?;
         let (domain, bus, dev) = parse_bus_id(bus_id).ok_or(UNKNOWN)?;
         // The legacy field has a 4-digit domain.
         let legacy = bus_id.get(4..).unwrap_or(bus_id);
-        let info = abi::PciInfo {
+        let info = PciInfo {
             bus_id_legacy: fixed(legacy),
             domain,
             bus,
@@ -333,6 +366,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Handle, pci: *mut abi::
             pci_sub_system_id: 0,
             bus_id: fixed(bus_id),
         };
+        // SAFETY: per NVML's API `pci` is NULL or points to a writable nvmlPciInfo_t; put rejects NULL.
         unsafe { put(pci, info) }
     })
 }
@@ -348,45 +382,51 @@ fn scenario_memory(d: &Dev) -> Result<crate::scenario::Memory, u32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Handle, memory: *mut abi::Memory) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Handle, memory: *mut Memory) -> u32 {
     device_call("nvmlDeviceGetMemoryInfo", device, |d| {
         let m = scenario_memory(d)?;
-        unsafe { put(memory, abi::Memory { total: m.total, free: m.total - m.used, used: m.used }) }
+        // SAFETY: per NVML's API `memory` is NULL or points to a writable nvmlMemory_t; put rejects NULL.
+        unsafe { put(memory, Memory { total: m.total, free: m.total - m.used, used: m.used }) }
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Handle, memory: *mut abi::MemoryV2) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Handle, memory: *mut MemoryV2) -> u32 {
     device_call("nvmlDeviceGetMemoryInfo_v2", device, |d| {
         if memory.is_null() {
             return Err(INVALID_ARGUMENT);
         }
         // As the real library: the caller states the struct version it passes.
+        // SAFETY: `memory` is non-null (checked above) and NVML's API has the caller pass an nvmlMemory_v2_t with
+        // its `version` field set, so the aligned u32 read of that field is in bounds and initialised.
         if unsafe { (*memory).version } != MEMORY_V2_VERSION {
             return Err(ARGUMENT_VERSION_MISMATCH);
         }
         let m = scenario_memory(d)?;
-        let v = abi::MemoryV2 {
+        let v = MemoryV2 {
             version: MEMORY_V2_VERSION,
             total: m.total,
             reserved: m.reserved,
             free: m.total - m.used,
             used: m.used,
         };
+        // SAFETY: per NVML's API `memory` is NULL or points to a writable nvmlMemory_v2_t; put rejects NULL.
         unsafe { put(memory, v) }
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: Handle, u: *mut abi::Utilization) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: Handle, u: *mut Utilization) -> u32 {
     device_call("nvmlDeviceGetUtilizationRates", device, |d| {
         let v = d.whole()?.utilization.ok_or(NOT_SUPPORTED)?;
-        unsafe { put(u, abi::Utilization { gpu: v.gpu, memory: v.memory }) }
+        // SAFETY: per NVML's API `u` is NULL or points to a writable nvmlUtilization_t; put rejects NULL.
+        unsafe { put(u, Utilization { gpu: v.gpu, memory: v.memory }) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: Handle, power: *mut c_uint) -> u32 {
+    // SAFETY: per NVML's API `power` is NULL or points to a writable c_uint; put rejects NULL.
     device_call("nvmlDeviceGetPowerUsage", device, |d| unsafe { put(power, d.whole()?.power_mw.ok_or(NOT_SUPPORTED)?) })
 }
 
@@ -399,6 +439,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(device: Handle, ene
             (Some(rate), Some(epoch)) => (rate as u128 * epoch.elapsed().as_millis() / 1000) as u64,
             _ => 0,
         };
+        // SAFETY: per NVML's API `energy` is NULL or points to a writable c_ulonglong; put rejects NULL.
         unsafe { put(energy, base.saturating_add(grown)) }
     })
 }
@@ -413,6 +454,7 @@ pub unsafe extern "C" fn nvmlDeviceGetClockInfo(device: Handle, kind: c_uint, cl
             2 => c.memory_mhz,
             _ => None,
         };
+        // SAFETY: per NVML's API `clock` is NULL or points to a writable c_uint; put rejects NULL.
         unsafe { put(clock, v.ok_or(NOT_SUPPORTED)?) }
     })
 }
@@ -423,6 +465,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(device: Handle, sensor: c_uint
         if sensor != 0 {
             return Err(INVALID_ARGUMENT);
         }
+        // SAFETY: per NVML's API `temp` is NULL or points to a writable c_uint; put rejects NULL.
         unsafe { put(temp, d.whole()?.temperature_c.ok_or(NOT_SUPPORTED)?) }
     })
 }
@@ -436,6 +479,8 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeMode(device: Handle, mode: *mut c_u
             ComputeMode::Prohibited => 2,
             ComputeMode::ExclusiveProcess => 3,
         };
+        // SAFETY: per NVML's API `mode` is NULL or points to a writable c_uint (nvmlComputeMode_t); put rejects
+        // NULL.
         unsafe { put(mode, v) }
     })
 }
@@ -446,6 +491,8 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeMode(device: Handle, mode: *mut c_u
 pub unsafe extern "C" fn nvmlDeviceGetMigMode(device: Handle, current: *mut c_uint, pending: *mut c_uint) -> u32 {
     device_call("nvmlDeviceGetMigMode", device, |d| {
         let m = d.whole()?.mig_mode.ok_or(NOT_SUPPORTED)?;
+        // SAFETY: per NVML's API `current` and `pending` are each NULL or point to a writable c_uint; put rejects
+        // NULL.
         unsafe {
             put(current, m.current as c_uint)?;
             put(pending, m.pending as c_uint)
@@ -459,6 +506,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: Handle, count: *
         let gpu = d.whole()?;
         gpu.mig_mode.ok_or(NOT_SUPPORTED)?;
         let n = gpu.max_mig_devices.unwrap_or(7).max(gpu.mig_instances.len() as u32);
+        // SAFETY: per NVML's API `count` is NULL or points to a writable c_uint; put rejects NULL.
         unsafe { put(count, n) }
     })
 }
@@ -471,6 +519,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(device: Handle, ind
         if !mode.current || index as usize >= gpu.mig_instances.len() {
             return Err(NOT_FOUND);
         }
+        // SAFETY: per NVML's API `mig` is NULL or points to a writable nvmlDevice_t; put rejects NULL. The handle
+        // written is an address inside MIG_HANDLES, never dereferenced.
         unsafe { put(mig, (&raw const MIG_HANDLES[d.index][index as usize]) as Handle) }
     })
 }
@@ -481,12 +531,15 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig: Handl
         if d.mig.is_none() {
             return Err(INVALID_ARGUMENT);
         }
+        // SAFETY: per NVML's API `device` is NULL or points to a writable nvmlDevice_t; put rejects NULL. The
+        // handle written is an address inside GPU_HANDLES, never dereferenced.
         unsafe { put(device, (&raw const GPU_HANDLES[d.index]) as Handle) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: Handle, is_mig: *mut c_uint) -> u32 {
+    // SAFETY: per NVML's API `is_mig` is NULL or points to a writable c_uint; put rejects NULL.
     device_call("nvmlDeviceIsMigDeviceHandle", device, |d| unsafe { put(is_mig, d.mig.is_some() as c_uint) })
 }
 
@@ -494,6 +547,7 @@ pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: Handle, is_mig: *mu
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: Handle, id: *mut c_uint) -> u32 {
     device_call("nvmlDeviceGetGpuInstanceId", device, |d| {
         let (_, m) = d.mig.ok_or(NOT_SUPPORTED)?;
+        // SAFETY: per NVML's API `id` is NULL or points to a writable c_uint; put rejects NULL.
         unsafe { put(id, m.gpu_instance_id) }
     })
 }
@@ -502,6 +556,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: Handle, id: *mut c_u
 pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: Handle, id: *mut c_uint) -> u32 {
     device_call("nvmlDeviceGetComputeInstanceId", device, |d| {
         let (_, m) = d.mig.ok_or(NOT_SUPPORTED)?;
+        // SAFETY: per NVML's API `id` is NULL or points to a writable c_uint; put rejects NULL.
         unsafe { put(id, m.compute_instance_id) }
     })
 }
@@ -517,7 +572,11 @@ enum ProcessList {
 
 /// The count-then-fill protocol: a short buffer (or NULL) gets INSUFFICIENT_SIZE and the count;
 /// an empty list is SUCCESS with 0.
-fn processes(d: &Dev, which: ProcessList, count: *mut c_uint, infos: *mut abi::ProcessInfo) -> Result<(), u32> {
+///
+/// # Safety
+/// `count` is NULL or valid for reading and writing a c_uint, and `infos` is NULL or valid for writing
+/// as many ProcessInfo as `*count` says on entry (NVML's contract for the `_v3` process queries).
+unsafe fn processes(d: &Dev, which: ProcessList, count: *mut c_uint, infos: *mut ProcessInfo) -> Result<(), u32> {
     let (list, ids) = match d.mig {
         Some((_, m)) => {
             let l = match which {
@@ -540,7 +599,10 @@ fn processes(d: &Dev, which: ProcessList, count: *mut c_uint, infos: *mut abi::P
     if count.is_null() {
         return Err(INVALID_ARGUMENT);
     }
+    // SAFETY: `count` is non-null (checked above), so by this function's contract it is valid for reading
+    // and writing a c_uint (the caller initialises it with its buffer's capacity).
     let capacity = unsafe { count.read() } as usize;
+    // SAFETY: as above: `count` is non-null and writable.
     unsafe { count.write(list.len() as c_uint) };
     if list.is_empty() {
         return Ok(());
@@ -549,7 +611,7 @@ fn processes(d: &Dev, which: ProcessList, count: *mut c_uint, infos: *mut abi::P
         return Err(INSUFFICIENT_SIZE);
     }
     for (k, p) in list.iter().enumerate() {
-        let info = abi::ProcessInfo {
+        let info = ProcessInfo {
             pid: p.pid,
             used_gpu_memory: match p.used_bytes {
                 UsedBytes::Bytes(b) => b,
@@ -558,6 +620,8 @@ fn processes(d: &Dev, which: ProcessList, count: *mut c_uint, infos: *mut abi::P
             gpu_instance_id: p.gpu_instance_id.unwrap_or(ids.0),
             compute_instance_id: p.compute_instance_id.unwrap_or(ids.1),
         };
+        // SAFETY: `infos` is non-null and k < list.len() <= capacity (both checked above), and by this
+        // function's contract `infos` is writable for `capacity` elements, so slot k is in the caller's buffer.
         unsafe { infos.add(k).write(info) };
     }
     Ok(())
@@ -567,18 +631,26 @@ fn processes(d: &Dev, which: ProcessList, count: *mut c_uint, infos: *mut abi::P
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     device: Handle,
     count: *mut c_uint,
-    infos: *mut abi::ProcessInfo,
+    infos: *mut ProcessInfo,
 ) -> u32 {
-    device_call("nvmlDeviceGetComputeRunningProcesses_v3", device, |d| processes(d, ProcessList::Compute, count, infos))
+    // SAFETY: per NVML's API `count` is NULL or points to the caller's buffer capacity (read, then overwritten
+    // with the number of processes), and `infos` is NULL or has room for that many entries: exactly what
+    // `processes` requires.
+    device_call("nvmlDeviceGetComputeRunningProcesses_v3", device, |d| unsafe {
+        processes(d, ProcessList::Compute, count, infos)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     device: Handle,
     count: *mut c_uint,
-    infos: *mut abi::ProcessInfo,
+    infos: *mut ProcessInfo,
 ) -> u32 {
-    device_call("nvmlDeviceGetGraphicsRunningProcesses_v3", device, |d| {
+    // SAFETY: per NVML's API `count` is NULL or points to the caller's buffer capacity (read, then overwritten
+    // with the number of processes), and `infos` is NULL or has room for that many entries: exactly what
+    // `processes` requires.
+    device_call("nvmlDeviceGetGraphicsRunningProcesses_v3", device, |d| unsafe {
         processes(d, ProcessList::Graphics, count, infos)
     })
 }
@@ -587,16 +659,21 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
 pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
     device: Handle,
     count: *mut c_uint,
-    infos: *mut abi::ProcessInfo,
+    infos: *mut ProcessInfo,
 ) -> u32 {
-    device_call("nvmlDeviceGetMPSComputeRunningProcesses_v3", device, |d| processes(d, ProcessList::Mps, count, infos))
+    // SAFETY: per NVML's API `count` is NULL or points to the caller's buffer capacity (read, then overwritten
+    // with the number of processes), and `infos` is NULL or has room for that many entries: exactly what
+    // `processes` requires.
+    device_call("nvmlDeviceGetMPSComputeRunningProcesses_v3", device, |d| unsafe {
+        processes(d, ProcessList::Mps, count, infos)
+    })
 }
 
 /// Samples newer than `last_seen`; NOT_FOUND when there are none (as documented for NVML).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     device: Handle,
-    samples: *mut abi::ProcessUtilizationSample,
+    samples: *mut ProcessUtilizationSample,
     count: *mut c_uint,
     last_seen: c_ulonglong,
 ) -> u32 {
@@ -609,13 +686,16 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         if newer.is_empty() {
             return Err(NOT_FOUND);
         }
+        // SAFETY: `count` is non-null (checked above), and NVML's API has it point to the caller's
+        // buffer capacity, which we read and then overwrite with the number of samples.
         let capacity = unsafe { count.read() } as usize;
+        // SAFETY: as above: `count` is non-null and, per NVML's API, writable.
         unsafe { count.write(newer.len() as c_uint) };
         if samples.is_null() || capacity < newer.len() {
             return Err(INSUFFICIENT_SIZE);
         }
         for (k, s) in newer.iter().enumerate() {
-            let v = abi::ProcessUtilizationSample {
+            let v = ProcessUtilizationSample {
                 pid: s.pid,
                 time_stamp: s.timestamp_us,
                 sm_util: s.sm,
@@ -623,6 +703,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
                 enc_util: s.enc,
                 dec_util: s.dec,
             };
+            // SAFETY: `samples` is non-null and k < newer.len() <= capacity (both checked above); per NVML's
+            // API the buffer holds `capacity` (the caller's *count) samples, so slot k is in bounds.
             unsafe { samples.add(k).write(v) };
         }
         Ok(())

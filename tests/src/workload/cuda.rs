@@ -508,7 +508,7 @@ impl CudaSession {
         let (mut stream, mut graph, mut exec): (Handle, Handle, Handle) = Default::default();
         let fname = CString::new(INIT_FUNCTION_NAME).expect("no NUL");
         let kname = CString::new(INIT_KERNEL_NAME).expect("no NUL");
-        // SAFETY (every call below): out-pointers are live locals, the image and names are
+        // SAFETY: for every call below: out-pointers are live locals, the image and names are
         // NUL-terminated and outlive the calls, and handles passed in are ones the library just
         // returned (each step runs only after the previous one succeeded).
         unsafe {
