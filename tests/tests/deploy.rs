@@ -14,7 +14,7 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// The venv `cargo xtask setup` fills (kept in step with xtask/src/setup.rs).
+/// The venv `cargo xtask setup` fills (kept in step with xtask/src/setup/mod.rs).
 fn deploy_python() -> PathBuf {
     let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
         .map(PathBuf::from)

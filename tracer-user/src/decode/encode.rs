@@ -145,7 +145,7 @@ pub fn wire_header<R: Record>(h: &Header, flags: u16) -> EventHeader {
     EventHeader {
         kind: R::KIND,
         flags,
-        size: core::mem::size_of::<R>() as u32,
+        size: size_of::<R>() as u32,
         ktime_ns: h.ktime_ns,
         tgid: h.tgid,
         pid: h.pid,

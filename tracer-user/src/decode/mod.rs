@@ -586,7 +586,7 @@ impl IoctlOp {
 /// Decode one ring-buffer record. Never panics; see the module docs for what is an error and what
 /// is a [`IoctlOp::Malformed`] event.
 pub fn decode(bytes: &[u8], abi: &DriverAbi) -> Result<Event, DecodeError> {
-    let hdr_len = core::mem::size_of::<EventHeader>();
+    let hdr_len = size_of::<EventHeader>();
     let hdr = header_from_bytes(bytes).ok_or(DecodeError::Short { kind: 0, need: hdr_len, got: bytes.len() })?;
     let header = Header::from_wire(&hdr);
     Ok(match hdr.kind {
@@ -692,7 +692,7 @@ pub fn decode(bytes: &[u8], abi: &DriverAbi) -> Result<Event, DecodeError> {
 
 /// Read a whole record of type `R`, checking the buffer and the header's declared size.
 fn record<R: Record>(bytes: &[u8], hdr: &EventHeader) -> Result<R, DecodeError> {
-    let need = core::mem::size_of::<R>();
+    let need = size_of::<R>();
     if bytes.len() < need {
         return Err(DecodeError::Short { kind: hdr.kind, need, got: bytes.len() });
     }

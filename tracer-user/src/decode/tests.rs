@@ -40,7 +40,7 @@ fn raw_ioctl(dev_kind: u8, cmd: u32, nr: u32, size: u32) -> IoctlRecord {
         hdr: EventHeader {
             kind: kind::IOCTL,
             flags: 0,
-            size: core::mem::size_of::<IoctlRecord>() as u32,
+            size: size_of::<IoctlRecord>() as u32,
             ktime_ns: 123_456_789,
             tgid: 4242,
             pid: 4243,
@@ -527,8 +527,7 @@ fn record_errors() {
 fn text_fields_keep_their_byte_length() {
     let mut comm = [0u8; 16];
     comm[..6].copy_from_slice(b"py\xffth\xc3");
-    let r =
-        tracer_common::ProcExecRecord { hdr: encode::wire_header::<tracer_common::ProcExecRecord>(&hdr(), 0), comm };
+    let r = ProcExecRecord { hdr: encode::wire_header::<ProcExecRecord>(&hdr(), 0), comm };
     match decode(record_as_bytes(&r), &abi535()) {
         Ok(Event::ProcessExec { comm, .. }) => assert_eq!(comm, "py?th?"),
         other => panic!("{other:?}"),

@@ -241,11 +241,14 @@ impl NvmlSource {
 /// The path of the library nvml-wrapper loaded, from the address of one of its functions.
 fn loaded_path(nvml: &Nvml) -> Option<PathBuf> {
     let init = nvml.lib().nvmlInit_v2.as_ref().ok()?;
+    // SAFETY: Dl_info is plain C data (pointers and integers); all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the address; dli_fname points into the loader's own data.
     if unsafe { libc::dladdr(*init as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
+    // SAFETY: dladdr succeeded and dli_fname is not null: it points at the loader's NUL-terminated
+    // copy of the object's path, which lives as long as the library stays loaded (nvml holds it).
     let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
     Some(PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes())))
 }

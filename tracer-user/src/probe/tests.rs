@@ -6,10 +6,7 @@ fn nothing_to_probe_serializes_as_failed() {
     let st = FamilyStatus::from_cuda_attach_error(&e);
     assert!(matches!(st, FamilyStatus::NothingToProbe { .. }));
     assert_eq!(st.error(), Some(e.to_string().as_str()));
-    assert_eq!(
-        serde_json::to_value(&st).unwrap(),
-        serde_json::json!({ "state": "failed", "error": e.to_string() })
-    );
+    assert_eq!(serde_json::to_value(&st).unwrap(), serde_json::json!({ "state": "failed", "error": e.to_string() }));
     let other = crate::cuda::attach::AttachError::NothingAttached { why: "x".into() };
     assert_eq!(FamilyStatus::from_cuda_attach_error(&other), FamilyStatus::Failed { error: other.to_string() });
     assert_eq!(

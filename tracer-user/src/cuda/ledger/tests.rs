@@ -37,9 +37,8 @@ fn counts_survive_process_exit_in_their_cgroup_and_rates_are_deltas() {
     ]);
     std::thread::sleep(std::time::Duration::from_millis(210));
     l.update_counts(vec![(key(5, 10, cuda_entry::LAUNCH_KERNEL), CudaCount { calls: 200, bytes: 0 })]);
-    let rate = |l: &CudaLedger| {
-        l.snapshot(&mut |_| None).cgroups.iter().find(|c| c.cgroup_id == 5).unwrap().usage.launch_rate
-    };
+    let rate =
+        |l: &CudaLedger| l.snapshot(&mut |_| None).cgroups.iter().find(|c| c.cgroup_id == 5).unwrap().usage.launch_rate;
     let r = rate(&l);
     assert!(r > 0.0);
     // A second read right after (one snapshot reads twice) keeps the window's rate.

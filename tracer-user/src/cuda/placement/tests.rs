@@ -160,7 +160,7 @@ fn real_libcuda_direct_references_to_implementations() {
         REAL_SYMBOLS.iter().map(|s| (placer.place(s).unwrap().thunk[0].slot_addr, *s)).collect();
     let mut hits: HashMap<&str, usize> = HashMap::new();
     let mut slot_refs: HashMap<&str, usize> = HashMap::new();
-    let mut insn = iced_x86::Instruction::default();
+    let mut insn = Instruction::default();
     while dec.can_decode() {
         dec.decode_out(&mut insn);
         if insn.op0_kind() == OpKind::NearBranch64

@@ -6,19 +6,10 @@ use tracer_common::{
 };
 
 fn versions() -> Vec<DriverAbi> {
-    [
-        (530, 41, 3),
-        (535, 43, 2),
-        (535, 261, 3),
-        (545, 23, 6),
-        (550, 54, 15),
-        (580, 65, 6),
-        (590, 44, 1),
-        (595, 45, 4),
-    ]
-    .into_iter()
-    .map(|(a, b, c)| DriverAbi::for_version(DriverVersion::new(a, b, c)))
-    .collect()
+    [(530, 41, 3), (535, 43, 2), (535, 261, 3), (545, 23, 6), (550, 54, 15), (580, 65, 6), (590, 44, 1), (595, 45, 4)]
+        .into_iter()
+        .map(|(a, b, c)| DriverAbi::for_version(DriverVersion::new(a, b, c)))
+        .collect()
 }
 
 #[test]
@@ -72,8 +63,7 @@ fn memory_classes_get_their_param_sizes() {
     let old = DriverAbi::for_version(DriverVersion::new(535, 261, 3));
     assert_eq!(alloc_param_size(&new, 0x40), 128);
     assert_eq!(alloc_param_size(&old, 0x40), 120);
-    for (c, n) in
-        [(0xc2, 24), (0xf8, 48), (0x71, 40), (0x70, 24), (0x80, 56), (0x2080, 4), (0x3e, 120), (0x90ce, 120)]
+    for (c, n) in [(0xc2, 24), (0xf8, 48), (0x71, 40), (0x70, 24), (0x80, 56), (0x2080, 4), (0x3e, 120), (0x90ce, 120)]
     {
         assert_eq!(alloc_param_size(&old, c), n, "class {c:#x}");
     }

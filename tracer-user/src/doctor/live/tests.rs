@@ -16,8 +16,7 @@ fn report(cuda: FamilyStatus) -> ProbeReport {
 fn families_map_to_statuses() {
     let no_lib = crate::cuda::attach::AttachError::NoLibrary { searched: crate::cuda::attach::SEARCH_PATHS };
     let checks = probe_checks(&report(FamilyStatus::from_cuda_attach_error(&no_lib)));
-    let got: Vec<(&str, CheckStatus, &str)> =
-        checks.iter().map(|c| (c.name, c.status, c.detail.as_str())).collect();
+    let got: Vec<(&str, CheckStatus, &str)> = checks.iter().map(|c| (c.name, c.status, c.detail.as_str())).collect();
     let no_lib = no_lib.to_string();
     assert_eq!(
         got,
@@ -46,11 +45,8 @@ fn nvml_and_kubernetes_checks() {
     assert_eq!((c.name, c.status, c.detail.as_str()), ("nvml", CheckStatus::Warn, "libnvidia-ml.so.1 not found"));
     assert_eq!(nvml_check(&NvmlView::default()).detail, "not sampled");
 
-    let k = KubeView {
-        status: KubernetesStatus::NotInUse,
-        detail: "not a Kubernetes node".into(),
-        ..Default::default()
-    };
+    let k =
+        KubeView { status: KubernetesStatus::NotInUse, detail: "not a Kubernetes node".into(), ..Default::default() };
     let c = kubernetes_checks(&k);
     assert_eq!(c.len(), 1);
     assert_eq!((c[0].name, c[0].status), ("kubernetes", CheckStatus::Warn));
@@ -92,8 +88,7 @@ fn text_and_json_keep_their_form() {
     );
     assert!(r.failed());
     // What `doctor --json` printed before the report had a type: json!{} of the parts.
-    let before =
-        serde_json::to_string_pretty(&serde_json::json!({ "checks": r.checks, "probes": r.probes })).unwrap();
+    let before = serde_json::to_string_pretty(&serde_json::json!({ "checks": r.checks, "probes": r.probes })).unwrap();
     assert_eq!(r.to_json().unwrap(), before);
     let v: serde_json::Value = serde_json::from_str(&before).unwrap();
     assert_eq!(v["checks"][0], serde_json::json!({ "name": "kernel", "status": "ok", "detail": "Linux 6.1" }));

@@ -59,11 +59,8 @@ fn node(pods: u64) -> AttributionSnapshot {
 
 /// The numbers of one column, parsed from the table rows between the header and the total.
 fn column(out: &str, col: usize) -> (Vec<f64>, f64) {
-    let rows: Vec<Vec<&str>> = out
-        .lines()
-        .filter(|l| l.contains('%') && !l.contains(':'))
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows: Vec<Vec<&str>> =
+        out.lines().filter(|l| l.contains('%') && !l.contains(':')).map(|l| l.split_whitespace().collect()).collect();
     let value = |r: &Vec<&str>| -> Option<f64> {
         let v = r[r.len() - col];
         v.trim_end_matches('%').parse().ok()
@@ -109,10 +106,8 @@ fn thirty_pods_fit_in_80_columns_and_add_up() {
 #[test]
 fn idle_reservations_are_marked() {
     let mut s = node(2);
-    s.containers[0].idle_reservation = Some(crate::attribution::IdleReservation {
-        since_unix_ns: s.start_unix_ns - 600_000_000_000,
-        held_bytes: GIB,
-    });
+    s.containers[0].idle_reservation =
+        Some(crate::attribution::IdleReservation { since_unix_ns: s.start_unix_ns - 600_000_000_000, held_bytes: GIB });
     let out = render_attribution(&s, 80);
     assert!(out.contains("! ml-team-0/"), "{out}");
     assert!(out.contains("ran nothing for 10 min"), "{out}");

@@ -117,7 +117,7 @@ pub fn seeded_record(s: &SeededFd, cgroup_id: u64, ktime_ns: u64) -> FdOpenRecor
         hdr: EventHeader {
             kind: kind::FD_OPEN,
             flags: flags::SEEDED,
-            size: std::mem::size_of::<FdOpenRecord>() as u32,
+            size: size_of::<FdOpenRecord>() as u32,
             ktime_ns,
             tgid: s.tgid,
             pid: s.tgid,

@@ -34,6 +34,7 @@ fn scan_finds_our_own_dup_as_one_file() {
     std::fs::write(&path, b"").unwrap();
     let f = std::fs::File::open(&path).unwrap();
     use std::os::fd::AsRawFd;
+    // SAFETY: dup on an fd this test owns (f is open until the end of the test).
     let dupfd = unsafe { libc::dup(f.as_raw_fd()) };
     let prefix = format!("{}/nvidia", dir.display());
     let (found, _) = scan(Path::new("/proc"), &prefix, 0);
@@ -42,6 +43,7 @@ fn scan_finds_our_own_dup_as_one_file() {
     assert_eq!(mine.len(), 2, "{found:?}");
     assert_eq!(mine[0].dev.file_id, mine[1].dev.file_id);
     assert_eq!(mine[0].dev.kind, device_kind::CTL);
+    // SAFETY: closes the fd dup returned above, once; nothing else uses it.
     unsafe { libc::close(dupfd) };
     drop(f);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -1,5 +1,6 @@
 //! `cargo xtask test`: setup, then every test of the default members in release mode, privileged
-//! tests included, then one closing summary line (`N passed, N failed`).
+//! tests included, then one closing summary line (`N passed, N failed`). Clippy runs first with
+//! warnings as errors (the house lints of `[workspace.lints]`); a finding fails the run.
 //!
 //! Privileged tests must not skip silently: `GPU_TRACER_REQUIRE_PRIVILEGED=1` makes them panic
 //! when they lack root, BPF or FUSE, and any `ignored` test not listed in [`ALLOWED_IGNORED`]
@@ -99,6 +100,14 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     if !st.success() {
         anyhow::bail!("`{bline}` failed ({st}); 0 passed, 1 failed");
     }
+    // The house lints (`[workspace.lints]`, clippy's included) on every default member, warnings
+    // as errors; a finding fails the run but the tests still run.
+    let mut clippy = env.cargo();
+    clippy.args(["clippy", "--tests", "--quiet", "--", "-D", "warnings"]);
+    let cline = cmd::display(&clippy);
+    println!("+ {cline}");
+    let clippy_ok = clippy.status().with_context(|| format!("could not start `{cline}`"))?.success();
+
     let mut test = env.cargo();
     test.args(["test", "--release", "--no-fail-fast"])
         .args(extra_args)
@@ -119,6 +128,9 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     let summary = std::mem::take(&mut *summary.lock().unwrap());
 
     let mut problems = Vec::new();
+    if !clippy_ok {
+        problems.push(format!("`{cline}` found something (see above)"));
+    }
     if !status.success() {
         problems.push(format!("`{line}` failed ({status})"));
     }
@@ -128,7 +140,7 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     let unexpected = summary.unexpected_ignored(ALLOWED_IGNORED);
     if !unexpected.is_empty() {
         problems.push(format!(
-            "{} test(s) were ignored without being allowed (xtask/src/test.rs ALLOWED_IGNORED): {}",
+            "{} test(s) were ignored without being allowed (xtask/src/test/mod.rs ALLOWED_IGNORED): {}",
             unexpected.len(),
             unexpected.join(", ")
         ));
@@ -147,50 +159,4 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const OUTPUT: &str = "\
-running 3 tests
-test tests::a ... ok
-test tests::b ... ignored
-test root::needs_bpf ... ignored, needs root
-test tests::c ... FAILED
-
-test result: FAILED. 1 passed; 1 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s
-
-running 2 tests
-test src/lib.rs - read_stream (line 5) ... ok
-test src/lib.rs - x (line 9) ... ok
-
-test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.20s
-";
-
-    fn parse(text: &str) -> Summary {
-        let mut s = Summary::default();
-        text.lines().for_each(|l| s.feed(l));
-        s
-    }
-
-    #[test]
-    fn sums_result_lines_and_collects_ignored_names() {
-        let s = parse(OUTPUT);
-        assert_eq!((s.passed, s.failed, s.ignored, s.results), (3, 1, 2, 2));
-        assert_eq!(s.ignored_names, ["tests::b", "root::needs_bpf"]);
-        assert_eq!(s.line(), "3 passed, 1 failed, 2 skipped");
-    }
-
-    #[test]
-    fn allowed_ignored_tests_are_not_reported() {
-        let s = parse(OUTPUT);
-        assert_eq!(s.unexpected_ignored(&[("tests::b", "slow")]), ["root::needs_bpf"]);
-    }
-
-    #[test]
-    fn a_clean_run_has_a_plain_closing_line() {
-        let s =
-            parse("test result: ok. 12 passed; 0 failed; 0 ignored; 0 measured; 3 filtered out; finished in 1.5s\n");
-        assert_eq!(s.line(), "12 passed, 0 failed");
-        assert!(s.unexpected_ignored(ALLOWED_IGNORED).is_empty());
-    }
-}
+mod tests;

@@ -88,6 +88,7 @@ pub fn run_setup() -> anyhow::Result<BuildEnv> {
 
     step(&format!("rust toolchain {tc}"), toolchain(&tc));
     step(&format!("rust-src for {tc}"), rust_src(&tc));
+    step("clippy (the house lints, checked by `cargo xtask test`)", clippy());
     step(&format!("bpf-linker {BPF_LINKER_VERSION} (against {tc}'s libLLVM)"), bpf_linker(&tc));
     step(&format!("tracefs at {TRACEFS}"), tracefs());
     apt(&mut step);
@@ -145,6 +146,27 @@ fn rust_src(tc: &str) -> anyhow::Result<Outcome> {
             "cause: rust-src was added but {} is missing; fix: `rustup component remove rust-src --toolchain {tc}` and rerun",
             core.display()
         );
+    }
+    Ok(Outcome::Installed)
+}
+
+/// clippy for the host toolchain (rustup's default profile has it; a minimal one does not).
+fn clippy() -> anyhow::Result<Outcome> {
+    let have = || {
+        Command::new(cmd::cargo_program())
+            .args(["clippy", "--version"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if have() {
+        return Ok(Outcome::Already);
+    }
+    cmd::run(Command::new("rustup").args(["component", "add", "clippy"]))
+        .context("fix: check network access to the rustup dist server, then rerun")?;
+    if !have() {
+        bail!("cause: clippy was added but `cargo clippy --version` still fails; fix: `rustup component add clippy`");
     }
     Ok(Outcome::Installed)
 }
@@ -415,18 +437,4 @@ fn kubectl() -> anyhow::Result<Outcome> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn toolchain_names_are_matched_exactly() {
-        let list = "stable-x86_64-unknown-linux-gnu (active, default)\n\
-                    nightly-2026-05-19-x86_64-unknown-linux-gnu\n\
-                    1.95.0-x86_64-unknown-linux-gnu\n";
-        assert!(toolchain_listed(list, "stable"));
-        assert!(toolchain_listed(list, "1.95.0"));
-        assert!(toolchain_listed(list, "nightly-2026-05-19"));
-        assert!(!toolchain_listed(list, "nightly"));
-        assert!(toolchain_listed("nightly-x86_64-unknown-linux-gnu\n", "nightly"));
-    }
-}
+mod tests;
