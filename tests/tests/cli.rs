@@ -49,6 +49,24 @@ fn start_with(global: &[&str], args: &[&str]) -> (Child, mpsc::Receiver<String>)
     (child, rx)
 }
 
+/// An ordinary error (here: a config file that is not there) is a message, with its causes, and
+/// exit status 1 — no backtrace, even with RUST_BACKTRACE set (common on developer machines).
+#[test]
+fn ordinary_errors_print_a_message_not_a_backtrace() {
+    let out = Command::new(gpu_tracer())
+        .args(["--config", "/nonexistent/gpu-tracer.toml", "top", "--once"])
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("/nonexistent/gpu-tracer.toml"), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    assert!(!stderr.contains("src/"), "no source locations: {stderr}");
+}
+
 fn ok(w: &mut Workload, cmd: &str) -> String {
     let a = w.cmd(cmd).unwrap();
     assert!(a.starts_with("ok"), "{cmd}: {a}");

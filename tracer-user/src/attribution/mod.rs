@@ -30,14 +30,32 @@ pub use input::{
 /// Nano-currency as currency with at least 2 decimals (more for amounts under a cent, so a
 /// one-second interval's cost is not shown as 0.00). Rounded half up.
 pub fn format_currency(nano: u64) -> String {
-    let decimals = if nano >= 10_000_000 {
+    format_fixed(nano, currency_decimals(nano))
+}
+
+/// Decimals [`format_currency`] gives `nano`: 2 from a cent up, 4 from 0.0001, 6 below.
+fn currency_decimals(nano: u64) -> u32 {
+    if nano >= 10_000_000 {
         2
     } else if nano >= 100_000 {
         4
     } else {
         6
-    };
-    format_fixed(nano, decimals)
+    }
+}
+
+/// A total and its parts as currency printed together: one precision for all of them (enough
+/// that no part that is not zero shows as zero), the total rounded half up, and the parts split
+/// from the printed total with the largest-remainder rule by their exact amounts, so the printed
+/// parts add up to the printed total. (`total` is Σ `parts` wherever it is used: the bill.)
+pub fn format_currency_parts(total: u64, parts: &[u64]) -> (String, Vec<String>) {
+    let decimals = parts.iter().filter(|p| **p > 0).chain([&total]).map(|v| currency_decimals(*v)).max().unwrap_or(2);
+    let unit = 10u128.pow(9 - decimals);
+    let shown_total = ((total as u128 + unit / 2) / unit).min(u64::MAX as u128) as u64;
+    let weights: Vec<u128> = parts.iter().map(|p| *p as u128).collect();
+    let shown = split::split_exact(shown_total, &weights).unwrap_or_else(|| vec![0; parts.len()]);
+    let fmt = |units: u64| format_fixed(units.saturating_mul(unit as u64), decimals);
+    (fmt(shown_total), shown.into_iter().map(fmt).collect())
 }
 
 /// Nano-currency with exactly `decimals` (0..=9) decimals, rounded half up.

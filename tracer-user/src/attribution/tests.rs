@@ -473,6 +473,29 @@ fn containers_are_bounded_and_the_bill_still_adds_up() {
     check_bill(&a, &s);
 }
 
+/// A printed amount in units of its last decimal, and how many decimals it has.
+fn printed_units(s: &str) -> (u128, usize) {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    (format!("{whole}{frac}").parse().unwrap(), frac.len())
+}
+
+#[test]
+fn a_total_and_its_parts_are_printed_with_one_precision_and_add_up() {
+    // The line the issue was filed on: 0.0018 + 0.02 + 0.0002 printed under a total of 0.03.
+    let (total, parts) = format_currency_parts(26_000_000, &[1_800_000, 24_000_000, 200_000, 0]);
+    assert_eq!(total, "0.0260");
+    assert_eq!(parts, ["0.0018", "0.0240", "0.0002", "0.0000"]);
+    // Rounding: the parts are split from the printed total, not rounded one by one.
+    let (total, parts) = format_currency_parts(3_000_000_000, &[1_000_000_000; 3]);
+    assert_eq!(total, "3.00");
+    assert_eq!(parts, ["1.00", "1.00", "1.00"]);
+    let (total, parts) = format_currency_parts(20_000_000, &[6_666_667, 6_666_667, 6_666_666]);
+    assert_eq!(total, "0.0200");
+    assert_eq!(parts.iter().map(|p| printed_units(p).0).sum::<u128>(), 200);
+    // Nothing at all.
+    assert_eq!(format_currency_parts(0, &[0, 0]), ("0.000000".to_string(), vec!["0.000000".to_string(); 2]));
+}
+
 #[test]
 fn currency_formatting() {
     assert_eq!(format_currency(3_600_000_000), "3.60");
@@ -560,6 +583,26 @@ fn arb_policy() -> impl Strategy<Value = (CostPolicy, UnusedCost, f64)> {
         prop_oneof![Just(UnusedCost::Lines), Just(UnusedCost::Spread)],
         prop_oneof![any::<f64>(), 0.0f64..1.0],
     )
+}
+
+proptest! {
+    /// Whatever the amounts, the printed parts add up to the printed total, all with one
+    /// precision, each within one printed unit of its exact amount.
+    #[test]
+    fn printed_parts_add_up_to_the_printed_total(parts in prop::collection::vec(0u64..2_000_000_000_000, 1..8)) {
+        let total: u64 = parts.iter().sum();
+        let (t, ps) = format_currency_parts(total, &parts);
+        let (t_units, decimals) = printed_units(&t);
+        let mut sum = 0u128;
+        for (p, exact) in ps.iter().zip(&parts) {
+            let (units, d) = printed_units(p);
+            prop_assert_eq!(d, decimals, "{} vs {}", p, t);
+            let unit = 10u128.pow(9 - decimals as u32);
+            prop_assert!((units * unit).abs_diff(*exact as u128) < 2 * unit, "{} for {}", p, exact);
+            sum += units;
+        }
+        prop_assert_eq!(sum, t_units, "{:?} under {}", ps, t);
+    }
 }
 
 proptest! {

@@ -357,7 +357,20 @@ async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
+fn main() {
+    // An expected error (a bad flag value, a missing device, probes that cannot attach) is a
+    // message naming the cause and the fix, never a backtrace, whatever RUST_BACKTRACE says:
+    // anyhow's `Debug` would print one, so the chain is printed here instead.
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        for cause in e.chain().skip(1) {
+            eprintln!("  caused by: {cause}");
+        }
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.common.log.clone());
     tracing_subscriber::fmt()

@@ -4,7 +4,6 @@
 //! [`static_checks`] look without loading anything; [`run`] adds what starting the agent shows
 //! (NVML, Kubernetes, the kubelet's allocations, the probe families) and returns the whole
 //! [`DoctorReport`], which the binary prints as text or JSON.
-use std::path::Path;
 
 use serde::Serialize;
 
@@ -73,6 +72,50 @@ impl Check {
     fn new(name: &'static str, ok: bool, warn_only: bool, detail: impl Into<String>) -> Self {
         Self::with(name, CheckStatus::judge(ok, warn_only), detail)
     }
+}
+
+/// `device nodes`: is `ctl` the NVIDIA driver's control device? A character device is; anything
+/// else at that path (a regular file left by some tool, a test double) means the driver is not
+/// there, and says what the path is instead.
+pub fn device_node_check(ctl: &str) -> Check {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(md) = std::fs::metadata(ctl) else {
+        return Check::with(
+            "device nodes",
+            CheckStatus::Warn,
+            format!("{ctl} not found: no NVIDIA driver here, or dev_dir is wrong (set --dev-dir)"),
+        );
+    };
+    let ft = md.file_type();
+    if ft.is_char_device() {
+        let (major, minor) = (libc::major(md.rdev()), libc::minor(md.rdev()));
+        return Check::with(
+            "device nodes",
+            CheckStatus::Ok,
+            format!("{ctl} present (character device {major}:{minor})"),
+        );
+    }
+    let what = if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a character device"
+    };
+    Check::with(
+        "device nodes",
+        CheckStatus::Warn,
+        format!(
+            "{ctl} is {what}, not the NVIDIA driver's character device: the driver is not loaded here \
+             (a file left by some tool, or a test double); remove it, or point --dev-dir at the driver's nodes"
+        ),
+    )
 }
 
 /// Everything `doctor` found: the checks in order, and the probe report when the probes loaded.
@@ -160,18 +203,7 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
         true,
         format!("{} (from {})", ver.version_string(), ver.source),
     ));
-    let prefix = cfg.dev_prefix();
-    let ctl = format!("{prefix}ctl");
-    out.push(Check::new(
-        "device nodes",
-        Path::new(&ctl).exists(),
-        true,
-        if Path::new(&ctl).exists() {
-            format!("{ctl} present")
-        } else {
-            format!("{ctl} not found: no NVIDIA driver here, or dev_dir is wrong (set --dev-dir)")
-        },
-    ));
+    out.push(device_node_check(&format!("{}ctl", cfg.dev_prefix())));
     let cg = cfg
         .cgroup_root
         .clone()
@@ -187,3 +219,6 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
     ));
     out
 }
+
+#[cfg(test)]
+mod tests;

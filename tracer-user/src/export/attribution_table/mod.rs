@@ -8,7 +8,7 @@ use comfy_table::{Cell, CellAlignment};
 use crate::attribution::{
     AttributionSnapshot, ContainerKey, ContainerSummary, GpuAttribution,
     attributor::suggests_smaller,
-    format_currency, format_fixed,
+    format_currency_parts, format_fixed,
     gpu::{FULL, short_uuid},
     rightsizing::Fit,
     split::split_exact,
@@ -287,18 +287,13 @@ pub fn render_attribution(s: &AttributionSnapshot, width: u16) -> String {
     if s.price_per_gpu_hour.is_some() {
         let b = &s.bill;
         let containers: u64 = s.containers.iter().map(|c| c.cumulative_cost_nano).sum::<u64>() + b.evicted;
-        out.push_str(&cut(
-            &format!("bill so far {} = containers {}", format_currency(b.total), format_currency(containers)),
-            w,
-        ));
+        // One precision for the whole line, parts split from the printed total: what a person
+        // adds up is what is printed.
+        let (total, parts) = format_currency_parts(b.total, &[containers, b.idle, b.driver_reserved, b.unattributed]);
+        out.push_str(&cut(&format!("bill so far {total} = containers {}", parts[0]), w));
         out.push('\n');
         out.push_str(&cut(
-            &format!(
-                "  + idle {} + driver reserved {} + unattributed {}",
-                format_currency(b.idle),
-                format_currency(b.driver_reserved),
-                format_currency(b.unattributed)
-            ),
+            &format!("  + idle {} + driver reserved {} + unattributed {}", parts[1], parts[2], parts[3]),
             w,
         ));
         out.push('\n');

@@ -129,3 +129,29 @@ fn without_price_or_readings_it_says_so() {
     assert!(out.contains("no memory reading"), "{out}");
     assert!(out.contains("no process on this GPU"), "{out}");
 }
+
+/// The bill lines as a person reads them: the printed parts, added up, give the printed total
+/// (one precision for the whole line), on a node whose parts are of very different sizes.
+#[test]
+fn the_printed_bill_adds_up_as_printed() {
+    for pods in [1, 3, 30] {
+        let out = render_attribution(&node(pods), 200);
+        let bill = out.lines().find(|l| l.starts_with("bill so far")).expect("bill line");
+        let rest = out.lines().find(|l| l.starts_with("  + idle")).expect("second bill line");
+        // `bill so far T = containers C` and `  + idle I + driver reserved D + unattributed U`.
+        let numbers: Vec<&str> = bill
+            .split_whitespace()
+            .chain(rest.split_whitespace())
+            .filter(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            .collect();
+        assert_eq!(numbers.len(), 5, "{bill}\n{rest}");
+        let units = |s: &str| -> (u128, usize) {
+            let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+            (format!("{whole}{frac}").parse().unwrap(), frac.len())
+        };
+        let (total, decimals) = units(numbers[0]);
+        let parts: Vec<(u128, usize)> = numbers[1..].iter().map(|n| units(n)).collect();
+        assert!(parts.iter().all(|(_, d)| *d == decimals), "one precision: {bill}\n{rest}");
+        assert_eq!(parts.iter().map(|(u, _)| u).sum::<u128>(), total, "{bill}\n{rest}");
+    }
+}
