@@ -23,6 +23,38 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// A total of bytes and its parts printed together (a table column with a total row): one unit
+/// and one precision for all of them (the total's unit, as [`human_bytes`] picks it, with one
+/// decimal), and the parts
+/// split from the printed total with the largest-remainder rule by their exact sizes, so the
+/// printed parts add up to the printed total (`total` is Σ parts wherever it is used). `None`
+/// parts stay `None`; a part of zero bytes is `0`.
+pub fn human_bytes_parts(total: u64, parts: &[Option<u64>]) -> (String, Vec<Option<String>>) {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut u = 0;
+    while u < UNITS.len() - 1 && total >= 1024u64.pow(u as u32 + 1) {
+        u += 1;
+    }
+    let unit_bytes = 1024u128.pow(u as u32);
+    // One decimal (none for bytes), also from 100 of the unit up, so that a small part of a big
+    // GPU shows as `0.1 GiB`, not `0 GiB`.
+    let decimals = if u > 0 { 1 } else { 0 };
+    let scale = 10u128.pow(decimals);
+    let shown_total = ((total as u128 * scale + unit_bytes / 2) / unit_bytes) as u64;
+    let weights: Vec<u128> = parts.iter().map(|p| p.unwrap_or(0) as u128).collect();
+    let split = crate::attribution::split::split_exact(shown_total, &weights).unwrap_or_else(|| vec![0; parts.len()]);
+    let fmt = |units: u64| match decimals {
+        0 => format!("{units} {}", UNITS[u]),
+        _ => format!("{}.{} {}", units / 10, units % 10, UNITS[u]),
+    };
+    let shown = parts
+        .iter()
+        .zip(split)
+        .map(|(p, units)| p.map(|b| if b == 0 { "0".to_string() } else { fmt(units) }))
+        .collect();
+    (if total == 0 { "0".to_string() } else { fmt(shown_total) }, shown)
+}
+
 /// A table with `header` in the compact style every people-facing table uses: horizontal rules
 /// only, one line per row (a 30-pod node stays readable), columns sized to the content within
 /// `width`, one space of padding on the left.

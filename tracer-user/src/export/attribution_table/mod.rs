@@ -13,7 +13,7 @@ use crate::attribution::{
     rightsizing::Fit,
     split::split_exact,
 };
-use crate::export::format::{compact_table, human_bytes};
+use crate::export::format::{compact_table, human_bytes, human_bytes_parts};
 
 /// Width of everything in a table row but the name (columns, padding, borders).
 const FIXED_COLUMNS: usize = 49;
@@ -235,7 +235,10 @@ fn render_gpu(s: &AttributionSnapshot, g: &GpuAttribution, width: u16, out: &mut
     let fmt_pct = |v: Option<u64>| v.map_or_else(dash, |t| right(pct(t)));
     let fmt_energy = |v: Option<u64>| v.map_or_else(dash, |t| right(format!("{}.{}", t / 10, t % 10)));
     let fmt_cost = |v: Option<u64>| v.map_or_else(dash, |c| right(format_fixed(c.saturating_mul(10_000_000), 2)));
-    let mem_cell = |i: usize| mem_vals[i].map_or_else(dash, |b| right(human_bytes(b)));
+    // One unit and precision for the column, the rows split from the printed total.
+    let total_mem = g.memory.map(|m| m.total);
+    let (mem_total_shown, mem_shown) = human_bytes_parts(total_mem.unwrap_or(0), &mem_vals);
+    let mem_cell = |i: usize| mem_shown[i].clone().map_or_else(dash, right);
     for (i, c) in g.containers.iter().enumerate() {
         table.add_row(vec![
             Cell::new(markers(summaries(c.container))),
@@ -259,11 +262,10 @@ fn render_gpu(s: &AttributionSnapshot, g: &GpuAttribution, width: u16, out: &mut
             fmt_cost(cost[i]),
         ]);
     }
-    let total_mem = g.memory.map(|m| m.total);
     table.add_row(vec![
         Cell::new(""),
         Cell::new("total"),
-        total_mem.map_or_else(dash, |b| right(human_bytes(b))),
+        total_mem.map_or_else(dash, |_| right(mem_total_shown)),
         fmt_pct(total_mem.map(|t| if t > 0 { 1000 } else { 0 })),
         fmt_pct(Some(FULL as u64 / 100)),
         fmt_energy(energy_total),

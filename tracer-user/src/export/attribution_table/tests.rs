@@ -155,3 +155,37 @@ fn the_printed_bill_adds_up_as_printed() {
         assert_eq!(parts.iter().map(|(u, _)| u).sum::<u128>(), total, "{bill}\n{rest}");
     }
 }
+
+/// The MEMORY column as a person reads it: one unit for the whole column, and the rows above
+/// `total` add up to the printed total.
+#[test]
+fn the_printed_memory_column_adds_up_as_printed() {
+    for pods in [1, 3, 30] {
+        let out = render_attribution(&node(pods), 200);
+        let mut rows = Vec::new();
+        let mut total = None;
+        for l in out.lines().filter(|l| l.contains('%') && !l.contains(':')) {
+            let r: Vec<&str> = l.split_whitespace().collect();
+            // From the right: COST/h, ENERGY J, SM%, MEM%, then the memory cell (`7.5 GiB`, `0` or `-`).
+            let (value, unit) = match r[r.len() - 5] {
+                u @ ("B" | "KiB" | "MiB" | "GiB" | "TiB") => (r[r.len() - 6], Some(u)),
+                v => (v, None),
+            };
+            if value == "-" {
+                continue;
+            }
+            let (whole, frac) = value.split_once('.').unwrap_or((value, ""));
+            // The header row (`MEMORY MEM% …`) is not a number.
+            let Ok(v) = format!("{whole}{frac}").parse::<u64>() else { continue };
+            let tenths = v * if frac.is_empty() { 10 } else { 1 };
+            if r.contains(&"total") {
+                total = Some((tenths, unit));
+            } else {
+                rows.push((tenths, unit));
+            }
+        }
+        let (total, unit) = total.expect("a total row");
+        assert!(rows.iter().all(|(v, u)| *v == 0 || *u == unit), "one unit:\n{out}");
+        assert_eq!(rows.iter().map(|(v, _)| v).sum::<u64>(), total, "\n{out}");
+    }
+}
