@@ -25,10 +25,9 @@ pub fn human_bytes(b: u64) -> String {
 
 /// A total of bytes and its parts printed together (a table column with a total row): one unit
 /// and one precision for all of them (the total's unit, as [`human_bytes`] picks it, with one
-/// decimal), and the parts
-/// split from the printed total with the largest-remainder rule by their exact sizes, so the
-/// printed parts add up to the printed total (`total` is Σ parts wherever it is used). `None`
-/// parts stay `None`; a part of zero bytes is `0`.
+/// decimal), and the parts split from the printed total with the largest-remainder rule by their
+/// exact sizes, so the printed parts add up to the printed total (`total` is Σ parts wherever it
+/// is used). `None` parts stay `None`; a part of zero bytes is `0`.
 pub fn human_bytes_parts(total: u64, parts: &[Option<u64>]) -> (String, Vec<Option<String>>) {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut u = 0;
