@@ -287,10 +287,12 @@ fn pods_identify_their_containers_and_follow_updates_deletes_and_outages() {
     ok(&mut wb, "init 1");
     ok(&mut wb, "alloc-rm 536870912");
 
-    let s = sc.sample_until("both pods named", |s| {
+    sc.sample_until("both pods named", |s| {
         s.containers.get(&a.id()).is_some_and(|i| i.pod.is_some())
             && s.containers.get(&b.id()).is_some_and(|i| i.pod.is_some())
     });
+    // One more interval, attributed with both pods known (see the guardrails test).
+    let s = sc.sample();
     let ia = ident(&s, &a);
     assert_eq!(ia.kind, "container");
     assert_eq!(ia.runtime, Some("containerd"));
@@ -398,9 +400,13 @@ fn guardrails_raise_each_misuse_once_with_evidence() {
     let mut wc = workload_with_env(&sc.driver, &c, &dir, "all");
     ok(&mut wc, "init 0");
 
-    let s = sc.sample_until("all three pods named", |s| {
+    sc.sample_until("all three pods named", |s| {
         [&a, &b, &c].iter().all(|cg| s.containers.get(&cg.id()).is_some_and(|i| i.pod.is_some()))
     });
+    // One more interval: the guardrails judge at the NVML sample and the snapshot's identities are
+    // resolved after it, so the snapshot that first names all three may come from an interval
+    // that judged a pod the watcher had not delivered yet (the watch runs on its own thread).
+    let s = sc.sample();
     let va = violations_of(&s, pa);
     assert_eq!(va.len(), 1, "{va:#?}");
     let v = va[0];
@@ -563,9 +569,11 @@ fn mig_instances_are_allowed_for_their_holder_only() {
     let migs = sc.model.mig.get_mut(&0).unwrap();
     migs[0].pids.push(wa.pid());
     migs[1].pids.push(wb.pid());
-    let s = sc.sample_until("both pods named", |s| {
+    sc.sample_until("both pods named", |s| {
         [&a, &b].iter().all(|cg| s.containers.get(&cg.id()).is_some_and(|i| i.pod.is_some()))
     });
+    // One more interval, judged with both pods known (see the guardrails test).
+    let s = sc.sample();
     let sample = s.nvml.sample.as_ref().expect("an NVML sample");
     let listed: Vec<(String, Vec<u32>)> = sample.devices[0]
         .mig_instances
