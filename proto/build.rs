@@ -1,11 +1,15 @@
 //! Generates the Rust types for `gputracer/v1/*.proto` with protox (a pure-Rust protobuf compiler,
-//! so no `protoc` is needed on the build machine) and prost-build; with the `kubelet` feature also
-//! the kubelet pod-resources API (`podresources/v1/api.proto`) with its tonic client and server.
+//! so no `protoc` is needed on the build machine) and prost-build; with the `api` feature the same
+//! package with the tonic client and server of the agent's API (`gputracer.v1.GpuTracer`); with the
+//! `kubelet` feature also the kubelet pod-resources API (`podresources/v1/api.proto`) with its
+//! tonic client and server.
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &["gputracer/v1/events.proto"];
+const PROTOS: &[&str] = &["gputracer/v1/events.proto", "gputracer/v1/snapshot.proto", "gputracer/v1/api.proto"];
 const KUBELET_PROTOS: &[&str] = &["podresources/v1/api.proto"];
+/// Only with the `serde` feature; cfg_attr keeps the generated file the same either way.
+const SERDE: &str = "#[cfg_attr(feature = \"serde\", derive(serde::Serialize, serde::Deserialize))]";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
@@ -13,10 +17,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", root.join(proto).display());
     }
     let fds = protox::compile(PROTOS, [&root])?;
-    let mut config = prost_build::Config::new();
-    // Only with the `serde` feature; cfg_attr keeps the generated file the same either way.
-    config.type_attribute(".", "#[cfg_attr(feature = \"serde\", derive(serde::Serialize, serde::Deserialize))]");
-    config.compile_fds(fds)?;
+    #[cfg(feature = "api")]
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .build_transport(false)
+        .type_attribute(".gputracer", SERDE)
+        .compile_fds(fds)?;
+    #[cfg(not(feature = "api"))]
+    {
+        let mut config = prost_build::Config::new();
+        config.type_attribute(".", SERDE);
+        config.compile_fds(fds)?;
+    }
     #[cfg(feature = "kubelet")]
     kubelet(&root)?;
     Ok(())

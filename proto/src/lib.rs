@@ -1,5 +1,7 @@
-//! gpu-tracer's event stream schema, `gputracer.v1`, generated from
-//! `proto/gputracer/v1/events.proto` (field meanings are documented there).
+//! gpu-tracer's schemas, `gputracer.v1`, generated from `proto/gputracer/v1/*.proto` (field meanings
+//! are documented there): the event stream (`events.proto`), the snapshot (`snapshot.proto`) and,
+//! with the `api` feature, the agent's gRPC service (`api.proto`: `v1::gpu_tracer_server`,
+//! `v1::gpu_tracer_client`).
 //!
 //! A stream is a sequence of [`v1::Event`]s, each written with prost's
 //! [`Message::encode_length_delimited`] (a varint length,
@@ -29,7 +31,7 @@ pub mod podresources {
 }
 
 pub use prost;
-#[cfg(feature = "kubelet")]
+#[cfg(any(feature = "kubelet", feature = "api"))]
 pub use tonic;
 
 use prost::Message;

@@ -1,11 +1,13 @@
 //! The last pipeline stage: what leaves the tracer.
 //!
+//! - [`api`]: the agent's gRPC API (Subscribe, GetSnapshot, GetStatus), server and conversions.
 //! - [`attribution_table`]: the attribution snapshot as per-GPU tables that add up.
 //! - [`events`]: decoded events as the versioned `gputracer.v1` protobuf schema, written as a
 //!   length-delimited stream or as JSON lines (`gpu-tracer events`).
 //! - [`metrics`]: a snapshot as Prometheus / OpenMetrics text (`docs/metrics.md`).
 //! - [`format`]: sizes and the compact table style shared by the people-facing outputs.
 //! - [`http`]: the agent's `/metrics`, `/healthz` and `/readyz` server.
+pub mod api;
 pub mod attribution_table;
 pub mod events;
 pub mod format;

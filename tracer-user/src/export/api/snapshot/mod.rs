@@ -1,0 +1,1 @@
+//! `AgentSnapshot` ⇄ `gputracer.v1.Snapshot`, and the agent's status as `gputracer.v1.AgentStatus`.
