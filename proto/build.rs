@@ -18,12 +18,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let fds = protox::compile(PROTOS, [&root])?;
     #[cfg(feature = "api")]
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .build_transport(false)
-        .type_attribute(".gputracer", SERDE)
-        .compile_fds(fds)?;
+    {
+        tonic_prost_build::configure()
+            .build_client(true)
+            .build_server(false)
+            .build_transport(false)
+            .type_attribute(".gputracer", SERDE)
+            .compile_fds(fds.clone())?;
+        // The server alone, over the messages above, except that its `Subscribe` stream sends
+        // `EncodedSubscribeResponse`: each event is encoded once by the agent and the same bytes go
+        // to every subscriber (clients decode plain `SubscribeResponse`s: the bytes are the same).
+        let server = PathBuf::from(std::env::var("OUT_DIR")?).join("server");
+        std::fs::create_dir_all(&server)?;
+        tonic_prost_build::configure()
+            .build_client(false)
+            .build_server(true)
+            .build_transport(false)
+            .extern_path(".gputracer.v1.SubscribeResponse", "crate::EncodedSubscribeResponse")
+            .extern_path(".gputracer.v1", "crate::v1")
+            .out_dir(&server)
+            .compile_fds(fds)?;
+    }
     #[cfg(not(feature = "api"))]
     {
         let mut config = prost_build::Config::new();

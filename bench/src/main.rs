@@ -10,10 +10,12 @@
 //! (5) what a libcuda launch pays under the agent's placed uprobe, one at the symbol address and
 //! bpftrace's, and the launch rate the agent counts from two threads; (6) the attribution engine's
 //! cost per interval on an 8-GPU × 100-container node (no kernel, no root); (7) one NVML pass on that
-//! node against the fake library, and the agent-side memory of that node size.
+//! node against the fake library, and the agent-side memory of that node size; (8) the event API's
+//! delivery to one and to 100 subscribers over its Unix socket.
 //!
 //! With `--only`, the sections not run keep their text from the report being overwritten.
 mod agent_run;
+mod api;
 mod attribution;
 mod bpftrace;
 mod cuda;
@@ -83,7 +85,7 @@ pub struct Opts {
     /// Skip the bpftrace comparison.
     #[arg(long)]
     no_bpftrace: bool,
-    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`); with
+    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`, 8 or `api`); with
     /// --write, the others keep their text from the file being overwritten (or say "skipped").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -629,6 +631,9 @@ fn main() -> Result<()> {
         nvml::NvmlSection::skipped(SKIPPED)
     };
 
+    let api_section =
+        if opts.wants("8") || opts.wants("api") { api::section(opts.quick) } else { api::ApiSection::skipped(SKIPPED) };
+
     let load_end = sys::loadavg();
     let doc = Report {
         ctx: &ctx,
@@ -641,6 +646,7 @@ fn main() -> Result<()> {
         cuda,
         attribution,
         nvml: nvml_section,
+        api: api_section,
         hwm_before_offline_kb: hwm_kb,
         load: (load_start, load_end),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),

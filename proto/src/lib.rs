@@ -13,6 +13,50 @@ pub mod v1 {
     // wherever it is included; that is not ours to trim.
     #![allow(missing_docs, clippy::all, unused_qualifications)]
     include!(concat!(env!("OUT_DIR"), "/gputracer.v1.rs"));
+    // `gpu_tracer_server`, generated apart so that `Subscribe` sends pre-encoded responses.
+    #[cfg(feature = "api")]
+    include!(concat!(env!("OUT_DIR"), "/server/gputracer.v1.rs"));
+}
+
+/// A `gputracer.v1.SubscribeResponse` already encoded: what the agent's `Subscribe` stream sends.
+/// The agent encodes each event once and hands the same bytes (a shared [`prost::bytes::Bytes`]) to
+/// every subscriber; on the wire it is an ordinary `SubscribeResponse`, which clients decode as
+/// [`v1::SubscribeResponse`]. Only ever encoded: decoding one skips every field.
+#[cfg(feature = "api")]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EncodedSubscribeResponse(pub prost::bytes::Bytes);
+
+#[cfg(feature = "api")]
+impl EncodedSubscribeResponse {
+    /// Encodes `response`.
+    pub fn new(response: &v1::SubscribeResponse) -> Self {
+        EncodedSubscribeResponse(response.encode_to_vec().into())
+    }
+}
+
+#[cfg(feature = "api")]
+impl Message for EncodedSubscribeResponse {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0 = prost::bytes::Bytes::new();
+    }
 }
 
 /// The kubelet pod-resources API (`k8s.io/kubelet/pkg/apis/podresources/v1`, proto package `v1`),

@@ -229,6 +229,74 @@ fn events_per_event_cgroup_sends_every_launch_with_its_kernel_name() {
     assert!(launches.iter().all(|e| e["kernel_name"] == "fake_kernel" && e["grid"] == serde_json::json!([128, 2, 1])));
 }
 
+/// `gpu-tracer <args>` to completion (60 s at most): its stdout, and a panic with stderr on failure.
+fn run_ok(args: &[&str]) -> String {
+    let out = Command::new(gpu_tracer()).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "gpu-tracer {args:?}: {}\n{stderr}", out.status);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The agent's gRPC API at `api`, through our own clients (issue 10): the socket is 0660;
+/// `api get-snapshot --json` carries the same attribution lines as `/metrics` (`metric_lines`, the
+/// same stable interval); `top --connect` renders the pod's memory; `events --connect` receives a
+/// new allocation as it happens, filtered by kind, and finds it again in the history afterwards;
+/// `api get-status` names the attach mode.
+fn api_agrees_with_metrics(api: &str, metric_lines: &[(String, f64)], w: &mut Workload, pod: &PodCgroup) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = api.strip_prefix("unix://").unwrap();
+    assert_eq!(std::fs::metadata(path).unwrap().permissions().mode() & 0o777, 0o660, "the API socket is 0660");
+
+    let snap: serde_json::Value = serde_json::from_str(&run_ok(&["api", "get-snapshot", "--json", "--connect", api]))
+        .expect("get-snapshot --json is JSON");
+    let gpu = &snap["attribution"]["gpus"][0];
+    let mem = &gpu["memory"];
+    let containers: Vec<u64> =
+        gpu["containers"].as_array().unwrap().iter().map(|c| c["memory_bytes"].as_u64().unwrap()).collect();
+    let metric = |line: &str| -> f64 {
+        metric_lines.iter().filter(|(l, _)| l.contains(&format!("line=\"{line}\""))).map(|(_, v)| v).sum()
+    };
+    assert_eq!(containers.iter().sum::<u64>() as f64, metric("container"), "{gpu:#}");
+    for line in ["driver_reserved", "unattributed", "free"] {
+        assert_eq!(mem[line].as_u64().unwrap() as f64, metric(line), "{line}: {gpu:#}");
+    }
+    let total = mem["total"].as_u64().unwrap();
+    assert_eq!(
+        containers.iter().sum::<u64>()
+            + mem["driver_reserved"].as_u64().unwrap()
+            + mem["unattributed"].as_u64().unwrap()
+            + mem["free"].as_u64().unwrap(),
+        total,
+        "the lines add up in the API's message too"
+    );
+
+    let table = run_ok(&["top", "--connect", api, "--once"]);
+    assert!(table.contains("GPU MEM") && table.contains("1.0 GiB"), "top --connect: {table}");
+
+    let status: serde_json::Value = serde_json::from_str(&run_ok(&["api", "get-status", "--connect", api])).unwrap();
+    assert!(status.to_string().contains("driver"), "{status:#}");
+
+    // A follower sees the next allocation as it happens (only RM allocations: --kind).
+    let follower = Command::new(gpu_tracer())
+        .args(["events", "--connect", api, "--json", "--kind", "rm_alloc", "--count", "1", "--duration", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    ok(w, "alloc-rm 2097152");
+    let out = follower.wait_with_output().unwrap();
+    assert!(out.status.success(), "events --connect: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let ev: serde_json::Value = serde_json::from_str(text.lines().next().expect("one event")).unwrap();
+    assert_eq!((ev["kind"].as_str(), ev["bytes"].as_u64()), (Some("rm_alloc"), Some(2097152)), "{text}");
+    assert_eq!(ev["cgroup_path"], pod.relative_path());
+    // And it is in the agent's history: the newest RM allocation, without following.
+    let replay = run_ok(&["events", "--connect", api, "--json", "--kind", "rm_alloc", "--last", "1", "--no-follow"]);
+    let again: serde_json::Value = serde_json::from_str(replay.lines().next().expect("a replayed event")).unwrap();
+    assert_eq!(again, ev, "the replay is the same event");
+}
+
 /// `GET path` on `addr` (HTTP/1.1, connection closed): (status, body).
 fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
@@ -277,9 +345,11 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
         move || [(pid, Busy { sm_pct: 40, mem_pct: 10 })].into(),
     );
     let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let api_dir = std::env::temp_dir().join(format!("gt-cli-api-{}", std::process::id()));
+    let api = format!("unix://{}/run/api.sock", api_dir.display());
     let (mut child, log) = start_with(
         &["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"],
-        &["--dev-dir", &dev, "agent", "--listen", "127.0.0.1:0", "--duration", "30"],
+        &["--dev-dir", &dev, "agent", "--listen", "127.0.0.1:0", "--duration", "30", "--grpc-listen", &api],
     );
     let addr = loop {
         let line = log.recv_timeout(Duration::from_secs(20)).expect("the agent names its address");
@@ -315,12 +385,15 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     assert!(sm.iter().any(|(l, v)| l.contains(pod.relative_path()) && (*v - 0.4).abs() < 1e-9), "{sm:#?}");
     let nvml_up = text.lines().find(|l| l.starts_with("gpu_tracer_nvml_up ")).and_then(|l| l.rsplit_once(' '));
     assert_eq!(nvml_up.map(|(_, v)| v), Some("1"), "gpu_tracer_nvml_up");
+    api_agrees_with_metrics(&api, &lines, &mut w, &pod);
     // SIGTERM: a clean stop.
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     drop(follower);
     assert!(status.success(), "agent exit: {status}");
+    assert!(!api_dir.join("run/api.sock").exists(), "the agent removes its socket when it stops");
+    let _ = std::fs::remove_dir_all(&api_dir);
     let _ = std::fs::remove_dir_all(&nvml_dir);
 }
 

@@ -10,6 +10,11 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The wall clock now, ns since the Unix epoch (0 before the epoch).
+pub fn wall_now_unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
+}
+
 /// Turns monotonic timestamps (kernel `ktime_ns`) into wall-clock time, with the offset between
 /// the two clocks read once (so every event of a run is stamped consistently).
 #[derive(Clone, Copy, Debug)]

@@ -14,6 +14,7 @@ pub const GROUPS: &[(&[&str], &[&str], &str)] = &[
     (&["5"], &["5", "5b"], "5"),
     (&["6", "attribution"], &["6"], "6"),
     (&["7", "nvml"], &["7"], "7"),
+    (&["8", "api"], &["8"], "8"),
 ];
 
 /// Every key `--only` accepts.

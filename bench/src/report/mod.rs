@@ -218,6 +218,7 @@ pub struct Report<'a> {
     pub cuda: CudaSection,
     pub attribution: crate::attribution::AttributionSection,
     pub nvml: crate::nvml::NvmlSection,
+    pub api: crate::api::ApiSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -389,6 +390,7 @@ impl Report<'_> {
         self.render_cuda(&mut s);
         self.attribution.render(&mut s);
         self.nvml.render(&mut s);
+        self.api.render(&mut s);
         self.render_reading(&mut s);
         s
     }

@@ -7,9 +7,17 @@ use std::{
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use gpu_tracer_proto::v1;
 use tracer_user::{
     config::{Config, Overrides},
     doctor,
+    export::api::{
+        client::{self as api_client, ConnectArgs, ConnectSettings, FilterArgs},
+        filter::Filters,
+        hub::EventHub,
+        listen::DEFAULT_LISTEN,
+        snapshot::snapshot_from_proto,
+    },
     export::{
         events::{EventFormat, EventStream, EventWriter, to_proto},
         top,
@@ -62,11 +70,42 @@ enum Command {
     /// Live table of GPU memory per cgroup (container), refreshed in place.
     Top(TopArgs),
     /// Stream every event (length-delimited protobuf `gputracer.v1.Event`, or JSON lines).
-    Events(EventsArgs),
+    Events(Box<EventsArgs>),
     /// Check what works on this node: kernel features, privileges, driver, probes.
     Doctor(DoctorArgs),
-    /// Run as the node agent: trace, attribute, and serve /metrics, /healthz and /readyz.
+    /// Run as the node agent: trace, attribute, and serve /metrics, /healthz, /readyz and the gRPC API.
     Agent(AgentArgs),
+    /// Call a running agent's gRPC API (no probes loaded here).
+    Api(ApiArgs),
+}
+
+#[derive(Args)]
+struct ApiArgs {
+    #[command(subcommand)]
+    call: ApiCall,
+}
+
+#[derive(Subcommand)]
+enum ApiCall {
+    /// The latest interval's snapshot: as `top` prints it, or the `gputracer.v1.Snapshot` message as
+    /// JSON (field names of snapshot.proto, enums as numbers).
+    GetSnapshot {
+        #[arg(long)]
+        json: bool,
+        /// Also list processes under each cgroup (table only).
+        #[arg(long)]
+        per_process: bool,
+        /// [default --connect: unix:///run/gpu-tracer/api.sock]
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
+    /// Where the agent stands (probe families, NVML, Kubernetes, counters): the
+    /// `gputracer.v1.AgentStatus` message as JSON.
+    GetStatus {
+        /// [default --connect: unix:///run/gpu-tracer/api.sock]
+        #[command(flatten)]
+        connect: ConnectArgs,
+    },
 }
 
 #[derive(Args)]
@@ -77,6 +116,10 @@ struct AgentArgs {
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     duration: Option<f64>,
+    /// Where to serve the gRPC API: unix:///PATH (mode 0660), tcp://IP:PORT (TLS: api.tls_cert and
+    /// api.tls_key in the config), or `off` [default: api.listen, unix:///run/gpu-tracer/api.sock].
+    #[arg(long, value_name = "ADDR")]
+    grpc_listen: Option<String>,
 }
 
 #[derive(Args)]
@@ -96,6 +139,8 @@ struct TopArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     duration: Option<f64>,
+    #[command(flatten)]
+    connect: ConnectArgs,
 }
 
 #[derive(Args)]
@@ -123,6 +168,22 @@ struct EventsArgs {
     /// /proc/PID/cgroup, or a numeric cgroup id). Repeatable.
     #[arg(long = "per-event-cgroup", value_name = "PATH|ID")]
     per_event_cgroups: Vec<String>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    #[command(flatten)]
+    connect: ConnectArgs,
+    /// With --connect: first replay the agent's recent events from the last this many seconds.
+    #[arg(long, value_name = "SECONDS", requires = "connect")]
+    since: Option<f64>,
+    /// With --connect: first replay the newest N matching events the agent still holds.
+    #[arg(long, value_name = "N", requires = "connect", conflicts_with = "first")]
+    last: Option<u64>,
+    /// With --connect: first replay the oldest N matching events the agent still holds.
+    #[arg(long, value_name = "N", requires = "connect")]
+    first: Option<u64>,
+    /// With --connect: stop after the replay instead of following new events.
+    #[arg(long, requires = "connect")]
+    no_follow: bool,
 }
 
 #[derive(Args)]
@@ -159,17 +220,47 @@ fn log_report(agent: &Agent) {
 }
 
 async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
+    if let Some(conn) = a.connect.settings()? {
+        return run_top_remote(conn, a).await;
+    }
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
-    let tty = !a.once && !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
     // `top` stops at a tick (after printing), never between two: its duration is checked there.
     let schedule =
         Schedule { interval: Duration::from_millis(a.interval_ms.max(50)), tick_at_start: false, duration: None };
-    let mut out =
-        TopOut { duration: a.duration.and_then(Schedule::duration_from_secs), args: a, tty, start: Instant::now() };
-    runner::run(&mut agent, schedule, &mut out).await?;
+    runner::run(&mut agent, schedule, &mut TopOut::new(a)).await?;
     Ok(())
+}
+
+/// `top --connect`: the same tables from a running agent's snapshots (no probes loaded here).
+async fn run_top_remote(conn: ConnectSettings, a: TopArgs) -> Result<()> {
+    if a.json {
+        anyhow::bail!(
+            "--json with --connect: use `gpu-tracer api get-snapshot --json --connect {}` (the API's message as JSON)",
+            conn.addr
+        );
+    }
+    let mut client = api_client::connect(&conn).await?;
+    let mut out = TopOut::new(a);
+    let mut tick = tokio::time::interval(Duration::from_millis(out.args.interval_ms.max(50)));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+        }
+        let response = client
+            .get_snapshot(v1::GetSnapshotRequest {})
+            .await
+            .with_context(|| format!("GetSnapshot from the agent at {}", conn.addr))?;
+        let proto = response.into_inner().snapshot.context("the agent's GetSnapshot response has no snapshot")?;
+        let snap = snapshot_from_proto(proto).context("reading the agent's snapshot")?;
+        if out.print(&snap)? == Flow::Stop {
+            return Ok(());
+        }
+    }
 }
 
 /// The `top` command's output side: a snapshot printed (or redrawn) every tick.
@@ -180,16 +271,19 @@ struct TopOut {
     duration: Option<Duration>,
 }
 
-impl runner::Handler for TopOut {
-    type Error = anyhow::Error;
-    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+impl TopOut {
+    fn new(args: TopArgs) -> Self {
+        let tty = !args.once && !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+        TopOut { duration: args.duration.and_then(Schedule::duration_from_secs), args, tty, start: Instant::now() }
+    }
+
+    /// Prints one frame; `Stop` once `--once` or `--duration` says so.
+    fn print(&mut self, snap: &tracer_user::model::AgentSnapshot) -> Result<Flow> {
         let a = &self.args;
-        agent.drain(&mut |_, _| {});
-        let snap = agent.snapshot();
         let out = if a.json {
-            serde_json::to_string(&snap)? + "\n"
+            serde_json::to_string(snap)? + "\n"
         } else {
-            top::render(&snap, &top::RenderOptions { per_process: a.per_process, width: top::terminal_width() })
+            top::render(snap, &top::RenderOptions { per_process: a.per_process, width: top::terminal_width() })
         };
         let mut stdout = std::io::stdout();
         if self.tty {
@@ -207,11 +301,42 @@ impl runner::Handler for TopOut {
     }
 }
 
+impl runner::Handler for TopOut {
+    type Error = anyhow::Error;
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+        agent.drain(&mut |_, _| {});
+        let snap = agent.snapshot();
+        self.print(&snap)
+    }
+}
+
 async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     let fmt = if a.json { EventFormat::JsonLines } else { EventFormat::Protobuf };
+    let (include, exclude) = a.filter.filters();
+    let filters = Filters::new(&include, &exclude).context("the event filter flags")?;
+    let conn = a.connect.settings()?;
+    if conn.is_some() && (!a.per_event_pids.is_empty() || !a.per_event_cgroups.is_empty()) {
+        anyhow::bail!(
+            "--per-event-pid/--per-event-cgroup switch this process's own probes; with --connect there are none"
+        );
+    }
     let writer = EventWriter::to_path(a.output.as_deref(), fmt).with_context(|| {
         format!("opening {}", a.output.as_ref().map(|p| p.display().to_string()).unwrap_or("stdout".into()))
     })?;
+    let stream = EventStream::new(writer, a.count);
+    if let Some(conn) = conn {
+        let request = v1::SubscribeRequest {
+            follow: !a.no_follow,
+            since_unix_ns: a.since.map_or(0, |s| {
+                tracer_user::clock::wall_now_unix_ns().saturating_sub((s.max(0.0) * 1e9).min(u64::MAX as f64) as u64)
+            }),
+            number: a.last.or(a.first).unwrap_or(0),
+            first: a.first.is_some(),
+            include,
+            exclude,
+        };
+        return run_events_remote(conn, request, stream, &a).await;
+    }
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
@@ -224,7 +349,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     }
     // Events for processes found by the start-up scan were applied before the stream existed; the
     // stream starts with what happens from now on.
-    let mut out = EventOut { stream: EventStream::new(writer, a.count), last_batch: Instant::now() };
+    let mut out = EventOut { stream, filters, last_batch: Instant::now() };
     let schedule = Schedule {
         // Launch batches once a second; NVML is sampled (and the guardrails checked) on the
         // snapshot interval.
@@ -249,10 +374,63 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     Ok(())
 }
 
+/// `events --connect`: the agent's event stream (filtered by the agent), written as a standalone
+/// `events` writes it; events the agent could not hand over in time are counted and said.
+async fn run_events_remote(
+    conn: ConnectSettings,
+    request: v1::SubscribeRequest,
+    mut out: EventStream<Box<dyn Write + Send>>,
+    a: &EventsArgs,
+) -> Result<()> {
+    use v1::subscribe_response::Response as R;
+    let mut client = api_client::connect(&conn).await?;
+    let mut stream = client
+        .subscribe(request)
+        .await
+        .with_context(|| format!("subscribing to the agent's events at {}", conn.addr))?
+        .into_inner();
+    let deadline = a.duration.and_then(Schedule::duration_from_secs).map(|d| tokio::time::Instant::now() + d);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut lost = 0u64;
+    while !out.is_done() {
+        let until = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let message = tokio::select! {
+            m = stream.message() => m.with_context(|| format!("the agent's event stream at {}", conn.addr))?,
+            _ = until => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        };
+        match message.and_then(|m| m.response) {
+            Some(R::Event(ev)) => {
+                out.emit(&ev);
+            }
+            Some(R::LostEvents(l)) => {
+                lost += l.count;
+                tracing::warn!(count = l.count, reason = %l.reason, "the agent dropped events for this subscriber (it read too slowly)");
+            }
+            None => break,
+        }
+    }
+    let written = out.finish().context("writing events")?;
+    if lost > 0 {
+        eprintln!("warning: {lost} events lost: this reader fell behind the agent (write to a faster sink, or filter)");
+    }
+    if a.summary {
+        eprintln!("events written: {written}; lost (reader behind): {lost}");
+    }
+    Ok(())
+}
+
 /// The `events` command's output side: every event as it is applied, launch batches and new
 /// violations every tick; it stops the loop when the stream is done (`--count`, a write error).
 struct EventOut {
     stream: EventStream<Box<dyn Write + Send>>,
+    filters: Filters,
     last_batch: Instant,
 }
 
@@ -261,19 +439,33 @@ impl EventOut {
     /// `snapshot`, NVML is sampled (and the guardrails checked) first when the snapshot interval
     /// says so.
     fn batches(&mut self, agent: &mut Agent, snapshot: bool) {
-        emit_launch_batches(&mut self.stream, agent, self.last_batch.elapsed());
+        let interval = self.last_batch.elapsed();
+        emit_launch_batches(self, agent, interval);
         if snapshot {
             let _ = agent.snapshot();
         }
-        emit_violations(&mut self.stream, agent);
+        emit_violations(self, agent);
         self.last_batch = Instant::now();
+    }
+}
+
+impl Emit for EventOut {
+    fn wants(&self) -> bool {
+        !self.stream.is_done()
+    }
+    fn emit(&mut self, ev: v1::Event) {
+        if self.filters.matches(&ev) {
+            self.stream.emit(&ev);
+        }
     }
 }
 
 impl runner::Handler for EventOut {
     type Error = anyhow::Error;
     fn event(&mut self, ev: &tracer_user::decode::Event, ctx: &EventContext) {
-        self.stream.emit_with(|| to_proto(ev, ctx));
+        if Emit::wants(self) {
+            Emit::emit(self, to_proto(ev, ctx));
+        }
     }
     fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
         self.batches(agent, true);
@@ -284,26 +476,79 @@ impl runner::Handler for EventOut {
     }
 }
 
+/// Where the launch batches and violations of a tick go: the `events` stream, or the agent's hub.
+trait Emit {
+    /// Does it take events now? (When not, the message is not built.)
+    fn wants(&self) -> bool;
+    fn emit(&mut self, ev: v1::Event);
+}
+
+impl Emit for &EventHub {
+    fn wants(&self) -> bool {
+        self.wants_events()
+    }
+    fn emit(&mut self, ev: v1::Event) {
+        self.publish(ev);
+    }
+}
+
 /// Launches counted in the kernel since the last batch, one event per process and entry point.
-fn emit_launch_batches(out: &mut EventStream<impl Write>, agent: &mut Agent, interval: Duration) {
+fn emit_launch_batches(out: &mut impl Emit, agent: &mut Agent, interval: Duration) {
     for (k, n) in agent.launch_batches() {
-        out.emit_with(|| {
+        if out.wants() {
             let (now, e) = agent.context_now(k.tgid, k.cgroup_id);
             let interval_ns = interval.as_nanos() as u64;
-            tracer_user::export::events::launch_batch_to_proto(k.tgid, k.cgroup_id, k.entry, n, interval_ns, now, &e)
-        });
+            out.emit(tracer_user::export::events::launch_batch_to_proto(
+                k.tgid,
+                k.cgroup_id,
+                k.entry,
+                n,
+                interval_ns,
+                now,
+                &e,
+            ));
+        }
     }
 }
 
 /// Guardrail violations raised since the last call, one event each.
-fn emit_violations(out: &mut EventStream<impl Write>, agent: &mut Agent) {
+fn emit_violations(out: &mut impl Emit, agent: &mut Agent) {
     for v in agent.take_new_violations() {
-        out.emit_with(|| {
+        if out.wants() {
             let cgroup_id = agent.cgroup_of_container(&v.namespace, &v.pod, &v.container).unwrap_or(0);
             let (now, e) = agent.context_now(v.pid, cgroup_id);
-            tracer_user::export::events::violation_to_proto(&v, cgroup_id, now, &e)
-        });
+            out.emit(tracer_user::export::events::violation_to_proto(&v, cgroup_id, now, &e));
+        }
     }
+}
+
+/// `gpu-tracer api …`: one call to a running agent.
+async fn run_api(a: ApiArgs) -> Result<()> {
+    let (ApiCall::GetSnapshot { connect, .. } | ApiCall::GetStatus { connect }) = &a.call;
+    let mut connect = connect.clone();
+    connect.connect.get_or_insert_with(|| DEFAULT_LISTEN.to_string());
+    let conn = connect.settings()?.context("an API address")?;
+    let mut client = api_client::connect(&conn).await?;
+    let mut stdout = std::io::stdout();
+    match a.call {
+        ApiCall::GetSnapshot { json, per_process, .. } => {
+            let r = client.get_snapshot(v1::GetSnapshotRequest {}).await.context("GetSnapshot")?;
+            let proto = r.into_inner().snapshot.context("the agent's GetSnapshot response has no snapshot")?;
+            if json {
+                writeln!(stdout, "{}", serde_json::to_string_pretty(&proto)?)?;
+            } else {
+                let snap = snapshot_from_proto(proto).context("reading the agent's snapshot")?;
+                let o = top::RenderOptions { per_process, width: top::terminal_width() };
+                write!(stdout, "{}", top::render(&snap, &o))?;
+            }
+        }
+        ApiCall::GetStatus { .. } => {
+            let r = client.get_status(v1::GetStatusRequest {}).await.context("GetStatus")?;
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&r.into_inner().status)?)?;
+        }
+    }
+    stdout.flush()?;
+    Ok(())
 }
 
 async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
@@ -319,40 +564,150 @@ async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
     Ok(())
 }
 
-/// The node agent: the pipeline, with /metrics, /healthz and /readyz served on `--listen`.
-async fn run_agent(cfg: Config, a: AgentArgs) -> Result<()> {
+/// The node agent: the pipeline, with /metrics, /healthz and /readyz served on `--listen` and the
+/// gRPC API (events, snapshot, status) on `api.listen`.
+async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     use std::sync::Arc;
     use tracer_user::export::{
+        api::{
+            hub::HubSettings,
+            listen::{self, ListenSettings},
+            service::ApiState,
+        },
         http::{HealthSettings, ServeState, serve},
         metrics::MetricsRegistry,
+        otlp::{OtlpExporter, OtlpSettings, ResourceInfo},
     };
 
-    /// Heartbeat every step; a snapshot published every tick.
-    struct Publish(Arc<ServeState>);
+    /// Heartbeat every step; every event to the hub (and OTLP); a snapshot published every tick.
+    struct Publish {
+        serve: Arc<ServeState>,
+        api: Arc<ApiState>,
+        last_batch: Instant,
+        otlp: Option<OtlpExporter>,
+    }
+    /// The hub and, when OTLP export is on, the exporter (which keeps the kinds it exports).
+    struct Tee<'a> {
+        hub: &'a EventHub,
+        otlp: Option<&'a OtlpExporter>,
+    }
+    impl Emit for Tee<'_> {
+        fn wants(&self) -> bool {
+            self.otlp.is_some() || self.hub.wants_events()
+        }
+        fn emit(&mut self, ev: v1::Event) {
+            if let Some(o) = self.otlp {
+                o.offer_event(&ev);
+            }
+            if self.hub.wants_events() {
+                self.hub.publish(ev);
+            }
+        }
+    }
     impl runner::Handler for Publish {
         type Error = anyhow::Error;
+        fn event(&mut self, ev: &tracer_user::decode::Event, ctx: &EventContext) {
+            let mut tee = Tee { hub: &self.api.hub, otlp: self.otlp.as_ref() };
+            if tee.wants() {
+                tee.emit(to_proto(ev, ctx));
+            }
+        }
         fn stepped(&mut self, _: &mut Agent) {
-            self.0.heartbeat();
+            self.serve.heartbeat();
+            // Subscribers are woken once per step for the events it applied, not once per event.
+            self.api.hub.flush();
         }
         fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
-            agent.drain(&mut |_, _| {});
-            self.0.publish(Arc::new(agent.snapshot()));
+            let hub = self.api.hub.clone();
+            let mut tee = Tee { hub: &hub, otlp: self.otlp.as_ref() };
+            agent.drain(&mut |ev, ctx| {
+                if tee.wants() {
+                    tee.emit(to_proto(ev, ctx));
+                }
+            });
+            emit_launch_batches(&mut tee, agent, self.last_batch.elapsed());
+            self.last_batch = Instant::now();
+            let mut snap = agent.snapshot();
+            emit_violations(&mut tee, agent);
+            snap.otlp = self.otlp.as_ref().map(OtlpExporter::stats);
+            snap.api = Some(self.api.hub.stats());
+            let snap = Arc::new(snap);
+            if let Some(o) = &self.otlp {
+                o.publish(snap.clone());
+            }
+            self.serve.publish(snap);
+            self.api.hub.flush();
+            self.api.set_report(agent.report().clone());
             Ok(Flow::Continue)
         }
     }
 
+    if let Some(l) = &a.grpc_listen {
+        cfg.api.listen = l.clone();
+        cfg.validate()?;
+    }
     let interval = Duration::from_millis(cfg.snapshot_interval_ms.max(100));
+    let api_addr = cfg.api.addr()?;
+    let api_listen = match api_addr {
+        Some(addr) => Some(ListenSettings {
+            addr,
+            tls: cfg.api.tls_cert.clone().zip(cfg.api.tls_key.clone()),
+            token: match &cfg.api.token_file {
+                Some(p) => Some(
+                    std::fs::read_to_string(p)
+                        .with_context(|| format!("reading api.token_file {}", p.display()))?
+                        .trim()
+                        .to_string(),
+                ),
+                None => None,
+            },
+        }),
+        None => None,
+    };
+    let hub = Arc::new(EventHub::new(HubSettings {
+        history: cfg.api.history,
+        subscriber_buffer: cfg.api.subscriber_buffer,
+        max_subscribers: cfg.api.max_subscribers,
+    }));
+    // OTLP settings are checked before the probes load (a bad value is a clear error, early).
+    let otlp_settings = OtlpSettings::resolve(&cfg.otlp, |k| std::env::var(k).ok())?;
+    let otlp_who = ResourceInfo::detect(cfg.kubernetes.node_name.as_deref());
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
+    let otlp = OtlpExporter::start(otlp_settings, &otlp_who).context("starting OTLP export")?;
     let state = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
     state.mark_attached(agent.report().attach_mode.as_str());
+    let api = Arc::new(ApiState::new(hub.clone(), state.clone(), agent.report().clone()));
     let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;
     tracing::info!(listen = %server.local_addr, "serving /metrics, /healthz, /readyz");
     eprintln!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
+    let api_server = match &api_listen {
+        Some(l) => {
+            let s = listen::serve(l, api.clone()).await.context("starting the gRPC API (api.listen, --grpc-listen)")?;
+            eprintln!("gpu-tracer agent: serving the gRPC API on {}", s.addr);
+            Some(s)
+        }
+        None => None,
+    };
     let schedule =
         Schedule { interval, tick_at_start: true, duration: a.duration.and_then(Schedule::duration_from_secs) };
-    runner::run(&mut agent, schedule, &mut Publish(state)).await?;
+    let mut publish = Publish { serve: state, api, last_batch: Instant::now(), otlp };
+    let result = runner::run(&mut agent, schedule, &mut publish).await;
+    hub.close();
+    if let Some(o) = publish.otlp.take() {
+        let s = o.shutdown(Duration::from_secs(5));
+        tracing::info!(
+            metric_points = s.metric_points_exported,
+            log_records = s.log_records_exported,
+            dropped = s.dropped.iter().map(|d| d.count).sum::<u64>(),
+            "OTLP export stopped"
+        );
+    }
+    if let Some(s) = api_server {
+        s.shutdown(Duration::from_secs(2)).await;
+    }
+    result?;
     server.shutdown().await.context("stopping the metrics server")?;
     Ok(())
 }
@@ -378,11 +733,16 @@ fn run() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cfg = build_config(&cli.common)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = match cli.command {
+        // The agent serves its API from worker threads beside the loop (which stays on this one).
+        Command::Agent(_) => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?,
+        _ => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+    };
     match cli.command {
         Command::Top(a) => rt.block_on(run_top(cfg, a)),
-        Command::Events(a) => rt.block_on(run_events(cfg, a)),
+        Command::Events(a) => rt.block_on(run_events(cfg, *a)),
         Command::Doctor(a) => rt.block_on(run_doctor(cfg, a)),
         Command::Agent(a) => rt.block_on(run_agent(cfg, a)),
+        Command::Api(a) => rt.block_on(run_api(a)),
     }
 }

@@ -98,6 +98,11 @@ pub struct Config {
     pub attribution: AttributionSettings,
     /// Kubernetes identity (pods, GPU allocations).
     pub kubernetes: KubeSettings,
+    /// The agent's gRPC API (events, snapshot, status).
+    pub api: ApiSettings,
+    /// OTLP export of metrics and events (`[otlp]`; off unless an endpoint is set; the `OTEL_*`
+    /// environment variables and `--otlp-*` flags override it, see docs/otlp.md).
+    pub otlp: crate::export::otlp::OtlpConfig,
 }
 
 /// Whether a source is used, and whether its absence is fatal.
@@ -219,6 +224,76 @@ impl Default for KubeSettings {
     }
 }
 
+/// The agent's gRPC API (`gputracer.v1.GpuTracer`, docs/api.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiSettings {
+    /// `unix:///PATH` (mode 0660), `tcp://IP:PORT`, or `off`. Default
+    /// `unix:///run/gpu-tracer/api.sock`.
+    pub listen: String,
+    /// PEM certificate chain and private key: TLS on a TCP listener (required off loopback).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// File holding the bearer token every call must carry (`authorization: Bearer <token>`);
+    /// surrounding whitespace is ignored. Default: no token (the socket's mode is the guard).
+    pub token_file: Option<PathBuf>,
+    /// Recent events kept for `Subscribe` replays (`since`, `number`). Default 10000.
+    pub history: usize,
+    /// Events a subscriber may fall behind before it loses the oldest (told by `LostEvents`).
+    /// Default 16384.
+    pub subscriber_buffer: usize,
+    /// Subscribers served at once. Default 128.
+    pub max_subscribers: usize,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        let hub = crate::export::api::hub::HubSettings::default();
+        Self {
+            listen: crate::export::api::listen::DEFAULT_LISTEN.into(),
+            tls_cert: None,
+            tls_key: None,
+            token_file: None,
+            history: hub.history,
+            subscriber_buffer: hub.subscriber_buffer,
+            max_subscribers: hub.max_subscribers,
+        }
+    }
+}
+
+impl ApiSettings {
+    /// Where to listen, or `None` for `off`.
+    pub fn addr(&self) -> Result<Option<crate::export::api::listen::ApiAddr>, ConfigError> {
+        if self.listen == "off" {
+            return Ok(None);
+        }
+        self.listen.parse().map(Some).map_err(|why| ConfigError::Invalid { key: "api.listen", why })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.addr()?;
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "api.tls_cert",
+                why: "TLS needs both api.tls_cert and api.tls_key".into(),
+            });
+        }
+        let bounded = |key, v: usize, max: usize| {
+            if v > max {
+                return Err(ConfigError::Invalid { key, why: format!("{v} is above the limit {max}") });
+            }
+            Ok(())
+        };
+        bounded("api.history", self.history, 1_000_000)?;
+        bounded("api.max_subscribers", self.max_subscribers, 10_000)?;
+        bounded("api.subscriber_buffer", self.subscriber_buffer, 1 << 20)?;
+        if self.subscriber_buffer == 0 {
+            return Err(ConfigError::Invalid { key: "api.subscriber_buffer", why: "must be at least 1".into() });
+        }
+        Ok(())
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -238,6 +313,8 @@ impl Default for Config {
             nvml: NvmlSettings::default(),
             attribution: AttributionSettings::default(),
             kubernetes: KubeSettings::default(),
+            api: ApiSettings::default(),
+            otlp: Default::default(),
         }
     }
 }
@@ -302,6 +379,10 @@ impl Config {
         if !self.dev_dir.is_absolute() {
             return Err(ConfigError::Invalid { key: "dev_dir", why: "must be an absolute path".into() });
         }
+        self.api.validate()?;
+        self.otlp
+            .validate()
+            .map_err(|e| ConfigError::Invalid { key: e.key, why: format!("{:?}: {}", e.value, e.why) })?;
         Ok(())
     }
 
@@ -365,6 +446,15 @@ pub struct Overrides {
     /// containers [default: lines].
     #[arg(long, global = true, value_enum)]
     pub unused_cost: Option<UnusedCost>,
+    /// Send metrics and events over OTLP to this collector, http://HOST:PORT (agent only). Off
+    /// unless an endpoint is set here, in OTEL_EXPORTER_OTLP_ENDPOINT or in [otlp] endpoint; this
+    /// flag wins over the environment, which wins over the file.
+    #[arg(long, global = true, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport: grpc or http/protobuf [default: grpc]; wins over OTEL_EXPORTER_OTLP_PROTOCOL,
+    /// which wins over [otlp] protocol.
+    #[arg(long, global = true, value_enum)]
+    pub otlp_protocol: Option<crate::export::otlp::OtlpProtocol>,
 }
 
 impl Overrides {
@@ -415,6 +505,13 @@ impl Overrides {
         }
         if let Some(u) = self.unused_cost {
             cfg.attribution.unused_cost = u;
+        }
+        // Kept apart from the file's values: the environment sits between the two (docs/otlp.md).
+        if let Some(e) = &self.otlp_endpoint {
+            cfg.otlp.flags.endpoint = Some(e.clone());
+        }
+        if let Some(p) = self.otlp_protocol {
+            cfg.otlp.flags.protocol = Some(p);
         }
     }
 }

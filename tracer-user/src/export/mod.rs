@@ -5,6 +5,7 @@
 //! - [`events`]: decoded events as the versioned `gputracer.v1` protobuf schema, written as a
 //!   length-delimited stream or as JSON lines (`gpu-tracer events`).
 //! - [`metrics`]: a snapshot as Prometheus / OpenMetrics text (`docs/metrics.md`).
+//! - [`otlp`]: metrics and events over OTLP (gRPC or HTTP/protobuf) to an OpenTelemetry collector.
 //! - [`format`]: sizes and the compact table style shared by the people-facing outputs.
 //! - [`http`]: the agent's `/metrics`, `/healthz` and `/readyz` server.
 pub mod api;
@@ -13,4 +14,5 @@ pub mod events;
 pub mod format;
 pub mod http;
 pub mod metrics;
+pub mod otlp;
 pub mod top;

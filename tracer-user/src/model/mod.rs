@@ -9,14 +9,18 @@ use std::{collections::BTreeMap, sync::Arc};
 use serde::Serialize;
 
 mod accounting;
+mod api;
 mod event;
 mod kubernetes;
 mod nvml;
+mod otlp;
 
 pub use accounting::{Accounting, LedgerCheck, PipelineStats};
+pub use api::ApiStats;
 pub use event::EventContext;
 pub use kubernetes::{AllocationUse, KubeView, KubernetesStatus};
 pub use nvml::{NvmlStatus, NvmlView};
+pub use otlp::{OtlpDrop, OtlpStats};
 
 use crate::{
     attribution::AttributionSnapshot,
@@ -61,4 +65,8 @@ pub struct AgentSnapshot {
     pub violation_counts: ViolationCounts,
     /// Where Kubernetes identity stands.
     pub kubernetes: KubeView,
+    /// The OTLP exporter's counters; `None` when OTLP export is off.
+    pub otlp: Option<OtlpStats>,
+    /// The gRPC API's event hub; `None` outside the agent (set by the agent before publishing).
+    pub api: Option<ApiStats>,
 }

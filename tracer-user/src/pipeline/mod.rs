@@ -324,6 +324,8 @@ impl Agent {
             violations: self.join.violations.clone(),
             violation_counts: self.join.violation_counts(),
             kubernetes: self.kube.view(),
+            otlp: None,
+            api: None,
         }
     }
 }

@@ -25,7 +25,10 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// PyPI packages of the deployment test (tests/tests/deploy.rs, deploy/validate.py), pinned:
 /// helm-python-sdk embeds Helm's own Go engine (`helm template`/`helm lint` without a helm binary,
 /// which no registry we reach ships); kubernetes-validate ships the Kubernetes OpenAPI schemas.
-const DEPLOY_PIP_PACKAGES: &[(&str, &str)] = &[("helm-python-sdk", "0.2.2"), ("kubernetes-validate", "1.37.0")];
+/// `opentelemetry-proto` decodes what the agent sent over OTLP in tests/tests/otlp.rs (an
+/// implementation independent of the Rust one).
+const DEPLOY_PIP_PACKAGES: &[(&str, &str)] =
+    &[("helm-python-sdk", "0.2.2"), ("kubernetes-validate", "1.37.0"), ("opentelemetry-proto", "1.45.2")];
 /// Where their venv lives unless `GPU_TRACER_DEPLOY_VENV` says otherwise (tests/tests/deploy.rs
 /// looks in the same place).
 const DEPLOY_VENV: &str = "/opt/gpu-tracer/deploy-venv";

@@ -1,5 +1,16 @@
 //! The agent's gRPC API (`proto/gputracer/v1/api.proto`, service `gputracer.v1.GpuTracer`).
 //!
+//! - [`hub`]: every event the agent emits, fanned out to subscribers with a bounded history;
+//!   a subscriber that falls behind is told how many events it lost, the agent never waits.
+//! - [`filter`]: the subscription filters, checked once and matched per event.
 //! - [`snapshot`]: the snapshot and status as protobuf messages (both directions: the agent
 //!   serves them, `top --connect` renders them).
+pub mod client;
+pub mod filter;
+pub mod hub;
+pub mod listen;
+pub mod service;
 pub mod snapshot;
+
+#[cfg(test)]
+mod tests;

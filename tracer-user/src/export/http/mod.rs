@@ -60,6 +60,8 @@ pub struct ServeState {
     last_beat_ms: AtomicU64,
     /// Set once the probes are attached: where they attached (shown by `/readyz`).
     attached: Mutex<Option<String>>,
+    /// Wall-clock time the latest snapshot was published, ns since the epoch.
+    published_at_unix_ns: AtomicU64,
 }
 
 /// Why `/readyz` says no.
@@ -100,6 +102,7 @@ impl ServeState {
             epoch: Instant::now(),
             last_beat_ms: AtomicU64::new(0),
             attached: Mutex::new(None),
+            published_at_unix_ns: AtomicU64::new(0),
         }
     }
 
@@ -116,13 +119,22 @@ impl ServeState {
 
     /// Publish a new snapshot (replaces the previous one; also a heartbeat).
     pub fn publish(&self, snapshot: Arc<AgentSnapshot>) {
-        *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+        let mut slot = self.snapshot.write().unwrap_or_else(|p| p.into_inner());
+        *slot = Some(snapshot);
+        self.published_at_unix_ns.store(crate::clock::wall_now_unix_ns(), Ordering::Relaxed);
+        drop(slot);
         self.heartbeat();
     }
 
     /// The latest published snapshot.
     pub fn latest(&self) -> Option<Arc<AgentSnapshot>> {
         self.snapshot.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The latest published snapshot and when it was published (wall clock, ns since the epoch).
+    pub fn latest_with_time(&self) -> Option<(Arc<AgentSnapshot>, u64)> {
+        let slot = self.snapshot.read().unwrap_or_else(|p| p.into_inner());
+        slot.clone().map(|s| (s, self.published_at_unix_ns.load(Ordering::Relaxed)))
     }
 
     /// The metric sources used by `/metrics`.

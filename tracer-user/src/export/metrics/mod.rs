@@ -26,10 +26,13 @@
 //! - `nvml.rs`: NVML's device readings (`nvml_*`, `gpu_info`, `gpu_power`, ...).
 //! - `guardrails.rs`: `violations`, `violation_info`.
 //! - `kubernetes.rs`: `kubernetes_*`, `pod_resources_*`.
+//! - `otlp.rs`: the OTLP exporter's `otlp_exported`, `otlp_dropped` and queue.
+//! - `api.rs`: the gRPC API's hub (`api_subscribers`, `api_events_published`, `api_events_lost`).
 //!
 //! `labels.rs` holds the label sets several families share (container, GPU); this file the
 //! registry ([`MetricsRegistry`], [`Scrape`], [`MetricSource`]) and the helpers every source is
 //! written with ([`gauge`], [`counter`], [`gauge_family`], [`counter_family`]).
+mod api;
 mod attribution;
 mod cuda;
 mod driver;
@@ -38,6 +41,7 @@ mod health;
 mod kubernetes;
 mod labels;
 mod nvml;
+mod otlp;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -51,6 +55,7 @@ use prometheus_client::{
 };
 
 pub use self::{
+    api::api,
     attribution::{attribution_lines, bill, container_totals},
     cuda::{cgroup_cuda, cuda_calls},
     driver::{cgroup_memory, gpu_memory, state_counters},
@@ -59,6 +64,7 @@ pub use self::{
     kubernetes::kubernetes,
     labels::{CgroupOnly, ContainerLabels, ContainerResolver, GpuIdLabels},
     nvml::nvml_devices,
+    otlp::otlp,
 };
 use crate::{attribution::gpu::FULL, model::AgentSnapshot};
 
@@ -141,6 +147,8 @@ pub const BUILTIN: &[BuiltinSource] = &[
     ("nvml_devices", nvml_devices),
     ("violations", violations),
     ("kubernetes", kubernetes),
+    ("otlp", otlp),
+    ("api", api),
 ];
 
 /// The wire format of a scrape answer.

@@ -142,6 +142,16 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
             pod_resources: Some(AllocationStatus { available: true, refreshes: 5, ..Default::default() }),
             ..Default::default()
         },
+        otlp: Some(crate::model::OtlpStats {
+            endpoint: "http://collector:4317".into(),
+            protocol: "grpc",
+            metric_points_exported: 120,
+            log_records_exported: 7,
+            log_queue_capacity: 8192,
+            dropped: vec![crate::model::OtlpDrop { signal: "logs", reason: "queue_full", count: 3 }],
+            ..Default::default()
+        }),
+        api: Some(crate::model::ApiStats { published: 900, subscribers: 2, subscriptions: 3, refused: 1, lost: 40 }),
         ..Default::default()
     }
 }

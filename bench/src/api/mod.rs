@@ -1,0 +1,273 @@
+//! Section 8: the gRPC API's event delivery. The agent's real hub and tonic server on a Unix socket
+//! (a 2-worker runtime, as `gpu-tracer agent` runs it) and the real client in its own thread,
+//! fed with synthetic events shaped like the agent's (an RM allocation with a pod identity). No
+//! kernel, no root. Reported: events delivered per second to one subscriber (at full speed, where
+//! the subscriber falls behind and is told how many it lost, and paced at the goal rate), and the
+//! fan-out to 100 subscribers — with the accounting `delivered + lost = published` checked for
+//! every subscriber.
+use std::{
+    fmt::Write,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use gpu_tracer_proto::{prost::Message as _, v1};
+use tracer_user::{
+    export::{
+        api::{
+            client::{self, ConnectSettings},
+            hub::{EventHub, HubSettings},
+            listen::{self, ApiAddr, ListenSettings},
+            service::ApiState,
+        },
+        http::{HealthSettings, ServeState},
+        metrics::MetricsRegistry,
+    },
+    probe::ProbeReport,
+};
+
+/// Events per second the issue asks one local subscriber to receive.
+const GOAL_PER_S: f64 = 500_000.0;
+
+/// One run: what was published and what each subscriber got.
+pub struct Delivery {
+    pub published: u64,
+    pub publish_s: f64,
+    /// Per subscriber: (events received, events reported lost, seconds from subscribe to last).
+    pub subscribers: Vec<(u64, u64, f64)>,
+    /// Encoded size of one event, bytes.
+    pub event_bytes: usize,
+}
+
+impl Delivery {
+    fn exact(&self) -> bool {
+        self.subscribers.iter().all(|(got, lost, _)| got + lost == self.published)
+    }
+    fn delivered(&self) -> u64 {
+        self.subscribers.iter().map(|s| s.0).sum()
+    }
+    fn lost(&self) -> u64 {
+        self.subscribers.iter().map(|s| s.1).sum()
+    }
+    fn slowest_s(&self) -> f64 {
+        self.subscribers.iter().map(|s| s.2).fold(0.0, f64::max)
+    }
+}
+
+pub struct ApiMeasured {
+    pub full_speed: Delivery,
+    pub paced: Delivery,
+    pub fan_out: Delivery,
+    pub fan_out_rate: f64,
+}
+
+pub struct ApiSection {
+    pub result: Result<ApiMeasured, String>,
+}
+
+impl ApiSection {
+    pub fn skipped(why: &str) -> Self {
+        Self { result: Err(why.into()) }
+    }
+}
+
+/// An event like the agent's: a successful 2 MiB vidmem RM allocation by a pod's process.
+fn sample_event(i: u64) -> v1::Event {
+    v1::Event {
+        header: Some(v1::Header {
+            kind: v1::EventKind::RmAlloc as i32,
+            ktime_ns: 1_000_000 + i,
+            wall_time_unix_ns: 1_764_000_000_000_000_000 + i,
+            tgid: 4242,
+            pid: 4243,
+            process_start_time_ns: 123_456_789,
+            cgroup_id: 98_765,
+            cgroup_path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope".into(),
+            comm: "python3".into(),
+            duration_ns: 25_000,
+            syscall_ret: 0,
+            container: Some(v1::ContainerIdentity {
+                kind: "container".into(),
+                runtime: "containerd".into(),
+                container_id: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),
+                pod_uid: "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901".into(),
+                qos: "burstable".into(),
+                namespace: "ml".into(),
+                pod: "trainer-7d9f8b6c5-x2x9q".into(),
+                container: "main".into(),
+                owner_kind: "Deployment".into(),
+                owner_name: "trainer".into(),
+                ..Default::default()
+            }),
+        }),
+        device: Some(v1::Device { kind: v1::DeviceKind::Ctl as i32, minor: 0, file_id: 0xffff_8881_0000_0000 }),
+        fd: Some(5),
+        payload: Some(v1::event::Payload::RmAlloc(v1::RmAlloc {
+            client: 0xc1d0_0001,
+            parent: 0xcaf0_0001,
+            handle: 0xcaf0_0100 + (i as u32 & 0xff),
+            class_id: 0x0040,
+            status: 0,
+            success: true,
+            bytes: 2 << 20,
+            location: v1::MemoryLocation::Vidmem as i32,
+            ..Default::default()
+        })),
+    }
+}
+
+/// Publishes `n` events at `rate` per second (`None`: as fast as the hub takes them) to
+/// `subscribers` clients, and reads every stream to its end.
+fn deliver(n: u64, rate: Option<f64>, subscribers: usize) -> Result<Delivery, String> {
+    let dir = std::env::temp_dir().join(format!("gt-bench-api-{}", std::process::id()));
+    let path = dir.join("api.sock");
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let hub = Arc::new(EventHub::new(HubSettings {
+        history: 10_000,
+        subscriber_buffer: HubSettings::default().subscriber_buffer,
+        max_subscribers: subscribers.max(128),
+    }));
+    let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
+    let state = Arc::new(ApiState::new(hub.clone(), serve, ProbeReport::nvml_only()));
+    let settings = ListenSettings { addr: ApiAddr::Unix(path.clone()), tls: None, token: None };
+    let server = server_rt.block_on(listen::serve(&settings, state)).map_err(|e| e.to_string())?;
+    let conn = ConnectSettings { addr: ApiAddr::Unix(path), token: None, tls_ca: None, tls_domain: None };
+    // The clients: one thread, one runtime, a task per subscriber.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let clients = std::thread::spawn(move || -> Result<Vec<(u64, u64, f64)>, String> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        rt.block_on(async move {
+            let mut tasks = Vec::new();
+            for _ in 0..subscribers {
+                let mut c = client::connect(&conn).await.map_err(|e| e.to_string())?;
+                let req = v1::SubscribeRequest { follow: true, ..Default::default() };
+                let mut stream = c.subscribe(req).await.map_err(|e| e.to_string())?.into_inner();
+                tasks.push(tokio::spawn(async move {
+                    use v1::subscribe_response::Response as R;
+                    let start = Instant::now();
+                    let (mut got, mut lost) = (0u64, 0u64);
+                    // Until every event is received or reported lost (or the stream ends early).
+                    while got + lost < n {
+                        let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(30), stream.message()).await
+                        else {
+                            break;
+                        };
+                        match m.response {
+                            Some(R::Event(_)) => got += 1,
+                            Some(R::LostEvents(l)) => lost += l.count,
+                            None => {}
+                        }
+                    }
+                    (got, lost, start.elapsed().as_secs_f64())
+                }));
+            }
+            let _ = ready_tx.send(());
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.map_err(|e| e.to_string())?);
+            }
+            Ok(out)
+        })
+    });
+    ready_rx.recv_timeout(Duration::from_secs(30)).map_err(|_| "the subscribers did not connect".to_string())?;
+    while hub.stats().subscribers < subscribers as u64 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let events: Vec<v1::Event> = (0..1024).map(sample_event).collect();
+    let start = Instant::now();
+    for i in 0..n {
+        if let Some(r) = rate {
+            // Paced in batches of 256: sleep until the batch is due.
+            if i % 256 == 0 {
+                let due = Duration::from_secs_f64(i as f64 / r);
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        hub.publish(events[(i % 1024) as usize].clone());
+    }
+    hub.flush();
+    let publish_s = start.elapsed().as_secs_f64();
+    let subscribers = clients.join().map_err(|_| "a client thread panicked".to_string())??;
+    hub.close();
+    server_rt.block_on(server.shutdown(Duration::from_secs(5)));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Delivery { published: n, publish_s, subscribers, event_bytes: sample_event(1).encoded_len() })
+}
+
+pub fn section(quick: bool) -> ApiSection {
+    let scale = if quick { 10 } else { 1 };
+    let run = || -> Result<ApiMeasured, String> {
+        crate::progress("section 8: API, one subscriber at full speed");
+        let full_speed = deliver(2_000_000 / scale, None, 1)?;
+        crate::progress("section 8: API, one subscriber paced at 500k events/s");
+        let paced = deliver(1_000_000 / scale, Some(GOAL_PER_S), 1)?;
+        crate::progress("section 8: API, 100 subscribers");
+        let fan_out_rate = 10_000.0;
+        let fan_out = deliver(50_000 / scale, Some(fan_out_rate), 100)?;
+        Ok(ApiMeasured { full_speed, paced, fan_out, fan_out_rate })
+    };
+    ApiSection { result: run() }
+}
+
+impl ApiSection {
+    pub fn render(&self, s: &mut String) {
+        let _ = writeln!(s, "## 8. Event API: delivery to subscribers\n");
+        let _ = writeln!(
+            s,
+            "**Method.** The agent's own `EventHub` and tonic server (`export::api`) on a Unix socket, on a \
+             2-worker runtime as `gpu-tracer agent` runs it; the real client (`export::api::client`) in another \
+             thread, one task per subscriber, each following the stream and counting events and `LostEvents`. \
+             A publisher thread (the agent loop's place; the hub wakes subscribers every 256 events, as the agent does once per step) publishes synthetic events shaped like the agent's (an RM \
+             allocation with a pod identity) — at full speed, then paced at the goal rate, then to 100 \
+             subscribers. All on this machine's CPUs at once. Run alone with `cargo xtask bench --only 8`. \
+             **Goal:** ≥ {:.0} k events/s to one local subscriber, with `received + lost = published` exact.\n",
+            GOAL_PER_S / 1000.0
+        );
+        let m = match &self.result {
+            Err(e) => {
+                let _ = writeln!(s, "not measured: {e}\n");
+                return;
+            }
+            Ok(m) => m,
+        };
+        let _ = writeln!(
+            s,
+            "| run | published | publish rate (k/s) | subscribers | delivered | lost (told) | delivered rate (k/s, per subscriber) | received + lost = published |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---|");
+        for (name, d) in [
+            ("one subscriber, full speed", &m.full_speed),
+            ("one subscriber, paced at the goal", &m.paced),
+            ("100 subscribers", &m.fan_out),
+        ] {
+            let per_sub = d.delivered() as f64 / d.subscribers.len().max(1) as f64;
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {:.0} | {} | {} | {} | {:.0} | {} |",
+                d.published,
+                d.published as f64 / d.publish_s / 1000.0,
+                d.subscribers.len(),
+                d.delivered(),
+                d.lost(),
+                per_sub / d.slowest_s().max(1e-9) / 1000.0,
+                if d.exact() { "exact" } else { "**not exact**" }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nOne event is {} bytes encoded. \"Delivered rate\" is events received divided by the time from \
+             subscribing to the stream's end (it includes the wait for the publisher; for the paced runs it is \
+             bounded by the publish rate). The 100-subscriber run publishes at {:.0} k/s, i.e. {:.1} M \
+             deliveries/s in all.\n",
+            m.full_speed.event_bytes,
+            m.fan_out_rate / 1000.0,
+            m.fan_out_rate * 100.0 / 1e6
+        );
+    }
+}

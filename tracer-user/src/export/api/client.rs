@@ -1,0 +1,224 @@
+//! The API's client side, for `events --connect`, `top --connect` and `gpu-tracer api`.
+use std::{path::PathBuf, time::Duration};
+
+use gpu_tracer_proto::{
+    tonic::{
+        self, Request, Status,
+        metadata::AsciiMetadataValue,
+        service::{Interceptor, interceptor::InterceptedService},
+        transport::{Certificate, Channel, ClientTlsConfig, Endpoint},
+    },
+    v1::{self, gpu_tracer_client::GpuTracerClient},
+};
+use hyper_util::rt::TokioIo;
+
+use super::listen::ApiAddr;
+
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest response decoded (a snapshot of a large node is a few MB).
+const MAX_RESPONSE_BYTES: usize = 256 << 20;
+
+/// How to reach a running agent.
+#[derive(Clone, Debug)]
+pub struct ConnectSettings {
+    pub addr: ApiAddr,
+    /// Sent as `authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// With TCP: speak TLS, trusting this CA certificate (PEM) for the agent's certificate.
+    pub tls_ca: Option<PathBuf>,
+    /// With TLS: the name the agent's certificate is for (default: the address's IP).
+    pub tls_domain: Option<String>,
+}
+
+/// Why a client could not talk to the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to the gpu-tracer agent at {addr}: {source}\n  hint: {hint}")]
+    Connect { addr: ApiAddr, source: tonic::transport::Error, hint: String },
+    #[error("the token is not valid in a gRPC header (printable ASCII only)")]
+    BadToken,
+    #[error("reading the CA certificate {path}: {source}")]
+    Ca { path: PathBuf, source: std::io::Error },
+    #[error("TLS setup: {0}")]
+    Tls(tonic::transport::Error),
+}
+
+/// Adds the bearer token to every call.
+#[derive(Clone, Debug)]
+pub struct AddToken(Option<AsciiMetadataValue>);
+
+impl Interceptor for AddToken {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A connected client.
+pub type Client = GpuTracerClient<InterceptedService<Channel, AddToken>>;
+
+/// Connects to the agent (fails at once when nothing listens there).
+pub async fn connect(s: &ConnectSettings) -> Result<Client, ClientError> {
+    let token = match &s.token {
+        Some(t) => Some(AsciiMetadataValue::try_from(format!("Bearer {t}")).map_err(|_| ClientError::BadToken)?),
+        None => None,
+    };
+    let connect_err = |source, hint: &str| ClientError::Connect { addr: s.addr.clone(), source, hint: hint.into() };
+    let channel = match &s.addr {
+        ApiAddr::Unix(path) => {
+            // The URI is required by tonic but unused: the connector dials the socket.
+            let socket = path.clone();
+            Endpoint::from_static("http://[::]:9401")
+                .connect_timeout(CONNECT_TIMEOUT)
+                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                    let socket = socket.clone();
+                    async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
+                }))
+                .await
+                .map_err(|e| {
+                    connect_err(e, "is `gpu-tracer agent` running with this --grpc-listen? (reading the socket needs root or its group)")
+                })?
+        }
+        ApiAddr::Tcp(addr) => {
+            let scheme = if s.tls_ca.is_some() { "https" } else { "http" };
+            let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+                .map_err(|e| connect_err(e, "not a valid address"))?
+                .connect_timeout(CONNECT_TIMEOUT);
+            if let Some(ca) = &s.tls_ca {
+                let pem = std::fs::read(ca).map_err(|source| ClientError::Ca { path: ca.clone(), source })?;
+                let domain = s.tls_domain.clone().unwrap_or_else(|| addr.ip().to_string());
+                endpoint = endpoint
+                    .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)).domain_name(domain))
+                    .map_err(ClientError::Tls)?;
+            }
+            endpoint.connect().await.map_err(|e| connect_err(e, "is the agent listening there (api.listen)?"))?
+        }
+    };
+    Ok(GpuTracerClient::with_interceptor(channel, AddToken(token)).max_decoding_message_size(MAX_RESPONSE_BYTES))
+}
+
+/// The flags of every command that talks to a running agent (`--connect` and how).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ConnectArgs {
+    /// Read from a running `gpu-tracer agent` instead of loading probes here: unix:///PATH or
+    /// tcp://IP:PORT (the agent's api.listen; on a node: unix:///run/gpu-tracer/api.sock).
+    #[arg(long, value_name = "ADDR")]
+    pub connect: Option<String>,
+    /// File holding the agent's bearer token (its api.token_file).
+    #[arg(long, value_name = "FILE", requires = "connect")]
+    pub token_file: Option<PathBuf>,
+    /// TLS to a tcp:// agent, trusting this CA certificate (PEM).
+    #[arg(long, value_name = "PEM", requires = "connect")]
+    pub tls_ca: Option<PathBuf>,
+    /// With --tls-ca: the name in the agent's certificate [default: the address's IP].
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    pub tls_domain: Option<String>,
+}
+
+/// A `--connect` flag that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectArgsError {
+    #[error("--connect {0}")]
+    Addr(String),
+    #[error("reading --token-file {path}: {source}")]
+    Token { path: PathBuf, source: std::io::Error },
+}
+
+impl ConnectArgs {
+    /// `None` without `--connect`.
+    pub fn settings(&self) -> Result<Option<ConnectSettings>, ConnectArgsError> {
+        let Some(addr) = &self.connect else { return Ok(None) };
+        let addr = addr.parse().map_err(ConnectArgsError::Addr)?;
+        let token = match &self.token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .map_err(|source| ConnectArgsError::Token { path: p.clone(), source })?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(Some(ConnectSettings { addr, token, tls_ca: self.tls_ca.clone(), tls_domain: self.tls_domain.clone() }))
+    }
+}
+
+/// Which events to keep, as flags (one include filter and its exclusions); the same for a
+/// standalone `events` and for `events --connect` (there the agent applies them).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct FilterArgs {
+    /// Only events of pods in this namespace. Repeatable (any of them).
+    #[arg(long = "namespace", value_name = "NS")]
+    pub namespace: Vec<String>,
+    /// Only events of this pod (name). Repeatable.
+    #[arg(long = "pod", value_name = "NAME")]
+    pub pod: Vec<String>,
+    /// Only events of this container (name). Repeatable.
+    #[arg(long = "container", value_name = "NAME")]
+    pub container: Vec<String>,
+    /// Only events of this cgroup id. Repeatable.
+    #[arg(long = "cgroup-id", value_name = "ID")]
+    pub cgroup_id: Vec<u64>,
+    /// Only events whose cgroup path starts with this ("/kubepods.slice"). Repeatable.
+    #[arg(long = "cgroup-prefix", value_name = "PATH")]
+    pub cgroup_prefix: Vec<String>,
+    /// Only events on this GPU: a /dev/nvidiaN minor ("0"), or a UUID or its prefix (violations).
+    #[arg(long = "gpu", value_name = "MINOR|UUID")]
+    pub gpu: Vec<String>,
+    /// Only events of this kind (rm_alloc, vid_heap_free, process_exec, cuda_launch_batch,
+    /// violation, ...: the EventKind names of events.proto without EVENT_KIND_). Repeatable.
+    #[arg(long = "kind", value_name = "KIND", value_parser = parse_kind)]
+    pub kind: Vec<i32>,
+    /// Only guardrail violations.
+    #[arg(long)]
+    pub violations_only: bool,
+    /// Leave out events of this kind. Repeatable.
+    #[arg(long = "exclude-kind", value_name = "KIND", value_parser = parse_kind)]
+    pub exclude_kind: Vec<i32>,
+    /// Leave out events of pods in this namespace. Repeatable.
+    #[arg(long = "exclude-namespace", value_name = "NS")]
+    pub exclude_namespace: Vec<String>,
+}
+
+/// `rm_alloc` / `RM_ALLOC` / `EVENT_KIND_RM_ALLOC` → the EventKind number.
+pub fn parse_kind(s: &str) -> Result<i32, String> {
+    let upper = s.trim().to_ascii_uppercase().replace('-', "_");
+    let name = if upper.starts_with("EVENT_KIND_") { upper } else { format!("EVENT_KIND_{upper}") };
+    match v1::EventKind::from_str_name(&name) {
+        Some(v1::EventKind::Unspecified) | None => {
+            let known: Vec<String> = (1..=29)
+                .filter_map(|n| v1::EventKind::try_from(n).ok())
+                .map(|k| k.as_str_name().trim_start_matches("EVENT_KIND_").to_ascii_lowercase())
+                .collect();
+            Err(format!("unknown event kind `{s}`; one of: {}", known.join(", ")))
+        }
+        Some(k) => Ok(k as i32),
+    }
+}
+
+impl FilterArgs {
+    /// The include and exclude filters of a `SubscribeRequest`.
+    pub fn filters(&self) -> (Vec<v1::EventFilter>, Vec<v1::EventFilter>) {
+        let include = v1::EventFilter {
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
+            container: self.container.clone(),
+            cgroup_id: self.cgroup_id.clone(),
+            cgroup_path_prefix: self.cgroup_prefix.clone(),
+            gpu: self.gpu.clone(),
+            kind: self.kind.clone(),
+            violations_only: self.violations_only,
+        };
+        let include = if include == v1::EventFilter::default() { Vec::new() } else { vec![include] };
+        let mut exclude = Vec::new();
+        if !self.exclude_kind.is_empty() {
+            exclude.push(v1::EventFilter { kind: self.exclude_kind.clone(), ..Default::default() });
+        }
+        if !self.exclude_namespace.is_empty() {
+            exclude.push(v1::EventFilter { namespace: self.exclude_namespace.clone(), ..Default::default() });
+        }
+        (include, exclude)
+    }
+}

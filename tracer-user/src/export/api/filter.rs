@@ -1,0 +1,131 @@
+//! Event filters (`gputracer.v1.EventFilter`): checked once when a subscription starts
+//! ([`Filters::new`], so a bad filter is an error naming it), then matched per event.
+use gpu_tracer_proto::v1;
+
+/// A filter the agent cannot apply as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error("{list}[{index}].{field}: an empty value matches nothing; leave the field out instead")]
+    Empty { list: &'static str, index: usize, field: &'static str },
+    #[error("{list}[{index}].kind: {value} is not an event kind of gputracer.v1 (EventKind 1..=29; 0 is UNSPECIFIED)")]
+    UnknownKind { list: &'static str, index: usize, value: i32 },
+}
+
+/// One checked `EventFilter`.
+#[derive(Debug, Clone, Default)]
+struct Filter {
+    namespace: Vec<String>,
+    pod: Vec<String>,
+    container: Vec<String>,
+    cgroup_id: Vec<u64>,
+    cgroup_path_prefix: Vec<String>,
+    gpu_minor: Vec<u32>,
+    gpu_uuid: Vec<String>,
+    kind: Vec<i32>,
+    violations_only: bool,
+}
+
+/// A subscription's include and exclude filters.
+#[derive(Debug, Clone, Default)]
+pub struct Filters {
+    include: Vec<Filter>,
+    exclude: Vec<Filter>,
+}
+
+impl Filters {
+    /// Checks the request's filters: no empty strings, only known event kinds.
+    pub fn new(include: &[v1::EventFilter], exclude: &[v1::EventFilter]) -> Result<Self, FilterError> {
+        let check = |list: &'static str, fs: &[v1::EventFilter]| -> Result<Vec<Filter>, FilterError> {
+            fs.iter().enumerate().map(|(i, f)| Filter::new(list, i, f)).collect()
+        };
+        Ok(Filters { include: check("include", include)?, exclude: check("exclude", exclude)? })
+    }
+
+    /// Is the event sent: it matches an include filter (or there is none) and no exclude filter.
+    pub fn matches(&self, ev: &v1::Event) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|f| f.matches(ev)))
+            && !self.exclude.iter().any(|f| f.matches(ev))
+    }
+
+    /// Does every event match (no filter at all)?
+    pub fn is_empty(&self) -> bool {
+        self.include.is_empty() && self.exclude.is_empty()
+    }
+}
+
+impl Filter {
+    fn new(list: &'static str, index: usize, f: &v1::EventFilter) -> Result<Self, FilterError> {
+        let strings = |field: &'static str, v: &[String]| -> Result<Vec<String>, FilterError> {
+            if v.iter().any(|s| s.is_empty()) {
+                return Err(FilterError::Empty { list, index, field });
+            }
+            Ok(v.to_vec())
+        };
+        for &k in &f.kind {
+            if k == 0 || v1::EventKind::try_from(k).is_err() {
+                return Err(FilterError::UnknownKind { list, index, value: k });
+            }
+        }
+        let gpu = strings("gpu", &f.gpu)?;
+        let (minors, uuids): (Vec<&String>, Vec<&String>) = gpu.iter().partition(|g| g.parse::<u32>().is_ok());
+        Ok(Filter {
+            namespace: strings("namespace", &f.namespace)?,
+            pod: strings("pod", &f.pod)?,
+            container: strings("container", &f.container)?,
+            cgroup_id: f.cgroup_id.clone(),
+            cgroup_path_prefix: strings("cgroup_path_prefix", &f.cgroup_path_prefix)?,
+            gpu_minor: minors.iter().filter_map(|m| m.parse().ok()).collect(),
+            gpu_uuid: uuids.into_iter().cloned().collect(),
+            kind: f.kind.clone(),
+            violations_only: f.violations_only,
+        })
+    }
+
+    fn matches(&self, ev: &v1::Event) -> bool {
+        let Some(h) = ev.header.as_ref() else { return false };
+        let violation = match &ev.payload {
+            Some(v1::event::Payload::Violation(v)) => Some(v),
+            _ => None,
+        };
+        if self.violations_only && violation.is_none() {
+            return false;
+        }
+        if !self.kind.is_empty() && !self.kind.contains(&h.kind) {
+            return false;
+        }
+        if !self.cgroup_id.is_empty() && !self.cgroup_id.contains(&h.cgroup_id) {
+            return false;
+        }
+        if !self.cgroup_path_prefix.is_empty() && !self.cgroup_path_prefix.iter().any(|p| h.cgroup_path.starts_with(p))
+        {
+            return false;
+        }
+        // The pod's names: from the violation itself, else from the container identity.
+        let (ns, pod, container) = match (violation, h.container.as_ref()) {
+            (Some(v), _) => (v.namespace.as_str(), v.pod.as_str(), v.container.as_str()),
+            (None, Some(c)) => (c.namespace.as_str(), c.pod.as_str(), c.container.as_str()),
+            (None, None) => ("", "", ""),
+        };
+        let one_of = |want: &[String], have: &str| want.is_empty() || want.iter().any(|w| w == have);
+        if !one_of(&self.namespace, ns) || !one_of(&self.pod, pod) || !one_of(&self.container, container) {
+            return false;
+        }
+        if !self.gpu_minor.is_empty() || !self.gpu_uuid.is_empty() {
+            let on_minor = ev
+                .device
+                .as_ref()
+                .is_some_and(|d| d.kind == v1::DeviceKind::Gpu as i32 && self.gpu_minor.contains(&d.minor))
+                || violation.is_some_and(|v| v.gpu_minor.is_some_and(|m| self.gpu_minor.contains(&m)));
+            let on_uuid = violation.is_some_and(|v| {
+                self.gpu_uuid.iter().any(|u| {
+                    (!v.gpu_uuid.is_empty() && v.gpu_uuid.starts_with(u.as_str()))
+                        || (!v.mig_uuid.is_empty() && v.mig_uuid.starts_with(u.as_str()))
+                })
+            });
+            if !on_minor && !on_uuid {
+                return false;
+            }
+        }
+        true
+    }
+}

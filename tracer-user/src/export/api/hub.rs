@@ -1,0 +1,251 @@
+//! The event hub: every event the agent emits, fanned out to the API's subscribers without ever
+//! making the agent wait.
+//!
+//! The agent loop [`publish`](EventHub::publish)es each event once: it is numbered, encoded once
+//! (the same bytes go to every subscriber) and appended to one bounded ring that is both the
+//! replay history and every subscriber's buffer. Publishing takes a short lock and never waits for
+//! a subscriber; subscribers are woken once per [`flush`](EventHub::flush) (the agent flushes after
+//! each step), not once per event. Each subscriber keeps a cursor (the next event number it wants)
+//! and copies events out of the ring in batches; a subscriber whose cursor fell out of the ring has
+//! lost exactly `oldest held − cursor` events, which it is told ([`Received::Lost`]) before it goes
+//! on with the oldest event still held. Memory is bounded by the ring's size whatever the
+//! subscribers do.
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use gpu_tracer_proto::{EncodedSubscribeResponse, prost, v1};
+use tokio::sync::watch;
+
+pub use crate::model::ApiStats as HubStats;
+
+/// Events published between two automatic wake-ups of the subscribers when the caller does not
+/// [`flush`](EventHub::flush) sooner.
+const FLUSH_EVERY: u64 = 256;
+
+/// How much the hub holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HubSettings {
+    /// Events kept for replay (`since`, `number`); 0 keeps none.
+    pub history: usize,
+    /// Events a subscriber may fall behind before it loses the oldest.
+    pub subscriber_buffer: usize,
+    /// Subscribers served at once; one more is refused (RESOURCE_EXHAUSTED).
+    pub max_subscribers: usize,
+}
+
+impl Default for HubSettings {
+    fn default() -> Self {
+        HubSettings { history: 10_000, subscriber_buffer: 16_384, max_subscribers: 128 }
+    }
+}
+
+/// One event as the hub holds it: its place in the agent's stream, the message (for filters) and
+/// its encoding as a `SubscribeResponse`, made once and sent as is to every subscriber.
+#[derive(Debug)]
+pub struct Published {
+    /// 1 for the first event published, then +1 per event: gaps are events a subscriber lost.
+    pub seq: u64,
+    pub event: v1::Event,
+    pub encoded: EncodedSubscribeResponse,
+}
+
+/// The fan-out point between the agent loop and the API's subscribers.
+#[derive(Debug)]
+pub struct EventHub {
+    settings: HubSettings,
+    /// The newest `capacity` events, oldest first; their numbers are consecutive.
+    ring: Mutex<VecDeque<Arc<Published>>>,
+    capacity: usize,
+    /// The number of the newest event subscribers were told about.
+    head: watch::Sender<u64>,
+    /// `true` once the agent stops: every subscription ends.
+    closed: watch::Sender<bool>,
+    next_seq: AtomicU64,
+    subscribers: AtomicUsize,
+    subscriptions: AtomicU64,
+    refused: AtomicU64,
+    lost: AtomicU64,
+}
+
+/// The hub is full: `max_subscribers` subscribers are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the agent already serves {0} subscribers (its limit); close one, or raise api.max_subscribers")]
+pub struct TooManySubscribers(pub usize);
+
+impl EventHub {
+    /// An empty hub.
+    pub fn new(settings: HubSettings) -> Self {
+        let capacity = settings.history.max(settings.subscriber_buffer).max(1);
+        EventHub {
+            settings,
+            ring: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+            capacity,
+            head: watch::Sender::new(0),
+            closed: watch::Sender::new(false),
+            next_seq: AtomicU64::new(1),
+            subscribers: AtomicUsize::new(0),
+            subscriptions: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+        }
+    }
+
+    /// The settings it was made with.
+    pub fn settings(&self) -> HubSettings {
+        self.settings
+    }
+
+    /// Does anyone take events (a history to keep, or a subscriber)? When not, the caller can
+    /// skip building the message.
+    pub fn wants_events(&self) -> bool {
+        self.settings.history > 0 || self.subscribers.load(Ordering::Relaxed) > 0
+    }
+
+    /// Adds one event to the ring (the oldest out when full). Never waits for a subscriber;
+    /// subscribers see it at the next [`flush`](EventHub::flush) (at the latest after
+    /// [`FLUSH_EVERY`] events).
+    pub fn publish(&self, event: v1::Event) {
+        // `SubscribeResponse { event = 1 }` is field 1 holding the event: encoded directly.
+        let mut buf = Vec::with_capacity(prost::Message::encoded_len(&event) + 4);
+        prost::encoding::message::encode(1, &event, &mut buf);
+        let encoded = EncodedSubscribeResponse(buf.into());
+        let seq = {
+            let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+            // Numbered under the lock, so the ring's numbers are consecutive.
+            let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+            if ring.len() == self.capacity {
+                ring.pop_front();
+            }
+            ring.push_back(Arc::new(Published { seq, event, encoded }));
+            seq
+        };
+        if seq.is_multiple_of(FLUSH_EVERY) {
+            self.flush();
+        }
+    }
+
+    /// Wakes the subscribers for everything published so far (once per agent step).
+    pub fn flush(&self) {
+        let newest = self.next_seq.load(Ordering::Relaxed) - 1;
+        self.head.send_if_modified(|h| {
+            let changed = *h != newest;
+            *h = newest;
+            changed
+        });
+    }
+
+    /// Subscribes: the history as it is now (the newest `history` events, oldest first) and a
+    /// cursor on every event after it. Refused when `max_subscribers` are connected.
+    pub fn subscribe(self: &Arc<Self>) -> Result<Subscription, TooManySubscribers> {
+        let max = self.settings.max_subscribers;
+        if self.subscribers.fetch_add(1, Ordering::AcqRel) >= max {
+            self.subscribers.fetch_sub(1, Ordering::AcqRel);
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(TooManySubscribers(max));
+        }
+        self.subscriptions.fetch_add(1, Ordering::Relaxed);
+        let (history, cursor) = {
+            let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+            let skip = ring.len().saturating_sub(self.settings.history);
+            (ring.iter().skip(skip).cloned().collect(), self.next_seq.load(Ordering::Relaxed))
+        };
+        Ok(Subscription {
+            hub: self.clone(),
+            history,
+            cursor,
+            head: self.head.subscribe(),
+            closed: self.closed.subscribe(),
+        })
+    }
+
+    /// Ends every subscription (the agent is stopping); later subscriptions end at once.
+    pub fn close(&self) {
+        self.flush();
+        self.closed.send_replace(true);
+    }
+
+    /// What the hub did so far.
+    pub fn stats(&self) -> HubStats {
+        HubStats {
+            published: self.next_seq.load(Ordering::Relaxed) - 1,
+            subscribers: self.subscribers.load(Ordering::Relaxed) as u64,
+            subscriptions: self.subscriptions.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Up to `max` events from number `cursor` on, or how many before the oldest held are gone.
+    fn take(&self, cursor: u64, max: usize) -> Result<Vec<Arc<Published>>, u64> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(oldest) = ring.front().map(|p| p.seq) else { return Ok(Vec::new()) };
+        if cursor < oldest {
+            return Err(oldest - cursor);
+        }
+        let from = usize::try_from(cursor - oldest).unwrap_or(usize::MAX);
+        Ok(ring.iter().skip(from).take(max).cloned().collect())
+    }
+}
+
+/// What a subscriber receives next.
+#[derive(Debug)]
+pub enum Received {
+    /// The next events, in order (at least one).
+    Events(Vec<Arc<Published>>),
+    /// This many events were missed (the subscriber fell behind); the next is the oldest held.
+    Lost(u64),
+    /// The agent is stopping.
+    Closed,
+}
+
+/// One subscriber's view of the hub. Dropping it frees its place.
+#[derive(Debug)]
+pub struct Subscription {
+    hub: Arc<EventHub>,
+    /// The history when it subscribed, oldest first.
+    pub history: Vec<Arc<Published>>,
+    /// The number of the next event it receives.
+    cursor: u64,
+    head: watch::Receiver<u64>,
+    closed: watch::Receiver<bool>,
+}
+
+impl Subscription {
+    /// The next events after the history, at most `max` at a time (waits for at least one).
+    pub async fn recv(&mut self, max: usize) -> Received {
+        loop {
+            if *self.closed.borrow() {
+                return Received::Closed;
+            }
+            // Marked seen before looking, so a flush after the look wakes the wait below.
+            self.head.borrow_and_update();
+            match self.hub.take(self.cursor, max.max(1)) {
+                Err(lost) => {
+                    self.cursor += lost;
+                    self.hub.lost.fetch_add(lost, Ordering::Relaxed);
+                    return Received::Lost(lost);
+                }
+                Ok(events) if !events.is_empty() => {
+                    self.cursor = events[events.len() - 1].seq + 1;
+                    return Received::Events(events);
+                }
+                Ok(_) => {}
+            }
+            tokio::select! {
+                r = self.head.changed() => if r.is_err() { return Received::Closed },
+                _ = self.closed.wait_for(|c| *c) => return Received::Closed,
+            }
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.subscribers.fetch_sub(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,32 @@
+//! The gRPC API's event hub (`api_*`): subscribers now, events published, and events subscribers
+//! lost because they read too slowly. Nothing when the API is off.
+use std::fmt;
+
+use prometheus_client::encoding::DescriptorEncoder;
+
+use super::{Scrape, counter, gauge};
+
+/// `api_subscribers`, `api_events_published_total`, `api_events_lost_total`,
+/// `api_subscriptions_total`, `api_subscriptions_refused_total`.
+pub fn api(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    let Some(a) = &s.snapshot.api else {
+        return Ok(());
+    };
+    gauge(e, "api_subscribers", "Subscribers of the gRPC event stream connected now.", None, a.subscribers)?;
+    counter(e, "api_events_published", "Events the agent published to its gRPC event stream.", None, a.published)?;
+    counter(
+        e,
+        "api_events_lost",
+        "Events subscribers missed because they read too slowly, summed over subscribers (each was sent LostEvents).",
+        None,
+        a.lost,
+    )?;
+    counter(e, "api_subscriptions", "Subscriptions accepted.", None, a.subscriptions)?;
+    counter(
+        e,
+        "api_subscriptions_refused",
+        "Subscriptions refused because api.max_subscribers were connected.",
+        None,
+        a.refused,
+    )
+}

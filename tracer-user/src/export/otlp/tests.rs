@@ -1,0 +1,307 @@
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use gpu_tracer_proto::v1;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_proto::tonic::{
+    collector::metrics::v1::ExportMetricsServiceRequest, common::v1::any_value::Value as AnyV, metrics::v1::metric,
+};
+use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, data::ResourceMetrics, reader::MetricReader};
+
+use super::{metrics::*, settings::*, *};
+use crate::export::metrics::tests::sample_snapshot;
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+    move |k| m.get(k).cloned()
+}
+
+#[test]
+fn off_unless_an_endpoint_is_set() {
+    assert_eq!(OtlpSettings::resolve(&OtlpConfig::default(), env(&[])).unwrap(), None);
+    // A protocol alone does not turn it on.
+    assert_eq!(OtlpSettings::resolve(&OtlpConfig::default(), env(&[(ENV_PROTOCOL, "grpc")])).unwrap(), None);
+    let cfg = OtlpConfig { endpoint: Some("http://c:4317".into()), ..Default::default() };
+    assert_eq!(OtlpSettings::resolve(&cfg, env(&[(ENV_SDK_DISABLED, "true")])).unwrap(), None);
+}
+
+#[test]
+fn flag_beats_environment_beats_file() {
+    let mut cfg = OtlpConfig {
+        endpoint: Some("http://file:4317".into()),
+        protocol: OtlpProtocol::Grpc,
+        headers: [("a".to_owned(), "file".to_owned()), ("b".to_owned(), "file".to_owned())].into(),
+        metric_export_interval_ms: 30_000,
+        ..Default::default()
+    };
+    let s = OtlpSettings::resolve(&cfg, env(&[])).unwrap().unwrap();
+    assert_eq!(
+        (s.endpoint.as_str(), s.endpoint_source, s.protocol),
+        ("http://file:4317", "otlp.endpoint", OtlpProtocol::Grpc)
+    );
+    assert_eq!(s.metric_export_interval, Duration::from_secs(30));
+
+    let e = env(&[
+        (ENV_ENDPOINT, "http://env:4318/"),
+        (ENV_PROTOCOL, "http/protobuf"),
+        (ENV_HEADERS, "b=env,c=x%20y"),
+        (ENV_RESOURCE_ATTRIBUTES, "deployment.environment=prod"),
+        (ENV_METRIC_EXPORT_INTERVAL, "5000"),
+    ]);
+    let s = OtlpSettings::resolve(&cfg, &e).unwrap().unwrap();
+    assert_eq!(s.endpoint, "http://env:4318");
+    assert_eq!(s.endpoint_source, ENV_ENDPOINT);
+    assert_eq!(s.protocol, OtlpProtocol::HttpProtobuf);
+    assert_eq!(s.headers.get("a").map(String::as_str), Some("file"));
+    assert_eq!(s.headers.get("b").map(String::as_str), Some("env"));
+    assert_eq!(s.headers.get("c").map(String::as_str), Some("x y"));
+    assert_eq!(s.resource_attributes.get("deployment.environment").map(String::as_str), Some("prod"));
+    assert_eq!(s.metric_export_interval, Duration::from_secs(5));
+
+    cfg.flags = OtlpFlags { endpoint: Some("http://flag:4317".into()), protocol: Some(OtlpProtocol::Grpc) };
+    let s = OtlpSettings::resolve(&cfg, &e).unwrap().unwrap();
+    assert_eq!(
+        (s.endpoint.as_str(), s.endpoint_source, s.protocol),
+        ("http://flag:4317", "--otlp-endpoint", OtlpProtocol::Grpc)
+    );
+}
+
+#[test]
+fn the_config_file_section_parses_with_defaults() {
+    let (cfg, warnings) = crate::config::Config::from_toml(
+        "[otlp]\nendpoint = \"http://collector:4318\"\nprotocol = \"http/protobuf\"\nevents = [\"violation\"]\n",
+    )
+    .unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    cfg.validate().unwrap();
+    assert_eq!(cfg.otlp.protocol, OtlpProtocol::HttpProtobuf);
+    assert_eq!(cfg.otlp.timeout_ms, 10_000);
+    let s = OtlpSettings::resolve(&cfg.otlp, env(&[])).unwrap().unwrap();
+    assert_eq!(s.event_kinds.iter().copied().collect::<Vec<_>>(), vec![v1::EventKind::Violation as i32]);
+    // A typo in the section is an error, not an exporter silently off.
+    assert!(crate::config::Config::from_toml("[otlp]\nendpiont = \"http://c:4317\"\n").is_err());
+    assert!(crate::config::Config::from_toml("[otlp]\nprotocol = \"http\"\n").is_err());
+}
+
+#[test]
+fn bad_values_name_the_key_and_the_fix() {
+    let on = OtlpConfig { endpoint: Some("http://c:4317".into()), ..Default::default() };
+    /// (file section, environment, the key the error names, what the message says)
+    type Case<'a> = (OtlpConfig, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (on.clone(), vec![(ENV_PROTOCOL, "http/json")], ENV_PROTOCOL, "grpc` or `http/protobuf"),
+        (on.clone(), vec![(ENV_METRIC_EXPORT_INTERVAL, "10s")], ENV_METRIC_EXPORT_INTERVAL, "milliseconds"),
+        (on.clone(), vec![(ENV_METRIC_EXPORT_INTERVAL, "5")], ENV_METRIC_EXPORT_INTERVAL, "between"),
+        (on.clone(), vec![(ENV_HEADERS, "api-key")], ENV_HEADERS, "key=value"),
+        (on.clone(), vec![(ENV_RESOURCE_ATTRIBUTES, "a=%zz")], ENV_RESOURCE_ATTRIBUTES, "%XX"),
+        (OtlpConfig::default(), vec![(ENV_ENDPOINT, "collector:4317")], ENV_ENDPOINT, "http://HOST:PORT"),
+        (OtlpConfig::default(), vec![(ENV_ENDPOINT, "https://c:4317")], ENV_ENDPOINT, "TLS"),
+        (OtlpConfig { endpoint: Some("ftp://c".into()), ..Default::default() }, vec![], "otlp.endpoint", "http://"),
+        (OtlpConfig { events: vec!["ioctl".into()], ..on.clone() }, vec![], "otlp.events", "rm_alloc"),
+        (OtlpConfig { log_queue: 0, ..on.clone() }, vec![], "otlp.log_queue", "between"),
+    ];
+    for (cfg, e, key, fix) in cases {
+        let err = OtlpSettings::resolve(&cfg, env(&e)).unwrap_err();
+        assert_eq!(err.key, key, "{err}");
+        assert!(err.to_string().contains(fix), "{err} should say {fix:?}");
+    }
+    let mut flagged = OtlpConfig::default();
+    flagged.flags.endpoint = Some("localhost:4317".into());
+    assert_eq!(OtlpSettings::resolve(&flagged, env(&[])).unwrap_err().key, "--otlp-endpoint");
+}
+
+#[test]
+fn exposition_names_and_units_map_to_otel() {
+    assert_eq!(
+        otel_name("gpu_tracer_attribution_memory_bytes", "bytes"),
+        ("gpu_tracer.attribution.memory".into(), "By")
+    );
+    assert_eq!(otel_name("gpu_tracer_container_energy_joules", "joules"), ("gpu_tracer.container.energy".into(), "J"));
+    assert_eq!(otel_name("gpu_tracer_bill", ""), ("gpu_tracer.bill".into(), ""));
+    let f = parse_exposition(
+        "# HELP gpu_tracer_x_bytes X.\n# TYPE gpu_tracer_x_bytes gauge\n# UNIT gpu_tracer_x_bytes bytes\n\
+         gpu_tracer_x_bytes{a=\"q\\\"uo,te\",b=\"\"} 12\n# TYPE gpu_tracer_c counter\ngpu_tracer_c_total 3.5\n# EOF\n",
+    );
+    assert_eq!(f.len(), 2);
+    assert_eq!(f[0].samples, vec![(vec![("a".into(), "q\"uo,te".into()), ("b".into(), String::new())], "12".into())]);
+    assert_eq!((f[0].unit.as_str(), f[0].help.as_str()), ("bytes", "X."));
+    assert_eq!(f[1].samples, vec![(vec![], "3.5".into())]);
+}
+
+/// The sample snapshot of the Prometheus tests, collected through the SDK and encoded as the OTLP
+/// request the exporter would send.
+fn collected() -> (MetricView, ExportMetricsServiceRequest) {
+    let mut snap = sample_snapshot();
+    // The identity the agent resolves from a real container's cgroup.
+    let id = snap.containers.get_mut(&12).unwrap();
+    id.container_id = Some("b".repeat(64));
+    id.pod_uid = Some("22222222-3333-4444-5555-666666666666".into());
+    let snap = Arc::new(snap);
+    let view = MetricView::build(&snap, &MetricsRegistry::new());
+    let reader = SharedReader(Arc::new(ManualReader::builder().build()));
+    let provider = SdkMeterProvider::builder().with_reader(reader.clone()).build();
+    let mut inst = Instruments::new(provider.meter("test"));
+    inst.set(view.clone());
+    let mut rm = ResourceMetrics::default();
+    reader.collect(&mut rm).unwrap();
+    assert_eq!(count_points(&rm) as usize, view.points());
+    (view, ExportMetricsServiceRequest::from(&rm))
+}
+
+fn attr(a: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str) -> Option<String> {
+    a.iter().find(|kv| kv.key == k).and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+        AnyV::StringValue(s) => Some(s.clone()),
+        other => Some(format!("{other:?}")),
+    })
+}
+
+/// (attributes, value as f64) of every point of `name`.
+fn points(
+    req: &ExportMetricsServiceRequest,
+    name: &str,
+) -> Vec<(Vec<opentelemetry_proto::tonic::common::v1::KeyValue>, f64)> {
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
+    let mut out = Vec::new();
+    for rm in &req.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for m in sm.metrics.iter().filter(|m| m.name == name) {
+                let dps = match &m.data {
+                    Some(metric::Data::Gauge(g)) => &g.data_points,
+                    Some(metric::Data::Sum(s)) => &s.data_points,
+                    _ => continue,
+                };
+                for dp in dps {
+                    let v = match dp.value {
+                        Some(Value::AsInt(i)) => i as f64,
+                        Some(Value::AsDouble(d)) => d,
+                        None => f64::NAN,
+                    };
+                    out.push((dp.attributes.clone(), v));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_exported() {
+    let (view, req) = collected();
+    let lines = points(&req, "gpu_tracer.attribution.memory");
+    let totals = points(&req, "gpu_tracer.attribution.memory_total");
+    assert!(!totals.is_empty() && !lines.is_empty());
+    for (a, total) in &totals {
+        let gpu = attr(a, "hw.id").unwrap();
+        let sum: f64 = lines.iter().filter(|(l, _)| attr(l, "hw.id").as_deref() == Some(&gpu)).map(|(_, v)| v).sum();
+        assert_eq!(sum, *total, "{gpu}: lines {lines:#?}");
+    }
+    // Every line kind is there, container lines carry the pod's identity.
+    let kinds: std::collections::BTreeSet<String> = lines.iter().filter_map(|(a, _)| attr(a, "line")).collect();
+    assert!(kinds.contains("container") && kinds.contains("free") && kinds.contains("driver_reserved"), "{kinds:?}");
+    let c = lines
+        .iter()
+        .find(|(a, _)| attr(a, "line").as_deref() == Some("container") && attr(a, "k8s.pod.name").is_some())
+        .unwrap_or_else(|| panic!("no named container line: {lines:#?}"));
+    for (k, v) in [
+        ("k8s.namespace.name", "team-b"),
+        ("k8s.pod.name", "serve-1"),
+        ("k8s.container.name", "server"),
+        ("container.id", "b".repeat(64).as_str()),
+        ("k8s.pod.uid", "22222222-3333-4444-5555-666666666666"),
+    ] {
+        assert_eq!(attr(&c.0, k).as_deref(), Some(v), "{k} on {:?}", c.0);
+    }
+    assert_eq!(c.1, (10u64 << 30) as f64);
+    for rm in &req.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let dps: Vec<_> = match &m.data {
+                    Some(metric::Data::Gauge(g)) => g.data_points.iter().map(|d| &d.attributes).collect(),
+                    Some(metric::Data::Sum(s)) => s.data_points.iter().map(|d| &d.attributes).collect(),
+                    _ => vec![],
+                };
+                for a in dps {
+                    for kv in a {
+                        assert!(!FORBIDDEN_KEYS.contains(&kv.key.as_str()), "{}: {}", m.name, kv.key);
+                        assert!(
+                            !matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(AnyV::StringValue(s)) if s.starts_with("/kubepods")),
+                            "{}: a cgroup path in {}",
+                            m.name,
+                            kv.key
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The hardware semantic conventions are there, with hw.type=gpu.
+    for name in ["hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.utilization", "hw.power", "hw.energy"] {
+        let p = points(&req, name);
+        assert!(!p.is_empty(), "{name} missing; have {:?}", view.families.keys().collect::<Vec<_>>());
+        assert!(p.iter().all(|(a, _)| attr(a, "hw.type").as_deref() == Some("gpu")));
+    }
+    // The bill is a monotonic sum.
+    let bill = req.resource_metrics[0].scope_metrics[0].metrics.iter().find(|m| m.name == "gpu_tracer.bill").unwrap();
+    assert!(matches!(&bill.data, Some(metric::Data::Sum(s)) if s.is_monotonic));
+}
+
+#[test]
+fn every_metrics_family_has_an_otlp_metric() {
+    let snap = Arc::new(sample_snapshot());
+    let text = MetricsRegistry::new().encode(&snap, crate::export::metrics::ExpositionFormat::OpenMetrics).unwrap();
+    let view = MetricView::build(&snap, &MetricsRegistry::new());
+    for f in parse_exposition(&text) {
+        let (name, _) = otel_name(&f.name, &f.unit);
+        assert!(view.families.contains_key(&name), "{} has no OTLP metric {name}", f.name);
+    }
+}
+
+fn violation_event() -> v1::Event {
+    v1::Event {
+        header: Some(v1::Header { kind: v1::EventKind::Violation as i32, wall_time_unix_ns: 1, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_unreachable_collector_costs_counted_drops_and_bounded_memory() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cfg = OtlpConfig {
+        endpoint: Some(format!("http://127.0.0.1:{port}")),
+        metric_export_interval_ms: 100,
+        log_export_interval_ms: 50,
+        timeout_ms: 300,
+        log_queue: 8,
+        log_batch: 4,
+        ..Default::default()
+    };
+    for protocol in [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf] {
+        let settings = OtlpSettings::resolve(&OtlpConfig { protocol, ..cfg.clone() }, env(&[])).unwrap();
+        let x = OtlpExporter::start(settings, &ResourceInfo::default()).unwrap().unwrap();
+        x.publish(Arc::new(sample_snapshot()));
+        // Not exported by default: never queued, never counted.
+        x.offer_event(&v1::Event {
+            header: Some(v1::Header { kind: v1::EventKind::RmControl as i32, ..Default::default() }),
+            ..Default::default()
+        });
+        let t = Instant::now();
+        for _ in 0..1000 {
+            x.offer_event(&violation_event());
+        }
+        assert!(t.elapsed() < Duration::from_millis(200), "offering never waits: {:?}", t.elapsed());
+        let s = x.stats();
+        assert_eq!(s.events_offered, 1000);
+        assert!(s.log_queue_len <= 8);
+        assert!(s.dropped_for("logs") >= 1000 - 8 - 4, "{s:?}");
+        std::thread::sleep(Duration::from_millis(1500));
+        let s = x.stats();
+        let metric_drops: u64 =
+            s.dropped.iter().filter(|d| d.signal == "metrics" && d.reason != "queue_full").map(|d| d.count).sum();
+        assert!(metric_drops > 0, "failed metric exports are counted with their points: {s:?}");
+        assert_eq!(s.metric_points_exported, 0);
+        assert!(s.last_error.is_some());
+        let s = x.shutdown(Duration::from_millis(300));
+        // Everything offered is accounted for: exported (nothing here) or dropped for a reason.
+        assert_eq!(s.log_records_exported + s.dropped_for("logs"), 1000, "{protocol:?}: {s:?}");
+    }
+}
