@@ -11,7 +11,8 @@
 //! bpftrace's, and the launch rate the agent counts from two threads; (6) the attribution engine's
 //! cost per interval on an 8-GPU × 100-container node (no kernel, no root); (7) one NVML pass on that
 //! node against the fake library, and the agent-side memory of that node size; (8) the event API's
-//! delivery to one and to 100 subscribers over its Unix socket.
+//! delivery to one and to 100 subscribers over its Unix socket; (9) the OTLP exporter's cost per export
+//! on that node, and the agent-side memory with Prometheus, OTLP and 10 subscribers on.
 //!
 //! With `--only`, the sections not run keep their text from the report being overwritten.
 mod agent_run;
@@ -20,6 +21,7 @@ mod attribution;
 mod bpftrace;
 mod cuda;
 mod cudalib;
+mod exporters;
 mod floors;
 mod merge;
 mod nvml;
@@ -85,7 +87,7 @@ pub struct Opts {
     /// Skip the bpftrace comparison.
     #[arg(long)]
     no_bpftrace: bool,
-    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`, 8 or `api`); with
+    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`, 8 or `api`, 9 or `exporters`); with
     /// --write, the others keep their text from the file being overwritten (or say "skipped").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -541,6 +543,9 @@ fn main() -> Result<()> {
     if args.get(1).map(String::as_str) == Some("__rss") {
         return nvml::rss_main(&args[2..]);
     }
+    if args.get(1).map(String::as_str) == Some("__exporters_rss") {
+        return exporters::rss_main(&args[2..]);
+    }
     let mut opts = Opts::parse();
     if opts.quick {
         opts.calls /= 10;
@@ -633,6 +638,11 @@ fn main() -> Result<()> {
 
     let api_section =
         if opts.wants("8") || opts.wants("api") { api::section(opts.quick) } else { api::ApiSection::skipped(SKIPPED) };
+    let exporters_section = if opts.wants("9") || opts.wants("exporters") {
+        exporters::section(opts.quick)
+    } else {
+        exporters::ExportersSection::skipped(SKIPPED)
+    };
 
     let load_end = sys::loadavg();
     let doc = Report {
@@ -647,6 +657,7 @@ fn main() -> Result<()> {
         attribution,
         nvml: nvml_section,
         api: api_section,
+        exporters: exporters_section,
         hwm_before_offline_kb: hwm_kb,
         load: (load_start, load_end),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_tracer_proto::{prost::Message as _, v1};
+use gpu_tracer_proto::{prost::Message as _, tonic, v1};
 use tracer_user::{
     export::{
         api::{
@@ -25,6 +25,59 @@ use tracer_user::{
     },
     probe::ProbeReport,
 };
+
+/// How a subscriber reads its stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// The generated client: every `SubscribeResponse` decoded into messages.
+    Decoding,
+    /// gRPC frames counted by their first byte (field 1: an event; field 2: `LostEvents`, decoded):
+    /// what the agent side delivers, without the client's decoding.
+    Frames,
+}
+
+/// A codec whose responses are only classified: `Some(0)` for an event, `Some(n)` for LostEvents.
+#[derive(Clone, Copy, Default)]
+struct FrameCodec;
+
+impl tonic::codec::Codec for FrameCodec {
+    type Encode = v1::SubscribeRequest;
+    type Decode = u64;
+    type Encoder = FrameCodec;
+    type Decoder = FrameCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        FrameCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        FrameCodec
+    }
+}
+
+impl tonic::codec::Encoder for FrameCodec {
+    type Item = v1::SubscribeRequest;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Self::Item, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Self::Error> {
+        item.encode(dst).map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+impl tonic::codec::Decoder for FrameCodec {
+    type Item = u64;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<u64>, Self::Error> {
+        use gpu_tracer_proto::prost::bytes::Buf;
+        let event = src.chunk().first() == Some(&0x0a);
+        if event {
+            src.advance(src.remaining());
+            return Ok(Some(0));
+        }
+        let r = v1::SubscribeResponse::decode(src).map_err(|e| tonic::Status::internal(e.to_string()))?;
+        match r.response {
+            Some(v1::subscribe_response::Response::LostEvents(l)) => Ok(Some(l.count.max(1))),
+            _ => Err(tonic::Status::internal("a response that is neither an event nor LostEvents")),
+        }
+    }
+}
 
 /// Events per second the issue asks one local subscriber to receive.
 const GOAL_PER_S: f64 = 500_000.0;
@@ -56,7 +109,9 @@ impl Delivery {
 
 pub struct ApiMeasured {
     pub full_speed: Delivery,
+    pub frames: Delivery,
     pub paced: Delivery,
+    pub paced_frames: Delivery,
     pub fan_out: Delivery,
     pub fan_out_rate: f64,
 }
@@ -72,7 +127,7 @@ impl ApiSection {
 }
 
 /// An event like the agent's: a successful 2 MiB vidmem RM allocation by a pod's process.
-fn sample_event(i: u64) -> v1::Event {
+pub(crate) fn sample_event(i: u64) -> v1::Event {
     v1::Event {
         header: Some(v1::Header {
             kind: v1::EventKind::RmAlloc as i32,
@@ -116,9 +171,37 @@ fn sample_event(i: u64) -> v1::Event {
     }
 }
 
+/// Reads until `n` events are received or reported lost (or the stream ends, or 30 s pass without
+/// a message): (received, lost, seconds).
+async fn read_decoding(mut stream: tonic::Streaming<v1::SubscribeResponse>, n: u64) -> (u64, u64, f64) {
+    use v1::subscribe_response::Response as R;
+    let start = Instant::now();
+    let (mut got, mut lost) = (0u64, 0u64);
+    while got + lost < n {
+        let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(30), stream.message()).await else { break };
+        match m.response {
+            Some(R::Event(_)) => got += 1,
+            Some(R::LostEvents(l)) => lost += l.count,
+            None => {}
+        }
+    }
+    (got, lost, start.elapsed().as_secs_f64())
+}
+
+/// [`read_decoding`] over [`FrameCodec`]'s classification.
+async fn read_frames(mut stream: tonic::Streaming<u64>, n: u64) -> (u64, u64, f64) {
+    let start = Instant::now();
+    let (mut got, mut lost) = (0u64, 0u64);
+    while got + lost < n {
+        let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(30), stream.message()).await else { break };
+        if m == 0 { got += 1 } else { lost += m }
+    }
+    (got, lost, start.elapsed().as_secs_f64())
+}
+
 /// Publishes `n` events at `rate` per second (`None`: as fast as the hub takes them) to
 /// `subscribers` clients, and reads every stream to its end.
-fn deliver(n: u64, rate: Option<f64>, subscribers: usize) -> Result<Delivery, String> {
+fn deliver(n: u64, rate: Option<f64>, subscribers: usize, reader: Reader) -> Result<Delivery, String> {
     let dir = std::env::temp_dir().join(format!("gt-bench-api-{}", std::process::id()));
     let path = dir.join("api.sock");
     let server_rt = tokio::runtime::Builder::new_multi_thread()
@@ -143,27 +226,26 @@ fn deliver(n: u64, rate: Option<f64>, subscribers: usize) -> Result<Delivery, St
         rt.block_on(async move {
             let mut tasks = Vec::new();
             for _ in 0..subscribers {
-                let mut c = client::connect(&conn).await.map_err(|e| e.to_string())?;
                 let req = v1::SubscribeRequest { follow: true, ..Default::default() };
-                let mut stream = c.subscribe(req).await.map_err(|e| e.to_string())?.into_inner();
-                tasks.push(tokio::spawn(async move {
-                    use v1::subscribe_response::Response as R;
-                    let start = Instant::now();
-                    let (mut got, mut lost) = (0u64, 0u64);
-                    // Until every event is received or reported lost (or the stream ends early).
-                    while got + lost < n {
-                        let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(30), stream.message()).await
-                        else {
-                            break;
-                        };
-                        match m.response {
-                            Some(R::Event(_)) => got += 1,
-                            Some(R::LostEvents(l)) => lost += l.count,
-                            None => {}
-                        }
+                tasks.push(match reader {
+                    Reader::Decoding => {
+                        let mut c = client::connect(&conn).await.map_err(|e| e.to_string())?;
+                        let stream = c.subscribe(req).await.map_err(|e| e.to_string())?.into_inner();
+                        tokio::spawn(read_decoding(stream, n))
                     }
-                    (got, lost, start.elapsed().as_secs_f64())
-                }));
+                    Reader::Frames => {
+                        let channel = client::channel(&conn).await.map_err(|e| e.to_string())?;
+                        let mut grpc = tonic::client::Grpc::new(channel);
+                        grpc.ready().await.map_err(|e| e.to_string())?;
+                        let path = tonic::codegen::http::uri::PathAndQuery::from_static("/gputracer.v1.GpuTracer/Subscribe");
+                        let stream = grpc
+                            .server_streaming(tonic::Request::new(req), path, FrameCodec)
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .into_inner();
+                        tokio::spawn(read_frames(stream, n))
+                    }
+                });
             }
             let _ = ready_tx.send(());
             let mut out = Vec::new();
@@ -204,13 +286,17 @@ pub fn section(quick: bool) -> ApiSection {
     let scale = if quick { 10 } else { 1 };
     let run = || -> Result<ApiMeasured, String> {
         crate::progress("section 8: API, one subscriber at full speed");
-        let full_speed = deliver(2_000_000 / scale, None, 1)?;
+        let full_speed = deliver(2_000_000 / scale, None, 1, Reader::Decoding)?;
+        crate::progress("section 8: API, one frame-counting subscriber at full speed");
+        let frames = deliver(2_000_000 / scale, None, 1, Reader::Frames)?;
         crate::progress("section 8: API, one subscriber paced at 500k events/s");
-        let paced = deliver(1_000_000 / scale, Some(GOAL_PER_S), 1)?;
+        let paced = deliver(1_000_000 / scale, Some(GOAL_PER_S), 1, Reader::Decoding)?;
+        crate::progress("section 8: API, one frame-counting subscriber paced at 500k events/s");
+        let paced_frames = deliver(1_000_000 / scale, Some(GOAL_PER_S), 1, Reader::Frames)?;
         crate::progress("section 8: API, 100 subscribers");
         let fan_out_rate = 10_000.0;
-        let fan_out = deliver(50_000 / scale, Some(fan_out_rate), 100)?;
-        Ok(ApiMeasured { full_speed, paced, fan_out, fan_out_rate })
+        let fan_out = deliver(50_000 / scale, Some(fan_out_rate), 100, Reader::Frames)?;
+        Ok(ApiMeasured { full_speed, frames, paced, paced_frames, fan_out, fan_out_rate })
     };
     ApiSection { result: run() }
 }
@@ -242,9 +328,11 @@ impl ApiSection {
         );
         let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---|");
         for (name, d) in [
-            ("one subscriber, full speed", &m.full_speed),
-            ("one subscriber, paced at the goal", &m.paced),
-            ("100 subscribers", &m.fan_out),
+            ("one decoding subscriber, full speed", &m.full_speed),
+            ("one frame-counting subscriber, full speed", &m.frames),
+            ("one decoding subscriber, paced at the goal", &m.paced),
+            ("one frame-counting subscriber, paced at the goal", &m.paced_frames),
+            ("100 frame-counting subscribers", &m.fan_out),
         ] {
             let per_sub = d.delivered() as f64 / d.subscribers.len().max(1) as f64;
             let _ = writeln!(
@@ -261,10 +349,13 @@ impl ApiSection {
         }
         let _ = writeln!(
             s,
-            "\nOne event is {} bytes encoded. \"Delivered rate\" is events received divided by the time from \
-             subscribing to the stream's end (it includes the wait for the publisher; for the paced runs it is \
-             bounded by the publish rate). The 100-subscriber run publishes at {:.0} k/s, i.e. {:.1} M \
-             deliveries/s in all.\n",
+            "\nOne event is {} bytes encoded. A *decoding* subscriber is the generated client, decoding every \
+             `SubscribeResponse` into messages (as `events --connect` does); a *frame-counting* one reads the same \
+             stream with a codec that only classifies each gRPC message by its first byte (what the agent delivers, \
+             without the client's decoding; `LostEvents` are decoded). Both share this machine's CPUs with the \
+             publisher and the server. \"Delivered rate\" is events received divided by the time from subscribing \
+             to the stream's end (it includes the wait for the publisher; for the paced runs it is bounded by the \
+             publish rate). The 100-subscriber run publishes at {:.0} k/s, i.e. {:.1} M deliveries/s in all.\n",
             m.full_speed.event_bytes,
             m.fan_out_rate / 1000.0,
             m.fan_out_rate * 100.0 / 1e6

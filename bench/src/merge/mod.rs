@@ -15,6 +15,7 @@ pub const GROUPS: &[(&[&str], &[&str], &str)] = &[
     (&["6", "attribution"], &["6"], "6"),
     (&["7", "nvml"], &["7"], "7"),
     (&["8", "api"], &["8"], "8"),
+    (&["9", "exporters"], &["9"], "9"),
 ];
 
 /// Every key `--only` accepts.

@@ -219,6 +219,7 @@ pub struct Report<'a> {
     pub attribution: crate::attribution::AttributionSection,
     pub nvml: crate::nvml::NvmlSection,
     pub api: crate::api::ApiSection,
+    pub exporters: crate::exporters::ExportersSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -391,6 +392,7 @@ impl Report<'_> {
         self.attribution.render(&mut s);
         self.nvml.render(&mut s);
         self.api.render(&mut s);
+        self.exporters.render(&mut s);
         self.render_reading(&mut s);
         s
     }

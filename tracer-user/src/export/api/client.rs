@@ -66,6 +66,13 @@ pub async fn connect(s: &ConnectSettings) -> Result<Client, ClientError> {
         Some(t) => Some(AsciiMetadataValue::try_from(format!("Bearer {t}")).map_err(|_| ClientError::BadToken)?),
         None => None,
     };
+    let channel = channel(s).await?;
+    Ok(GpuTracerClient::with_interceptor(channel, AddToken(token)).max_decoding_message_size(MAX_RESPONSE_BYTES))
+}
+
+/// The connection itself, for callers that speak gRPC below the generated client (the bench's
+/// frame-counting reader). [`connect`] adds the token.
+pub async fn channel(s: &ConnectSettings) -> Result<Channel, ClientError> {
     let connect_err = |source, hint: &str| ClientError::Connect { addr: s.addr.clone(), source, hint: hint.into() };
     let channel = match &s.addr {
         ApiAddr::Unix(path) => {
@@ -97,7 +104,7 @@ pub async fn connect(s: &ConnectSettings) -> Result<Client, ClientError> {
             endpoint.connect().await.map_err(|e| connect_err(e, "is the agent listening there (api.listen)?"))?
         }
     };
-    Ok(GpuTracerClient::with_interceptor(channel, AddToken(token)).max_decoding_message_size(MAX_RESPONSE_BYTES))
+    Ok(channel)
 }
 
 /// The flags of every command that talks to a running agent (`--connect` and how).
@@ -182,21 +189,7 @@ pub struct FilterArgs {
     pub exclude_namespace: Vec<String>,
 }
 
-/// `rm_alloc` / `RM_ALLOC` / `EVENT_KIND_RM_ALLOC` → the EventKind number.
-pub fn parse_kind(s: &str) -> Result<i32, String> {
-    let upper = s.trim().to_ascii_uppercase().replace('-', "_");
-    let name = if upper.starts_with("EVENT_KIND_") { upper } else { format!("EVENT_KIND_{upper}") };
-    match v1::EventKind::from_str_name(&name) {
-        Some(v1::EventKind::Unspecified) | None => {
-            let known: Vec<String> = (1..=29)
-                .filter_map(|n| v1::EventKind::try_from(n).ok())
-                .map(|k| k.as_str_name().trim_start_matches("EVENT_KIND_").to_ascii_lowercase())
-                .collect();
-            Err(format!("unknown event kind `{s}`; one of: {}", known.join(", ")))
-        }
-        Some(k) => Ok(k as i32),
-    }
-}
+pub use super::filter::parse_kind;
 
 impl FilterArgs {
     /// The include and exclude filters of a `SubscribeRequest`.

@@ -12,7 +12,7 @@ pub enum FilterError {
 }
 
 /// One checked `EventFilter`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Filter {
     namespace: Vec<String>,
     pod: Vec<String>,
@@ -26,7 +26,7 @@ struct Filter {
 }
 
 /// A subscription's include and exclude filters.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filters {
     include: Vec<Filter>,
     exclude: Vec<Filter>,
@@ -127,5 +127,58 @@ impl Filter {
             }
         }
         true
+    }
+}
+
+/// `rm_alloc` / `RM_ALLOC` / `EVENT_KIND_RM_ALLOC` → the EventKind number.
+pub fn parse_kind(s: &str) -> Result<i32, String> {
+    let upper = s.trim().to_ascii_uppercase().replace('-', "_");
+    let name = if upper.starts_with("EVENT_KIND_") { upper } else { format!("EVENT_KIND_{upper}") };
+    match v1::EventKind::from_str_name(&name) {
+        Some(v1::EventKind::Unspecified) | None => {
+            let known: Vec<String> = (1..=29)
+                .filter_map(|n| v1::EventKind::try_from(n).ok())
+                .map(|k| k.as_str_name().trim_start_matches("EVENT_KIND_").to_ascii_lowercase())
+                .collect();
+            Err(format!("unknown event kind `{s}`; one of: {}", known.join(", ")))
+        }
+        Some(k) => Ok(k as i32),
+    }
+}
+
+/// An `EventFilter` in a config file (e.g. `[[otlp.exclude]]`), with event kinds by name
+/// (`rm_alloc`, `violation`, ...). Same meaning as the message's fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilterConfig {
+    pub namespace: Vec<String>,
+    pub pod: Vec<String>,
+    pub container: Vec<String>,
+    pub cgroup_id: Vec<u64>,
+    pub cgroup_path_prefix: Vec<String>,
+    pub gpu: Vec<String>,
+    pub kind: Vec<String>,
+    pub violations_only: bool,
+}
+
+impl FilterConfig {
+    /// The message; an unknown kind name is an error naming the known ones.
+    pub fn to_proto(&self) -> Result<v1::EventFilter, String> {
+        Ok(v1::EventFilter {
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
+            container: self.container.clone(),
+            cgroup_id: self.cgroup_id.clone(),
+            cgroup_path_prefix: self.cgroup_path_prefix.clone(),
+            gpu: self.gpu.clone(),
+            kind: self.kind.iter().map(|k| parse_kind(k)).collect::<Result<_, _>>()?,
+            violations_only: self.violations_only,
+        })
+    }
+
+    /// Checked [`Filters`] from config lists.
+    pub fn filters(include: &[FilterConfig], exclude: &[FilterConfig]) -> Result<Filters, String> {
+        let to = |fs: &[FilterConfig]| fs.iter().map(FilterConfig::to_proto).collect::<Result<Vec<_>, _>>();
+        Filters::new(&to(include)?, &to(exclude)?).map_err(|e| e.to_string())
     }
 }

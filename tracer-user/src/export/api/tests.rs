@@ -368,8 +368,14 @@ async fn bad_requests_get_clear_status_codes_and_leave_others_streaming() {
     // No snapshot yet: UNAVAILABLE, not an empty answer.
     let mut c = client::connect(&r.conn).await.unwrap();
     assert_eq!(c.get_snapshot(v1::GetSnapshotRequest {}).await.unwrap_err().code(), Code::Unavailable);
-    r.serve.publish(Arc::new(crate::model::AgentSnapshot::default()));
+    let snap = crate::model::AgentSnapshot { api: Some(r.hub.stats()), ..Default::default() };
+    r.serve.publish(Arc::new(snap));
     assert!(c.get_snapshot(v1::GetSnapshotRequest {}).await.is_ok());
+    // The status carries the hub's counters as they were published.
+    let status = c.get_status(v1::GetStatusRequest {}).await.unwrap().into_inner().status.unwrap();
+    let api = status.api.expect("the hub's counters");
+    assert_eq!((api.subscribers, api.refused), (1, 1), "{api:?}");
+    assert!(status.otlp.is_none(), "OTLP is off");
     // The good subscriber never noticed.
     hub_publish(&r.hub, alloc(42));
     assert_eq!(walls(&read(&mut good, 1).await.0), vec![42]);

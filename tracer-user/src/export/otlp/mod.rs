@@ -156,6 +156,7 @@ pub struct OtlpExporter {
     latest: Arc<Mutex<Option<Arc<AgentSnapshot>>>>,
     events: mpsc::Sender<v1::Event>,
     kinds: std::collections::BTreeSet<i32>,
+    filters: crate::export::api::filter::Filters,
     counters: Arc<Counters>,
     stop: Option<oneshot::Sender<Instant>>,
     done: std::sync::mpsc::Receiver<()>,
@@ -224,6 +225,7 @@ impl OtlpExporter {
             latest,
             events: tx,
             kinds: settings.event_kinds.clone(),
+            filters: settings.filters.clone(),
             counters,
             stop: Some(stop_tx),
             done: done_rx,
@@ -242,7 +244,7 @@ impl OtlpExporter {
 
     /// Queue `ev` as a log record if its kind is exported; a full queue drops it (counted).
     pub fn offer_event(&self, ev: &v1::Event) {
-        if !self.wants(ev.header.as_ref().map_or(0, |h| h.kind)) {
+        if !self.wants(ev.header.as_ref().map_or(0, |h| h.kind)) || !self.filters.matches(ev) {
             return;
         }
         self.counters.events_offered.fetch_add(1, Ordering::Relaxed);

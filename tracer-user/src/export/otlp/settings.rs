@@ -100,6 +100,11 @@ pub struct OtlpConfig {
     /// Event kinds exported as log records (`violation`, `process_exec`, ...; `all` for every
     /// kind; empty for no logs). Default: [`DEFAULT_EVENT_KINDS`].
     pub events: Vec<String>,
+    /// Of those kinds, only the events that match one of these filters (none: all of them) and
+    /// none of `exclude` — the `Subscribe` filters (docs/api.md) in TOML, kinds by name:
+    /// `[[otlp.exclude]]` / `namespace = ["kube-system"]`.
+    pub include: Vec<crate::export::api::filter::FilterConfig>,
+    pub exclude: Vec<crate::export::api::filter::FilterConfig>,
     /// Events waiting for export at most; a full queue drops (counted). Default 8192.
     pub log_queue: usize,
     /// Log records per export request at most. Default 512.
@@ -132,6 +137,8 @@ impl Default for OtlpConfig {
             metric_export_interval_ms: 60_000,
             timeout_ms: 10_000,
             events: DEFAULT_EVENT_KINDS.iter().map(|s| (*s).to_owned()).collect(),
+            include: Vec::new(),
+            exclude: Vec::new(),
             log_queue: 8192,
             log_batch: 512,
             log_export_interval_ms: 1000,
@@ -174,6 +181,8 @@ pub struct OtlpSettings {
     pub timeout: Duration,
     /// Event kinds (`EventKind` values) exported as log records.
     pub event_kinds: BTreeSet<i32>,
+    /// Of those, the events exported (`otlp.include` / `otlp.exclude`).
+    pub filters: crate::export::api::filter::Filters,
     pub log_queue: usize,
     pub log_batch: usize,
     pub log_export_interval: Duration,
@@ -193,6 +202,7 @@ impl OtlpConfig {
         check_range("otlp.log_batch", self.log_batch as u64, 1, 65_536)?;
         check_range("otlp.max_series_per_metric", self.max_series_per_metric as u64, 10, 1_000_000)?;
         event_kinds(&self.events)?;
+        event_filters(self)?;
         for k in self.headers.keys().chain(self.resource_attributes.keys()) {
             if k.trim().is_empty() {
                 return Err(OtlpSettingError {
@@ -268,12 +278,21 @@ impl OtlpSettings {
             metric_export_interval: Duration::from_millis(interval_ms),
             timeout: Duration::from_millis(timeout_ms),
             event_kinds: event_kinds(&cfg.events)?,
+            filters: event_filters(cfg)?,
             log_queue: cfg.log_queue,
             log_batch: cfg.log_batch,
             log_export_interval: Duration::from_millis(cfg.log_export_interval_ms),
             max_series_per_metric: cfg.max_series_per_metric,
         }))
     }
+}
+
+fn event_filters(cfg: &OtlpConfig) -> Result<crate::export::api::filter::Filters, OtlpSettingError> {
+    crate::export::api::filter::FilterConfig::filters(&cfg.include, &cfg.exclude).map_err(|why| OtlpSettingError {
+        key: "otlp.include/otlp.exclude",
+        value: String::new(),
+        why: format!("{why}; the fields are those of an EventFilter (docs/api.md), kinds by name"),
+    })
 }
 
 fn check_range(key: &'static str, v: u64, lo: u64, hi: u64) -> Result<(), OtlpSettingError> {

@@ -82,6 +82,29 @@ fn the_config_file_section_parses_with_defaults() {
     assert!(crate::config::Config::from_toml("[otlp]\nprotocol = \"http\"\n").is_err());
 }
 
+/// The `Subscribe` filters, in TOML: the kinds kept are further narrowed by `include` / `exclude`.
+#[test]
+fn event_filters_from_the_config_narrow_what_is_exported() {
+    let (cfg, _) = crate::config::Config::from_toml(
+        "[otlp]\nendpoint = \"http://c:4317\"\nevents = [\"violation\", \"rm_alloc\"]\n\
+         [[otlp.exclude]]\nnamespace = [\"kube-system\"]\n[[otlp.exclude]]\nkind = [\"rm_alloc\"]\ngpu = [\"1\"]\n",
+    )
+    .unwrap();
+    cfg.validate().unwrap();
+    let s = OtlpSettings::resolve(&cfg.otlp, env(&[])).unwrap().unwrap();
+    let violation = |ns: &str| v1::Event {
+        payload: Some(v1::event::Payload::Violation(v1::Violation { namespace: ns.into(), ..Default::default() })),
+        ..violation_event()
+    };
+    assert!(s.filters.matches(&violation("ml")));
+    assert!(!s.filters.matches(&violation("kube-system")), "excluded by namespace");
+    // A kind name that does not exist, or a field that does not, is refused with the reason.
+    let bad = crate::config::Config::from_toml("[otlp]\n[[otlp.include]]\nkind = [\"rm_alocc\"]\n").unwrap().0;
+    let e = bad.otlp.validate().unwrap_err();
+    assert!(e.why.contains("rm_alocc") && e.why.contains("rm_alloc"), "{e}");
+    assert!(crate::config::Config::from_toml("[otlp]\n[[otlp.include]]\nnamespaces = [\"x\"]\n").is_err());
+}
+
 #[test]
 fn bad_values_name_the_key_and_the_fix() {
     let on = OtlpConfig { endpoint: Some("http://c:4317".into()), ..Default::default() };

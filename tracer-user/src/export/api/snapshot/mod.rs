@@ -250,6 +250,31 @@ pub fn status_to_proto(
         pipeline: Some(pipeline_to_proto(&s.pipeline)),
         snapshot_taken_at_unix_ns: taken_at_unix_ns,
         kernel: Some(kernel_features_to_proto(&report.features)),
+        api: s.api.map(|a| v1::ApiHub {
+            published: a.published,
+            subscribers: a.subscribers,
+            subscriptions: a.subscriptions,
+            refused: a.refused,
+            lost: a.lost,
+        }),
+        otlp: s.otlp.as_ref().map(otlp_to_proto),
+    }
+}
+
+fn otlp_to_proto(o: &crate::model::OtlpStats) -> v1::OtlpExport {
+    v1::OtlpExport {
+        endpoint: o.endpoint.clone(),
+        protocol: o.protocol.to_string(),
+        metric_points_exported: o.metric_points_exported,
+        log_records_exported: o.log_records_exported,
+        log_queue_length: o.log_queue_len as u64,
+        log_queue_capacity: o.log_queue_capacity as u64,
+        dropped: o
+            .dropped
+            .iter()
+            .map(|d| v1::OtlpDropped { signal: d.signal.into(), reason: d.reason.into(), count: d.count })
+            .collect(),
+        last_error: o.last_error.clone().unwrap_or_default(),
     }
 }
 
