@@ -220,5 +220,70 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
     out
 }
 
+/// `otlp` and `api`: where the agent would send and serve its data, and whether that works from
+/// here — the collector answers a TCP connection (else every export would be a counted drop), the
+/// API's socket path is free (or which agent already serves on it).
+pub fn exporter_checks(cfg: &Config, env: impl Fn(&str) -> Option<String>) -> Vec<Check> {
+    use crate::export::otlp::OtlpSettings;
+    let otlp = match OtlpSettings::resolve(&cfg.otlp, env) {
+        Err(e) => Check::with("otlp", CheckStatus::Fail, e.to_string()),
+        Ok(None) => Check::with(
+            "otlp",
+            CheckStatus::Ok,
+            "off (no endpoint: otlp.endpoint, OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint turns it on)",
+        ),
+        Ok(Some(s)) => {
+            let what = format!("{} ({}, from {})", s.endpoint, s.protocol.as_str(), s.endpoint_source);
+            match reach(&s.endpoint, s.protocol.default_port()) {
+                Ok(addr) => Check::with("otlp", CheckStatus::Ok, format!("{what}: {addr} accepts connections")),
+                Err(e) => Check::with(
+                    "otlp",
+                    CheckStatus::Warn,
+                    format!(
+                        "{what}: not reachable from here ({e}); the agent keeps running and counts every export as dropped (gpu_tracer_otlp_dropped_total)"
+                    ),
+                ),
+            }
+        }
+    };
+    vec![otlp, api_check(cfg)]
+}
+
+/// Connects to the host and port of an `http://host[:port][/path]` endpoint (2 s at most).
+fn reach(endpoint: &str, default_port: u16) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let authority = endpoint.split_once("://").map_or(endpoint, |(_, rest)| rest);
+    let authority = authority.split('/').next().unwrap_or(authority);
+    let with_port = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    let addrs: Vec<_> = with_port.to_socket_addrs().map_err(|e| format!("cannot resolve {with_port}: {e}"))?.collect();
+    let mut last = format!("{with_port} resolves to no address");
+    for a in addrs {
+        match std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(2)) {
+            Ok(_) => return Ok(a),
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// `api`: the address the agent would serve its gRPC API on, and whether it is free.
+fn api_check(cfg: &Config) -> Check {
+    use crate::export::api::listen::ApiAddr;
+    match cfg.api.addr() {
+        Err(e) => Check::with("api", CheckStatus::Fail, e.to_string()),
+        Ok(None) => Check::with("api", CheckStatus::Ok, "off (api.listen = \"off\")"),
+        Ok(Some(ApiAddr::Unix(p))) if std::os::unix::net::UnixStream::connect(&p).is_ok() => Check::with(
+            "api",
+            CheckStatus::Ok,
+            format!("unix://{}: an agent is serving there (`gpu-tracer api get-status` asks it)", p.display()),
+        ),
+        Ok(Some(addr)) => Check::with("api", CheckStatus::Ok, format!("{addr} (mode 0660 for a unix socket)")),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -24,3 +24,43 @@ fn a_missing_node_says_how_to_fix_it() {
     assert_eq!(c.status, CheckStatus::Warn);
     assert!(c.detail.contains("not found") && c.detail.contains("--dev-dir"), "{}", c.detail);
 }
+
+/// `otlp` says off, reachable, or unreachable (a warning: the agent runs and counts drops), and a
+/// bad environment value fails naming the key; `api` says when an agent already serves there.
+#[test]
+fn exporter_checks_say_where_data_goes_and_whether_it_gets_there() {
+    let cfg = Config::default();
+    let none = |_: &str| None;
+    let otlp = |env: &dyn Fn(&str) -> Option<String>| {
+        exporter_checks(&cfg, env).into_iter().find(|c| c.name == "otlp").unwrap()
+    };
+    let off = otlp(&none);
+    assert_eq!(off.status, CheckStatus::Ok, "{off:?}");
+    assert!(off.detail.starts_with("off"), "{off:?}");
+    let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = format!("http://{}", listening.local_addr().unwrap());
+    let ok = otlp(&|k: &str| (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| up.clone()));
+    assert_eq!(ok.status, CheckStatus::Ok, "{ok:?}");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let down = otlp(&|k: &str| (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| closed.clone()));
+    assert_eq!(down.status, CheckStatus::Warn, "{down:?}");
+    assert!(down.detail.contains("dropped"), "{down:?}");
+    let bad = otlp(&|k: &str| match k {
+        "OTEL_EXPORTER_OTLP_ENDPOINT" => Some(up.clone()),
+        "OTEL_EXPORTER_OTLP_PROTOCOL" => Some("carrier-pigeon".into()),
+        _ => None,
+    });
+    assert_eq!(bad.status, CheckStatus::Fail, "{bad:?}");
+    assert!(bad.detail.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{bad:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("api.sock");
+    let _live = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let mut cfg = Config::default();
+    cfg.api.listen = format!("unix://{}", sock.display());
+    let api = exporter_checks(&cfg, none).into_iter().find(|c| c.name == "api").unwrap();
+    assert!(api.detail.contains("an agent is serving there"), "{api:?}");
+}

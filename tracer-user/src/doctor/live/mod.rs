@@ -12,6 +12,7 @@ use crate::{
 /// what it found. The agent is stopped before this returns.
 pub async fn run(cfg: &Config) -> DoctorReport {
     let mut checks = static_checks(cfg);
+    checks.extend(super::exporter_checks(cfg, |k| std::env::var(k).ok()));
     let probes = match Agent::start(cfg.clone()) {
         Ok(mut agent) => {
             checks.push(nvml_check(&agent.snapshot().nvml));

@@ -40,6 +40,14 @@ pub enum OtlpProtocol {
 }
 
 impl OtlpProtocol {
+    /// The port OTLP uses with this protocol when the endpoint names none.
+    pub fn default_port(self) -> u16 {
+        match self {
+            OtlpProtocol::Grpc => 4317,
+            OtlpProtocol::HttpProtobuf => 4318,
+        }
+    }
+
     /// The name used by the config file, the flag and `OTEL_EXPORTER_OTLP_PROTOCOL`.
     pub fn as_str(self) -> &'static str {
         match self {
