@@ -19,7 +19,7 @@ use tracer_user::{
         snapshot::snapshot_from_proto,
     },
     export::{
-        events::{EventFormat, EventStream, EventWriter, to_proto},
+        events::{EventFormat, EventStream, EventWriter, kind_of, to_proto},
         top,
     },
     model::EventContext,
@@ -591,15 +591,29 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         hub: &'a EventHub,
         otlp: Option<&'a OtlpExporter>,
     }
+    impl Tee<'_> {
+        /// Does the hub or OTLP take an event of this kind? (Decides before the message is built:
+        /// most ioctls are RM controls, which nobody takes while no one subscribes.)
+        fn wants_kind(&self, kind: i32) -> bool {
+            self.hub.wants_kind(kind) || self.otlp.is_some_and(|o| o.wants(kind))
+        }
+        /// A decoded event, converted only when someone takes its kind.
+        fn event(&mut self, ev: &tracer_user::decode::Event, ctx: &EventContext) {
+            if self.wants_kind(kind_of(ev, ctx) as i32) {
+                self.emit(to_proto(ev, ctx));
+            }
+        }
+    }
     impl Emit for Tee<'_> {
         fn wants(&self) -> bool {
             self.otlp.is_some() || self.hub.wants_events()
         }
         fn emit(&mut self, ev: v1::Event) {
+            let kind = ev.header.as_ref().map_or(0, |h| h.kind);
             if let Some(o) = self.otlp {
                 o.offer_event(&ev);
             }
-            if self.hub.wants_events() {
+            if self.hub.wants_kind(kind) {
                 self.hub.publish(ev);
             }
         }
@@ -607,10 +621,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     impl runner::Handler for Publish {
         type Error = anyhow::Error;
         fn event(&mut self, ev: &tracer_user::decode::Event, ctx: &EventContext) {
-            let mut tee = Tee { hub: &self.api.hub, otlp: self.otlp.as_ref() };
-            if tee.wants() {
-                tee.emit(to_proto(ev, ctx));
-            }
+            Tee { hub: &self.api.hub, otlp: self.otlp.as_ref() }.event(ev, ctx);
         }
         fn stepped(&mut self, _: &mut Agent) {
             self.serve.heartbeat();
@@ -620,11 +631,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
             let hub = self.api.hub.clone();
             let mut tee = Tee { hub: &hub, otlp: self.otlp.as_ref() };
-            agent.drain(&mut |ev, ctx| {
-                if tee.wants() {
-                    tee.emit(to_proto(ev, ctx));
-                }
-            });
+            agent.drain(&mut |ev, ctx| tee.event(ev, ctx));
             emit_launch_batches(&mut tee, agent, self.last_batch.elapsed());
             self.last_batch = Instant::now();
             let mut snap = agent.snapshot();
@@ -664,11 +671,14 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         }),
         None => None,
     };
-    let hub = Arc::new(EventHub::new(HubSettings {
-        history: cfg.api.history,
-        subscriber_buffer: cfg.api.subscriber_buffer,
-        max_subscribers: cfg.api.max_subscribers,
-    }));
+    let hub = Arc::new(
+        EventHub::new(HubSettings {
+            history: cfg.api.history,
+            subscriber_buffer: cfg.api.subscriber_buffer,
+            max_subscribers: cfg.api.max_subscribers,
+        })
+        .with_history_kinds(cfg.api.history_kinds()?),
+    );
     // OTLP settings are checked before the probes load (a bad value is a clear error, early).
     let otlp_settings = OtlpSettings::resolve(&cfg.otlp, |k| std::env::var(k).ok())?;
     let otlp_who = ResourceInfo::detect(cfg.kubernetes.node_name.as_deref());

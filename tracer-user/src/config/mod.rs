@@ -239,6 +239,11 @@ pub struct ApiSettings {
     pub token_file: Option<PathBuf>,
     /// Recent events kept for `Subscribe` replays (`since`, `number`). Default 10000.
     pub history: usize,
+    /// Event kinds the history keeps while no subscriber is connected (names as in
+    /// `events --json`; `["all"]` for every kind). Default: [`DEFAULT_HISTORY_KINDS`] — every kind
+    /// but the high-rate ones (RM controls, map-memory, other and UVM-other ioctls, per-event
+    /// launches), which are published only while someone subscribes.
+    pub history_kinds: Vec<String>,
     /// Events a subscriber may fall behind before it loses the oldest (told by `LostEvents`).
     /// Default 16384.
     pub subscriber_buffer: usize,
@@ -255,13 +260,55 @@ impl Default for ApiSettings {
             tls_key: None,
             token_file: None,
             history: hub.history,
+            history_kinds: DEFAULT_HISTORY_KINDS.iter().map(|k| (*k).to_string()).collect(),
             subscriber_buffer: hub.subscriber_buffer,
             max_subscribers: hub.max_subscribers,
         }
     }
 }
 
+/// The default `api.history_kinds`.
+pub const DEFAULT_HISTORY_KINDS: &[&str] = &[
+    "violation",
+    "process_exec",
+    "process_exit",
+    "process_fork",
+    "cgroup_removed",
+    "fd_opened",
+    "fd_closed",
+    "fd_duped",
+    "rm_alloc",
+    "rm_free",
+    "vid_heap_alloc",
+    "vid_heap_free",
+    "alloc_memory",
+    "rm_dup_object",
+    "uvm_register_gpu",
+    "uvm_map_external",
+    "uvm_free",
+    "managed_map",
+    "managed_unmap",
+    "malformed",
+    "cuda_alloc",
+    "cuda_free",
+    "cuda_function",
+    "cuda_launch_batch",
+];
+
 impl ApiSettings {
+    /// `history_kinds` as `EventKind` numbers (`None`: every kind).
+    pub fn history_kinds(&self) -> Result<Option<std::collections::BTreeSet<i32>>, ConfigError> {
+        if self.history_kinds.iter().any(|k| k == "all") {
+            return Ok(None);
+        }
+        self.history_kinds
+            .iter()
+            .map(|k| crate::export::api::filter::parse_kind(k))
+            .collect::<Result<_, _>>()
+            .map(Some)
+            .map_err(|why| ConfigError::Invalid { key: "api.history_kinds", why })
+    }
+
     /// Where to listen, or `None` for `off`.
     pub fn addr(&self) -> Result<Option<crate::export::api::listen::ApiAddr>, ConfigError> {
         if self.listen == "off" {
@@ -272,6 +319,7 @@ impl ApiSettings {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.addr()?;
+        self.history_kinds()?;
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(ConfigError::Invalid {
                 key: "api.tls_cert",

@@ -58,6 +58,8 @@ pub struct Published {
 #[derive(Debug)]
 pub struct EventHub {
     settings: HubSettings,
+    /// Kinds the history keeps even when no subscriber is connected (`None`: every kind).
+    history_kinds: Option<std::collections::BTreeSet<i32>>,
     /// The newest `capacity` events, oldest first; their numbers are consecutive.
     ring: Mutex<VecDeque<Arc<Published>>>,
     capacity: usize,
@@ -83,6 +85,7 @@ impl EventHub {
         let capacity = settings.history.max(settings.subscriber_buffer).max(1);
         EventHub {
             settings,
+            history_kinds: None,
             ring: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
             capacity,
             head: watch::Sender::new(0),
@@ -100,10 +103,24 @@ impl EventHub {
         self.settings
     }
 
+    /// Keep only these `EventKind`s in the history while no subscriber is connected (`None`:
+    /// every kind). High-rate kinds (RM controls, other ioctls) then cost the agent nothing when
+    /// nobody listens; with a subscriber connected every event is published.
+    pub fn with_history_kinds(mut self, kinds: Option<std::collections::BTreeSet<i32>>) -> Self {
+        self.history_kinds = kinds;
+        self
+    }
+
     /// Does anyone take events (a history to keep, or a subscriber)? When not, the caller can
     /// skip building the message.
     pub fn wants_events(&self) -> bool {
         self.settings.history > 0 || self.subscribers.load(Ordering::Relaxed) > 0
+    }
+
+    /// Does anyone take an event of this `EventKind` (a subscriber, or a history that keeps it)?
+    pub fn wants_kind(&self, kind: i32) -> bool {
+        self.subscribers.load(Ordering::Relaxed) > 0
+            || (self.settings.history > 0 && self.history_kinds.as_ref().is_none_or(|k| k.contains(&kind)))
     }
 
     /// Adds one event to the ring (the oldest out when full). Never waits for a subscriber;

@@ -468,3 +468,24 @@ fn addresses_parse_with_reasons() {
     assert_eq!(client::parse_kind("EVENT_KIND_VIOLATION"), Ok(v1::EventKind::Violation as i32));
     assert!(client::parse_kind("unspecified").unwrap_err().contains("rm_alloc"));
 }
+
+/// With history kinds set, kinds outside them are wanted only while someone subscribes.
+#[test]
+fn history_kinds_decide_what_is_built_while_nobody_subscribes() {
+    let kinds = [v1::EventKind::RmAlloc as i32].into_iter().collect();
+    let hub = Arc::new(EventHub::new(HubSettings::default()).with_history_kinds(Some(kinds)));
+    assert!(hub.wants_kind(v1::EventKind::RmAlloc as i32));
+    assert!(!hub.wants_kind(v1::EventKind::RmControl as i32));
+    let _sub = hub.subscribe().unwrap();
+    assert!(hub.wants_kind(v1::EventKind::RmControl as i32), "a subscriber takes every kind");
+    let no_history = EventHub::new(HubSettings { history: 0, ..HubSettings::default() });
+    assert!(!no_history.wants_kind(v1::EventKind::RmAlloc as i32));
+    // The config's names, and `all`.
+    let mut api = crate::config::ApiSettings::default();
+    assert!(api.history_kinds().unwrap().unwrap().contains(&(v1::EventKind::Violation as i32)));
+    assert!(!api.history_kinds().unwrap().unwrap().contains(&(v1::EventKind::RmControl as i32)));
+    api.history_kinds = vec!["all".into()];
+    assert_eq!(api.history_kinds().unwrap(), None);
+    api.history_kinds = vec!["rm_allocc".into()];
+    assert!(api.history_kinds().unwrap_err().to_string().contains("rm_allocc"));
+}

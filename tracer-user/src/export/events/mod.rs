@@ -26,7 +26,7 @@ mod proto;
 mod writer;
 
 pub use json::to_json;
-pub use proto::{container_proto, event_kind, launch_batch_to_proto, to_proto, violation_to_proto};
+pub use proto::{container_proto, event_kind, kind_of, launch_batch_to_proto, to_proto, violation_to_proto};
 pub use writer::{EventFormat, EventStream, EventWriter};
 
 #[cfg(test)]

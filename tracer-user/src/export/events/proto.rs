@@ -150,6 +150,28 @@ pub fn to_proto(ev: &Event, e: &EventContext) -> v1::Event {
     }
 }
 
+/// The kind [`to_proto`] would give `ev`, without building the message (an ioctl's payload is
+/// built, which is plain numbers): lets a consumer that keeps only some kinds skip the rest cheaply.
+pub fn kind_of(ev: &Event, e: &EventContext) -> v1::EventKind {
+    use v1::EventKind as K;
+    match ev {
+        Event::FdOpened { .. } => K::FdOpened,
+        Event::FdClosed { .. } => K::FdClosed,
+        Event::FdDuped { .. } => K::FdDuped,
+        Event::Ioctl(io) => event_kind(&ioctl_payload(io, e)),
+        Event::UvmMapped { .. } => K::ManagedMap,
+        Event::UvmUnmapped { .. } => K::ManagedUnmap,
+        Event::ProcessExec { .. } => K::ProcessExec,
+        Event::ProcessExit { .. } => K::ProcessExit,
+        Event::ProcessFork { .. } => K::ProcessFork,
+        Event::CudaAlloc { .. } => K::CudaAlloc,
+        Event::CudaFree { .. } => K::CudaFree,
+        Event::CudaFunction { .. } => K::CudaFunction,
+        Event::CudaLaunch { .. } => K::CudaLaunch,
+        Event::CgroupRemoved { .. } => K::CgroupRemoved,
+    }
+}
+
 /// A batch of launches counted in the kernel (`cuda_entry` id `entry`) for one process, as an event.
 pub fn launch_batch_to_proto(
     tgid: u32,

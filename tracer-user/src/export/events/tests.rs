@@ -626,3 +626,14 @@ fn stream_ends_normally_on_a_broken_pipe() {
     assert_eq!(s.written(), written);
     assert_eq!(s.finish().unwrap(), written);
 }
+
+/// `kind_of` (what the agent checks before building a message) names the kind `to_proto` writes,
+/// for every variant and every ioctl operation.
+#[test]
+fn kind_of_agrees_with_the_message() {
+    let ctx = EventContext::default();
+    for ev in events() {
+        let msg = to_proto(&ev, &ctx);
+        assert_eq!(kind_of(&ev, &ctx) as i32, msg.header.unwrap().kind, "{ev:?}");
+    }
+}
