@@ -238,8 +238,9 @@ fn thread_cpu_ns_of(tid: i32) -> u64 {
 
 /// User + system CPU time of this process, s.
 fn process_cpu_s() -> f64 {
-    // SAFETY: `ru` is a valid out-pointer.
+    // SAFETY: `rusage` is plain integers, for which all-zero is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
@@ -347,7 +348,8 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         last_cpu = cpu;
         exporter.publish(pool[(k + 1) % pool.len()].clone());
     }
-    let stats = exporter.shutdown(Duration::from_secs(5));
+    let stats = exporter.stats();
+    exporter.shutdown(Duration::from_secs(5));
     // Every request the receiver got but the warm-up ones and the one made at shutdown.
     let arrived: Vec<(f64, f64)> = receiver
         .got
@@ -404,7 +406,6 @@ pub struct RssConfig {
 
 /// What the child said and the subscribers got.
 pub struct RssRun {
-    pub config: RssConfig,
     /// (VmRSS, VmHWM, RssAnon) kB: at start, after the attributor's history is full and the
     /// servers are up, at the end with everything alive.
     pub start: (u64, u64, u64),
@@ -553,11 +554,15 @@ pub fn rss_main(args: &[String]) -> Result<()> {
     );
     use std::io::Write as _;
     std::io::stdout().flush()?;
+    // The subscribers read to the end of the stream before the server goes: the parent says
+    // when (a line on stdin).
     hub.close();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
     if let Some(o) = otlp {
         o.shutdown(Duration::from_secs(2));
     }
-    rt.block_on(server.shutdown(Duration::from_secs(2)));
+    rt.block_on(server.shutdown(Duration::from_secs(5)));
     Ok(())
 }
 
@@ -610,24 +615,36 @@ fn rss_run(config: RssConfig, intervals: u32, interval: Duration) -> Result<RssR
         .arg(intervals.to_string())
         .arg(interval.as_millis().to_string())
         .arg(EVENT_RATE.to_string())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .context("starting the __exporters_rss child")?;
     let mut lines = Vec::new();
     let mut clients = None;
+    let mut subscribers = Ok(vec![]);
+    let mut stdin = child.stdin.take();
     for line in BufReader::new(child.stdout.take().context("the child's stdout")?).lines() {
         let line = line?;
         if line.starts_with("ready ") && config.subscribers > 0 {
             clients = Some(subscribe(socket.clone(), config.subscribers));
         }
+        let last = line.starts_with("stats ");
         lines.push(line);
+        if last {
+            // The hub is closed: each stream ends once the subscriber has read it all.
+            if let Some(c) = clients.take() {
+                subscribers = c.join().map_err(|_| "a client thread panicked".to_string()).and_then(|r| r);
+            }
+            if let Some(mut i) = stdin.take() {
+                use std::io::Write as _;
+                let _ = writeln!(i, "done");
+            }
+        }
     }
+    drop(stdin);
     let status = child.wait()?;
-    let subscribers = match clients {
-        Some(c) => c.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))?.map_err(anyhow::Error::msg)?,
-        None => vec![],
-    };
+    let subscribers = subscribers.map_err(anyhow::Error::msg)?;
     drop(receiver);
     let _ = std::fs::remove_dir_all(&dir);
     if !status.success() {
@@ -645,7 +662,6 @@ fn rss_run(config: RssConfig, intervals: u32, interval: Duration) -> Result<RssR
         bail!("__exporters_rss child printed no `stats` line");
     };
     Ok(RssRun {
-        config,
         start: at("start")?,
         ready: at("ready")?,
         end: at("end")?,
@@ -684,8 +700,9 @@ const CONFIGS: [RssConfig; 4] = [
 ];
 
 pub fn section(quick: bool) -> ExportersSection {
-    let (exports, intervals) = if quick { (20, 12) } else { (40, 30) };
-    let interval = Duration::from_millis(250);
+    let (exports, intervals) = if quick { (20, 10) } else { (30, 30) };
+    // The agent's default snapshot interval; an export takes less.
+    let interval = Duration::from_secs(1);
     crate::progress(&format!("9: OTLP export of the {GPUS} × {CONTAINERS_PER_GPU} node, {exports} exports"));
     let export = measure_export(exports, interval).map_err(|e| format!("{e:#}"));
     let mut rss = Vec::new();
@@ -784,8 +801,10 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
         s,
         "\n{} timed exports; the exporter counted {} points for them ({}), {} metric exports dropped. \
          The same snapshots on the bench thread: `MetricView::build` (the snapshot encoded as Prometheus text, \
-         parsed and mapped to OTLP families; part of every export) {:.2} ms CPU; `/metrics` \
-         (`MetricsRegistry::encode`, OpenMetrics) {:.2} ms CPU for {} samples, {:.0} KiB. The snapshot is \
+         parsed and mapped to OTLP families; part of every export) {:.1} ms CPU, so the other {:.0} ms of the \
+         median export are the SDK's collection of its observable instruments, the conversion to protobuf, its \
+         encoding and gRPC; `/metrics` (`MetricsRegistry::encode`, OpenMetrics) {:.1} ms CPU for {} samples, \
+         {:.0} KiB. The snapshot is \
          {:.0} KiB as JSON. At the default interval (60 s) an export costs the agent the median above once a \
          minute: {:.3} % of one CPU.\n",
         m.cpu_ms.len(),
@@ -793,6 +812,7 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
         if m.exporter_points as f64 == total_points { "as the receiver got" } else { "**not** what the receiver got" },
         m.dropped,
         m.view_ms,
+        sys::median(&m.cpu_ms) - m.view_ms,
         m.prometheus_ms,
         m.prometheus_samples,
         m.prometheus_bytes as f64 / 1024.0,
@@ -807,13 +827,14 @@ fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64)
         s,
         "**Agent-side memory with the exporters on.** A child process of the bench (`__exporters_rss`; no eBPF, \
          nothing else of the bench) does what the agent's export side does on this node, every {interval_ms} ms \
-         for {intervals} intervals (4× the default snapshot interval): builds the next snapshot (the attributor \
+         (the agent's default snapshot interval) for {intervals} intervals: builds the next snapshot (the attributor \
          was fed the full rightsizing window first), encodes `/metrics` for it (a scrape every interval) and \
          publishes it; meanwhile it publishes {:.0} k events/s (one in {ALLOC_EVERY} an RM allocation, the \
          others RM control calls, each with a pod identity) to the real `EventHub` (default settings: 10 000 \
          events of history, 16 384 of buffer) behind the real API server on a Unix socket (2-worker runtime), \
          and offers them to the OTLP exporter (default event kinds: the allocations become log records). With \
-         OTLP on, the exporter sends metrics every interval and logs to a receiver in the bench process; with \
+         OTLP on, the exporter sends metrics every interval (the default is every 60 s; the memory an export \
+         needs is the same) and logs to a receiver in the bench process; with \
          subscribers, {SUBSCRIBERS} clients in the bench process follow the stream to its end. Neither the \
          receiver's nor the subscribers' memory is in the child. `/proc/self/status` of the child at the end, \
          everything alive:\n",
@@ -852,7 +873,7 @@ fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64)
                 };
                 let _ = writeln!(
                     s,
-                    "| {name} | {:.1} | {:.1} | {:.1} | {} | {:.0} % | {:.0} | {} |  {subs} |",
+                    "| {name} | {:.1} | {:.1} | {:.1} | {} | {:.0} % | {:.0} | {} | {subs} |",
                     mib(r.end.0),
                     mib(r.end.1),
                     mib(r.end.2),
@@ -860,7 +881,7 @@ fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64)
                     r.cpu_share * 100.0,
                     r.metrics_bytes as f64 / 1024.0,
                     if c.otlp { format!("{} / {} / {}", r.otlp.0, r.otlp.1, r.otlp.2) } else { "off".to_string() },
-                )
+                );
             }
         }
     }
@@ -874,7 +895,9 @@ fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64)
              on top of the bench binary (the eBPF side: ring-buffer mappings, the pipeline's threads) and the \
              real `libnvidia-ml.so.1`'s mapped pages (section 7). The hub's ring (16 384 events once full, each \
              kept as the message and its encoding) is in every row, subscribers or not, since the default \
-             history keeps it filled.\n",
+             history keeps it filled. OTLP drops are the exporter's own count (`queue_full`: its thread, busy \
+             with metric exports, did not keep up with the log records); lost events are what the hub told \
+             subscribers that fell behind (all of it on this machine's 2 CPUs, the subscribers included).\n",
             mib(b.start.0),
             mib(b.ready.0),
             mib(all.end.0) - mib(b.end.0),

@@ -68,9 +68,10 @@ pub fn blocks(doc: &str) -> Vec<(String, String)> {
 }
 
 /// `new` (a whole report from a run that measured only `fresh`) with every other block taken from
-/// `old` where `old` has it; blocks in `noted` get `note` as a quote under their heading. A kept
-/// block brings along the old blocks after it that `new` lacks (a skipped section renders without
-/// its subsections).
+/// `old` where `old` has it (a block neither measured now nor in `old`, a section never run, is left
+/// out rather than written as skipped); blocks in `noted` get `note` as a quote under their heading.
+/// A kept block brings along the old blocks after it that `new` lacks (a skipped section renders
+/// without its subsections).
 pub fn merge(old: &str, new: &str, fresh: &BTreeSet<String>, noted: &BTreeSet<String>, note: &str) -> String {
     let new = blocks(new);
     let new_ids: BTreeSet<&str> = new.iter().map(|(id, _)| id.as_str()).collect();
@@ -89,6 +90,8 @@ pub fn merge(old: &str, new: &str, fresh: &BTreeSet<String>, noted: &BTreeSet<St
             {
                 out.push_str(text);
             }
+        } else if !fresh.contains(id) && !old.is_empty() {
+            continue;
         } else if noted.contains(id) {
             let (heading, rest) = text.split_once('\n').unwrap_or((text, ""));
             out.push_str(heading);

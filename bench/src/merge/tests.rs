@@ -68,3 +68,13 @@ fn without_an_old_report_the_new_one_is_written_whole() {
     assert_eq!(noted, ["3a"].map(String::from).into());
     assert_eq!(merge("", NEW, &fresh, &noted, "x"), NEW);
 }
+
+/// A section neither measured now nor in the old report (never run) is left out, not written as
+/// skipped.
+#[test]
+fn a_section_never_run_is_not_written_as_skipped() {
+    let new = NEW.replace("## 7. NVML\n\nnew seven\n\n", "## 7. NVML\n\nskipped\n\n## 8. API\n\nskipped\n\n");
+    let (fresh, noted) = fresh_blocks(&["6".into()]);
+    let doc = merge(OLD, &new, &fresh, &noted, "n");
+    assert!(!doc.contains("## 7.") && !doc.contains("## 8.") && doc.contains("new six"), "{doc}");
+}

@@ -251,7 +251,7 @@ fn cell(r: &Result<Vec<f64>, String>) -> String {
     }
 }
 
-fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     let s = s.replace('\n', " ").replace('|', "\\|");
     if s.chars().count() > 160 { format!("{}…", s.chars().take(160).collect::<String>()) } else { s }
 }

@@ -180,7 +180,8 @@ impl EventHub {
         })
     }
 
-    /// Ends every subscription (the agent is stopping); later subscriptions end at once.
+    /// Ends every subscription once it has taken what the hub still holds for it (the agent is
+    /// stopping); later subscriptions end after their history.
     pub fn close(&self) {
         self.flush();
         self.closed.send_replace(true);
@@ -236,9 +237,9 @@ impl Subscription {
     /// The next events after the history, at most `max` at a time (waits for at least one).
     pub async fn recv(&mut self, max: usize) -> Received {
         loop {
-            if *self.closed.borrow() {
-                return Received::Closed;
-            }
+            // Once the agent stops, what is still held is handed out (the server's shutdown
+            // deadline bounds how long that may take), then the stream ends.
+            let closed = *self.closed.borrow();
             // Marked seen before looking, so a flush after the look wakes the wait below.
             self.head.borrow_and_update();
             match self.hub.take(self.cursor, max.max(1)) {
@@ -251,6 +252,7 @@ impl Subscription {
                     self.cursor = events[events.len() - 1].seq + 1;
                     return Received::Events(events);
                 }
+                Ok(_) if closed => return Received::Closed,
                 Ok(_) => {}
             }
             tokio::select! {

@@ -153,9 +153,11 @@ async fn the_hub_refuses_subscribers_past_its_limit_and_frees_places_on_drop() {
     let _c = hub.subscribe().expect("a's place is free again");
     assert!(hub.subscribe().is_err(), "two subscribers again");
     assert_eq!(hub.stats().subscribers, 2);
-    // Closing ends every subscription at once.
+    // Closing hands out what is still held, then ends every subscription.
+    hub.publish(alloc(1));
     hub.close();
     let mut d = _c;
+    assert!(matches!(d.recv(16).await, Received::Events(e) if e.len() == 1));
     assert!(matches!(d.recv(16).await, Received::Closed));
 }
 
