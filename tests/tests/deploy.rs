@@ -79,7 +79,9 @@ fn check_least_privilege(objs: &Value, what: &str) {
         "{what}: privileged: true somewhere"
     );
     // Every hostPath is mounted read-only (the pod-resources socket too: connect() needs write
-    // permission on the socket inode, which a read-only mount does not remove).
+    // permission on the socket inode, which a read-only mount does not remove) but one: the gRPC
+    // API's socket directory, where the agent creates api.sock — a directory of its own under
+    // /run, created for it, never a system directory.
     let host_paths: Vec<&str> = pod["volumes"]
         .as_array()
         .unwrap()
@@ -88,8 +90,14 @@ fn check_least_privilege(objs: &Value, what: &str) {
         .map(|v| v["name"].as_str().unwrap())
         .collect();
     assert!(host_paths.len() >= 5, "{what}: host mounts {host_paths:?}");
+    let api = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "api-socket");
+    let api = api.unwrap_or_else(|| panic!("{what}: no api-socket volume for the gRPC API's socket"));
+    assert_eq!(api["hostPath"]["path"], "/run/gpu-tracer", "{what}: the API socket's own directory");
+    assert_eq!(api["hostPath"]["type"], "DirectoryOrCreate", "{what}");
     for m in container(ds)["volumeMounts"].as_array().unwrap() {
-        if host_paths.contains(&m["name"].as_str().unwrap()) {
+        if m["name"] == "api-socket" {
+            assert_eq!(m["mountPath"], "/run/gpu-tracer", "{what}: where api.listen's default socket is");
+        } else if host_paths.contains(&m["name"].as_str().unwrap()) {
             assert_eq!(m["readOnly"], true, "{what}: hostPath mount {} must be readOnly", m["name"]);
         }
     }

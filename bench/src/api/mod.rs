@@ -237,7 +237,8 @@ fn deliver(n: u64, rate: Option<f64>, subscribers: usize, reader: Reader) -> Res
                         let channel = client::channel(&conn).await.map_err(|e| e.to_string())?;
                         let mut grpc = tonic::client::Grpc::new(channel);
                         grpc.ready().await.map_err(|e| e.to_string())?;
-                        let path = tonic::codegen::http::uri::PathAndQuery::from_static("/gputracer.v1.GpuTracer/Subscribe");
+                        let path =
+                            tonic::codegen::http::uri::PathAndQuery::from_static("/gputracer.v1.GpuTracer/Subscribe");
                         let stream = grpc
                             .server_streaming(tonic::Request::new(req), path, FrameCodec)
                             .await

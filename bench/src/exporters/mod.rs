@@ -131,8 +131,7 @@ impl LogsService for Grpc {
         request: tonic::Request<ExportLogsServiceRequest>,
     ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
         let req = request.into_inner();
-        let records: usize =
-            req.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum();
+        let records: usize = req.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum();
         let mut l = self.0.logs.lock().unwrap_or_else(|p| p.into_inner());
         l.0 += 1;
         l.1 += records as u64;
@@ -714,9 +713,7 @@ pub fn section(quick: bool) -> ExportersSection {
         ));
         rss.push(rss_run(c, intervals, interval).map_err(|e| format!("{e:#}")));
     }
-    ExportersSection {
-        result: Ok(ExportersMeasured { export, rss, rss_interval_ms: interval.as_millis() as u64 }),
-    }
+    ExportersSection { result: Ok(ExportersMeasured { export, rss, rss_interval_ms: interval.as_millis() as u64 }) }
 }
 
 fn mib(kb: u64) -> f64 {
@@ -769,10 +766,9 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
     };
     let _ = writeln!(s, "| per metric export | median | p99 | max | × goal (median) |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|");
-    for (name, v, goal) in [
-        ("`otlp-export` thread CPU, ms", &m.cpu_ms, Some(GOAL_CPU_MS)),
-        ("wall, ms", &m.wall_ms, None),
-    ] {
+    for (name, v, goal) in
+        [("`otlp-export` thread CPU, ms", &m.cpu_ms, Some(GOAL_CPU_MS)), ("wall, ms", &m.wall_ms, None)]
+    {
         let med = sys::median(v);
         let _ = writeln!(
             s,

@@ -278,6 +278,27 @@ fn otlp_to_proto(o: &crate::model::OtlpStats) -> v1::OtlpExport {
     }
 }
 
+/// Both directions between a model enum and its generated twin with the same variant names:
+/// `$to(model) -> v1::Enum`, and `$from(i32)` where `UNSPECIFIED` and unknown numbers are errors
+/// naming `$field`.
+macro_rules! enum_pair {
+    ($to:ident, $from:ident, $enum:ident, $field:literal, [$($v:ident),+ $(,)?]) => {
+        fn $to(value: $enum) -> v1::$enum {
+            match value {
+                $($enum::$v => v1::$enum::$v),+
+            }
+        }
+
+        fn $from(value: i32) -> Result<$enum> {
+            const FIELD: &str = $field;
+            Ok(match known(value, FIELD)? {
+                v1::$enum::Unspecified => return unspecified(FIELD),
+                $(v1::$enum::$v => $enum::$v),+
+            })
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers.
 
@@ -773,25 +794,13 @@ fn attach_mode_from_proto(value: i32, field: &'static str) -> Result<ProbeMode> 
 // ---------------------------------------------------------------------------------------------
 // NVML.
 
-fn nvml_status_to_proto(s: NvmlStatus) -> v1::NvmlStatus {
-    match s {
-        NvmlStatus::NotStarted => v1::NvmlStatus::NotStarted,
-        NvmlStatus::Ready => v1::NvmlStatus::Ready,
-        NvmlStatus::Unavailable => v1::NvmlStatus::Unavailable,
-        NvmlStatus::Off => v1::NvmlStatus::Off,
-    }
-}
-
-fn nvml_status_from_proto(value: i32) -> Result<NvmlStatus> {
-    const FIELD: &str = "NvmlView.status";
-    Ok(match known(value, FIELD)? {
-        v1::NvmlStatus::Unspecified => return unspecified(FIELD),
-        v1::NvmlStatus::NotStarted => NvmlStatus::NotStarted,
-        v1::NvmlStatus::Ready => NvmlStatus::Ready,
-        v1::NvmlStatus::Unavailable => NvmlStatus::Unavailable,
-        v1::NvmlStatus::Off => NvmlStatus::Off,
-    })
-}
+enum_pair!(
+    nvml_status_to_proto,
+    nvml_status_from_proto,
+    NvmlStatus,
+    "NvmlView.status",
+    [NotStarted, Ready, Unavailable, Off]
+);
 
 fn nvml_to_proto(n: &NvmlView) -> v1::NvmlView {
     v1::NvmlView {
@@ -1025,27 +1034,13 @@ fn gpu_attribution_from_proto(g: v1::GpuAttribution) -> Result<GpuAttribution> {
     })
 }
 
-fn sharing_to_proto(s: SharingMode) -> v1::SharingMode {
-    match s {
-        SharingMode::Exclusive => v1::SharingMode::Exclusive,
-        SharingMode::TimeSlicing => v1::SharingMode::TimeSlicing,
-        SharingMode::Mps => v1::SharingMode::Mps,
-        SharingMode::Mig => v1::SharingMode::Mig,
-        SharingMode::Unknown => v1::SharingMode::Unknown,
-    }
-}
-
-fn sharing_from_proto(value: i32) -> Result<SharingMode> {
-    const FIELD: &str = "GpuAttribution.sharing";
-    Ok(match known(value, FIELD)? {
-        v1::SharingMode::Unspecified => return unspecified(FIELD),
-        v1::SharingMode::Exclusive => SharingMode::Exclusive,
-        v1::SharingMode::TimeSlicing => SharingMode::TimeSlicing,
-        v1::SharingMode::Mps => SharingMode::Mps,
-        v1::SharingMode::Mig => SharingMode::Mig,
-        v1::SharingMode::Unknown => SharingMode::Unknown,
-    })
-}
+enum_pair!(
+    sharing_to_proto,
+    sharing_from_proto,
+    SharingMode,
+    "GpuAttribution.sharing",
+    [Exclusive, TimeSlicing, Mps, Mig, Unknown]
+);
 
 fn line_to_proto(l: &ContainerLine) -> v1::ContainerLine {
     v1::ContainerLine {
@@ -1083,25 +1078,13 @@ fn line_from_proto(l: v1::ContainerLine) -> Result<ContainerLine> {
     })
 }
 
-fn memory_source_to_proto(m: MemorySource) -> v1::MemorySource {
-    match m {
-        MemorySource::Nvml => v1::MemorySource::Nvml,
-        MemorySource::DriverLedger => v1::MemorySource::DriverLedger,
-        MemorySource::Mixed => v1::MemorySource::Mixed,
-        MemorySource::None => v1::MemorySource::None,
-    }
-}
-
-fn memory_source_from_proto(value: i32) -> Result<MemorySource> {
-    const FIELD: &str = "ContainerLine.memory_source";
-    Ok(match known(value, FIELD)? {
-        v1::MemorySource::Unspecified => return unspecified(FIELD),
-        v1::MemorySource::Nvml => MemorySource::Nvml,
-        v1::MemorySource::DriverLedger => MemorySource::DriverLedger,
-        v1::MemorySource::Mixed => MemorySource::Mixed,
-        v1::MemorySource::None => MemorySource::None,
-    })
-}
+enum_pair!(
+    memory_source_to_proto,
+    memory_source_from_proto,
+    MemorySource,
+    "ContainerLine.memory_source",
+    [Nvml, DriverLedger, Mixed, None]
+);
 
 fn memory_lines_to_proto(m: &MemoryLines) -> v1::MemoryLines {
     v1::MemoryLines {
@@ -1221,47 +1204,21 @@ fn cost_lines_from_proto(c: v1::CostLines) -> Result<CostLines> {
     })
 }
 
-fn cost_policy_to_proto(p: CostPolicy) -> v1::CostPolicy {
-    match p {
-        CostPolicy::MemoryTime => v1::CostPolicy::MemoryTime,
-        CostPolicy::ComputeTime => v1::CostPolicy::ComputeTime,
-        CostPolicy::Blended => v1::CostPolicy::Blended,
-        CostPolicy::RequestBased => v1::CostPolicy::RequestBased,
-    }
-}
+enum_pair!(
+    cost_policy_to_proto,
+    cost_policy_from_proto,
+    CostPolicy,
+    "CostLines.policy",
+    [MemoryTime, ComputeTime, Blended, RequestBased]
+);
 
-fn cost_policy_from_proto(value: i32) -> Result<CostPolicy> {
-    const FIELD: &str = "CostLines.policy";
-    Ok(match known(value, FIELD)? {
-        v1::CostPolicy::Unspecified => return unspecified(FIELD),
-        v1::CostPolicy::MemoryTime => CostPolicy::MemoryTime,
-        v1::CostPolicy::ComputeTime => CostPolicy::ComputeTime,
-        v1::CostPolicy::Blended => CostPolicy::Blended,
-        v1::CostPolicy::RequestBased => CostPolicy::RequestBased,
-    })
-}
-
-fn cost_basis_to_proto(b: CostBasis) -> v1::CostBasis {
-    match b {
-        CostBasis::MemoryTime => v1::CostBasis::MemoryTime,
-        CostBasis::ComputeTime => v1::CostBasis::ComputeTime,
-        CostBasis::Blended => v1::CostBasis::Blended,
-        CostBasis::RequestBased => v1::CostBasis::RequestBased,
-        CostBasis::Nothing => v1::CostBasis::Nothing,
-    }
-}
-
-fn cost_basis_from_proto(value: i32) -> Result<CostBasis> {
-    const FIELD: &str = "CostLines.basis";
-    Ok(match known(value, FIELD)? {
-        v1::CostBasis::Unspecified => return unspecified(FIELD),
-        v1::CostBasis::MemoryTime => CostBasis::MemoryTime,
-        v1::CostBasis::ComputeTime => CostBasis::ComputeTime,
-        v1::CostBasis::Blended => CostBasis::Blended,
-        v1::CostBasis::RequestBased => CostBasis::RequestBased,
-        v1::CostBasis::Nothing => CostBasis::Nothing,
-    })
-}
+enum_pair!(
+    cost_basis_to_proto,
+    cost_basis_from_proto,
+    CostBasis,
+    "CostLines.basis",
+    [MemoryTime, ComputeTime, Blended, RequestBased, Nothing]
+);
 
 fn summary_to_proto(c: &ContainerSummary) -> v1::ContainerSummary {
     v1::ContainerSummary {
@@ -1497,27 +1454,13 @@ fn violation_counts_from_proto(c: v1::ViolationCounts) -> ViolationCounts {
     }
 }
 
-fn kube_status_to_proto(s: KubernetesStatus) -> v1::KubernetesStatus {
-    match s {
-        KubernetesStatus::NotStarted => v1::KubernetesStatus::NotStarted,
-        KubernetesStatus::Running => v1::KubernetesStatus::Running,
-        KubernetesStatus::NotInUse => v1::KubernetesStatus::NotInUse,
-        KubernetesStatus::Unavailable => v1::KubernetesStatus::Unavailable,
-        KubernetesStatus::Off => v1::KubernetesStatus::Off,
-    }
-}
-
-fn kube_status_from_proto(value: i32) -> Result<KubernetesStatus> {
-    const FIELD: &str = "KubernetesView.status";
-    Ok(match known(value, FIELD)? {
-        v1::KubernetesStatus::Unspecified => return unspecified(FIELD),
-        v1::KubernetesStatus::NotStarted => KubernetesStatus::NotStarted,
-        v1::KubernetesStatus::Running => KubernetesStatus::Running,
-        v1::KubernetesStatus::NotInUse => KubernetesStatus::NotInUse,
-        v1::KubernetesStatus::Unavailable => KubernetesStatus::Unavailable,
-        v1::KubernetesStatus::Off => KubernetesStatus::Off,
-    })
-}
+enum_pair!(
+    kube_status_to_proto,
+    kube_status_from_proto,
+    KubernetesStatus,
+    "KubernetesView.status",
+    [NotStarted, Running, NotInUse, Unavailable, Off]
+);
 
 fn kube_to_proto(k: &KubeView) -> v1::KubernetesView {
     v1::KubernetesView {
