@@ -476,20 +476,12 @@ impl runner::Handler for EventOut {
     }
 }
 
-/// Where the launch batches and violations of a tick go: the `events` stream, or the agent's hub.
+/// Where the launch batches and violations of a tick go: the `events` stream, or the agent's hub and
+/// OTLP (`run_agent`'s `Tee`).
 trait Emit {
     /// Does it take events now? (When not, the message is not built.)
     fn wants(&self) -> bool;
     fn emit(&mut self, ev: v1::Event);
-}
-
-impl Emit for &EventHub {
-    fn wants(&self) -> bool {
-        self.wants_events()
-    }
-    fn emit(&mut self, ev: v1::Event) {
-        self.publish(ev);
-    }
 }
 
 /// Launches counted in the kernel since the last batch, one event per process and entry point.
