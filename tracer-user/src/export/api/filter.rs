@@ -1,5 +1,9 @@
 //! Event filters (`gputracer.v1.EventFilter`): checked once when a subscription starts
-//! ([`Filters::new`], so a bad filter is an error naming it), then matched per event.
+//! ([`Filters::new`], so a bad filter is an error naming it), then matched per event — from the
+//! event's fixed-size [`EventKey`] where that decides ([`Filters::matches_key`]), else from the
+//! message ([`Filters::matches`]).
+use std::hash::Hasher;
+
 use gpu_tracer_proto::v1;
 
 /// A filter the agent cannot apply as asked.
@@ -15,6 +19,8 @@ pub enum FilterError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Filter {
     namespace: Vec<String>,
+    /// [`namespace_hash`] of each of `namespace`: what the key can rule out.
+    namespace_hash: Vec<u32>,
     pod: Vec<String>,
     container: Vec<String>,
     cgroup_id: Vec<u64>,
@@ -47,6 +53,20 @@ impl Filters {
             && !self.exclude.iter().any(|f| f.matches(ev))
     }
 
+    /// The same answer as [`matches`](Filters::matches) from the event's key alone when the key
+    /// decides it, `None` when only the message can. Filters on `kind`, `cgroup_id`,
+    /// `violations_only` and (except for violations) a GPU minor are decided here, as is every
+    /// event of a namespace no filter names; `pod`, `container`, `cgroup_path_prefix`, a GPU UUID
+    /// and a namespace that does match need the message.
+    pub fn matches_key(&self, key: &EventKey) -> Option<bool> {
+        let included = if self.include.is_empty() { Some(true) } else { any_match(&self.include, key) };
+        match (included, any_match(&self.exclude, key)) {
+            (Some(false), _) | (_, Some(true)) => Some(false),
+            (Some(true), Some(false)) => Some(true),
+            _ => None,
+        }
+    }
+
     /// Does every event match (no filter at all)?
     pub fn is_empty(&self) -> bool {
         self.include.is_empty() && self.exclude.is_empty()
@@ -68,8 +88,10 @@ impl Filter {
         }
         let gpu = strings("gpu", &f.gpu)?;
         let (minors, uuids): (Vec<&String>, Vec<&String>) = gpu.iter().partition(|g| g.parse::<u32>().is_ok());
+        let namespace = strings("namespace", &f.namespace)?;
         Ok(Filter {
-            namespace: strings("namespace", &f.namespace)?,
+            namespace_hash: namespace.iter().map(|n| namespace_hash(n)).collect(),
+            namespace,
             pod: strings("pod", &f.pod)?,
             container: strings("container", &f.container)?,
             cgroup_id: f.cgroup_id.clone(),
@@ -81,12 +103,38 @@ impl Filter {
         })
     }
 
+    /// See [`Filters::matches_key`]: `Some` only when [`matches`](Filter::matches) would say the same.
+    fn matches_key(&self, key: &EventKey) -> Option<bool> {
+        let has = |flag: u8| key.flags & flag != 0;
+        if !has(EventKey::HEADER) || (self.violations_only && !has(EventKey::VIOLATION)) {
+            return Some(false);
+        }
+        if (!self.kind.is_empty() && !self.kind.contains(&key.kind))
+            || (!self.cgroup_id.is_empty() && !self.cgroup_id.contains(&key.cgroup_id))
+            || (!self.namespace_hash.is_empty() && !self.namespace_hash.contains(&key.namespace_hash))
+        {
+            return Some(false);
+        }
+        // Strings the key does not hold (a matching namespace hash still needs the name itself).
+        let mut decided = self.namespace.is_empty()
+            && self.pod.is_empty()
+            && self.container.is_empty()
+            && self.cgroup_path_prefix.is_empty();
+        if !self.gpu_minor.is_empty() || !self.gpu_uuid.is_empty() {
+            if has(EventKey::VIOLATION) {
+                // The violation's own GPU minor and UUIDs are in the message only.
+                decided = false;
+            } else if !(has(EventKey::ON_GPU) && self.gpu_minor.contains(&key.gpu_minor)) {
+                // Not a violation: only the device node's minor can match.
+                return Some(false);
+            }
+        }
+        decided.then_some(true)
+    }
+
     fn matches(&self, ev: &v1::Event) -> bool {
         let Some(h) = ev.header.as_ref() else { return false };
-        let violation = match &ev.payload {
-            Some(v1::event::Payload::Violation(v)) => Some(v),
-            _ => None,
-        };
+        let violation = violation(ev);
         if self.violations_only && violation.is_none() {
             return false;
         }
@@ -100,12 +148,7 @@ impl Filter {
         {
             return false;
         }
-        // The pod's names: from the violation itself, else from the container identity.
-        let (ns, pod, container) = match (violation, h.container.as_ref()) {
-            (Some(v), _) => (v.namespace.as_str(), v.pod.as_str(), v.container.as_str()),
-            (None, Some(c)) => (c.namespace.as_str(), c.pod.as_str(), c.container.as_str()),
-            (None, None) => ("", "", ""),
-        };
+        let (ns, pod, container) = pod_names(ev);
         let one_of = |want: &[String], have: &str| want.is_empty() || want.iter().any(|w| w == have);
         if !one_of(&self.namespace, ns) || !one_of(&self.pod, pod) || !one_of(&self.container, container) {
             return false;
@@ -127,6 +170,90 @@ impl Filter {
             }
         }
         true
+    }
+}
+
+/// `Some` when any filter decides a match, `Some(false)` when every one decides none.
+fn any_match(filters: &[Filter], key: &EventKey) -> Option<bool> {
+    let mut undecided = false;
+    for f in filters {
+        match f.matches_key(key) {
+            Some(true) => return Some(true),
+            Some(false) => {}
+            None => undecided = true,
+        }
+    }
+    (!undecided).then_some(false)
+}
+
+fn violation(ev: &v1::Event) -> Option<&v1::Violation> {
+    match &ev.payload {
+        Some(v1::event::Payload::Violation(v)) => Some(v),
+        _ => None,
+    }
+}
+
+/// The pod's names the filters compare: the violation's own, else the container identity's.
+fn pod_names(ev: &v1::Event) -> (&str, &str, &str) {
+    match (violation(ev), ev.header.as_ref().and_then(|h| h.container.as_ref())) {
+        (Some(v), _) => (&v.namespace, &v.pod, &v.container),
+        (None, Some(c)) => (&c.namespace, &c.pod, &c.container),
+        (None, None) => ("", "", ""),
+    }
+}
+
+/// A hash of a namespace's name, the same for the same name within one process: unequal hashes
+/// are unequal names (equal ones are checked on the name).
+fn namespace_hash(ns: &str) -> u32 {
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(ns.as_bytes());
+    h.finish() as u32
+}
+
+/// What the filters can check of an event without its message: a few fixed-size fields (32
+/// bytes), which the event hub keeps with each event's encoding instead of the message, whose
+/// strings (cgroup path, container identity) make up most of its size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventKey {
+    /// `Header.wall_time_unix_ns` (0 without a header): what `since_unix_ns` compares.
+    pub wall_time_unix_ns: u64,
+    /// `Header.cgroup_id`.
+    pub cgroup_id: u64,
+    /// `Header.kind` (`EventKind`).
+    pub kind: i32,
+    /// The minor of the GPU device node the event is on, when [`ON_GPU`](EventKey::ON_GPU).
+    gpu_minor: u32,
+    /// [`namespace_hash`] of the namespace the filters compare ([`pod_names`]; "" when none).
+    namespace_hash: u32,
+    flags: u8,
+}
+
+const _: () = assert!(size_of::<EventKey>() == 32);
+
+impl EventKey {
+    const HEADER: u8 = 1;
+    const VIOLATION: u8 = 2;
+    const ON_GPU: u8 = 4;
+
+    /// The key of `ev`.
+    pub fn of(ev: &v1::Event) -> Self {
+        let Some(h) = ev.header.as_ref() else { return EventKey::default() };
+        let gpu = ev.device.as_ref().filter(|d| d.kind == v1::DeviceKind::Gpu as i32);
+        let mut flags = EventKey::HEADER;
+        if violation(ev).is_some() {
+            flags |= EventKey::VIOLATION;
+        }
+        if gpu.is_some() {
+            flags |= EventKey::ON_GPU;
+        }
+        EventKey {
+            wall_time_unix_ns: h.wall_time_unix_ns,
+            cgroup_id: h.cgroup_id,
+            kind: h.kind,
+            gpu_minor: gpu.map_or(0, |d| d.minor),
+            namespace_hash: namespace_hash(pod_names(ev).0),
+            flags,
+        }
     }
 }
 

@@ -56,28 +56,21 @@ impl ApiService {
     }
 }
 
-/// The events of the history a request asks for, oldest first.
-pub fn replay(history: &[Arc<Published>], req: &v1::SubscribeRequest, filters: &Filters) -> Vec<Arc<Published>> {
+/// The events of the history a request asks for, oldest first. With `number`, the history is
+/// read from the end it keeps (the newest, or the oldest with `first`) and no further than needed,
+/// so events beyond are not even checked against the filters.
+pub fn replay(hub: &EventHub, history: &[Published], req: &v1::SubscribeRequest, filters: &Filters) -> Vec<Published> {
     if req.follow && req.since_unix_ns == 0 && req.number == 0 {
         return Vec::new();
     }
-    let wall = |p: &Published| p.event.header.as_ref().map_or(0, |h| h.wall_time_unix_ns);
-    let mut picked: Vec<Arc<Published>> =
-        history.iter().filter(|p| wall(p) >= req.since_unix_ns && filters.matches(&p.event)).cloned().collect();
-    let n = usize::try_from(req.number).unwrap_or(usize::MAX);
-    if n > 0 && picked.len() > n {
-        if req.first {
-            picked.truncate(n);
-        } else {
-            picked.drain(..picked.len() - n);
-        }
+    let wanted = |p: &&Published| p.key.wall_time_unix_ns >= req.since_unix_ns && hub.matches(p, filters);
+    let n = if req.number == 0 { usize::MAX } else { usize::try_from(req.number).unwrap_or(usize::MAX) };
+    if req.first || req.number == 0 {
+        return history.iter().filter(wanted).take(n).cloned().collect();
     }
-    picked
-}
-
-/// The event's response, encoded once when it was published: the same bytes for every subscriber.
-fn event_response(p: &Published) -> EncodedSubscribeResponse {
-    p.encoded.clone()
+    let mut newest: Vec<Published> = history.iter().rev().filter(wanted).take(n).cloned().collect();
+    newest.reverse();
+    newest
 }
 
 fn lost_response(count: u64) -> EncodedSubscribeResponse {
@@ -114,8 +107,9 @@ impl StreamState {
             }
             match self.sub.recv(BATCH).await {
                 Received::Events(events) => {
-                    let filters = &self.filters;
-                    self.pending.extend(events.iter().filter(|p| filters.matches(&p.event)).map(|p| event_response(p)));
+                    // Each event's bytes, encoded once when it was published, shared by every subscriber.
+                    let (hub, filters) = (self.sub.hub(), &self.filters);
+                    self.pending.extend(events.into_iter().filter(|p| hub.matches(p, filters)).map(|p| p.encoded));
                 }
                 Received::Lost(n) => self.pending.push_back(lost_response(n)),
                 Received::Closed => return None,
@@ -136,7 +130,7 @@ impl GpuTracer for ApiService {
         }
         let mut sub = self.state.hub.subscribe().map_err(|e| Status::resource_exhausted(e.to_string()))?;
         let history = std::mem::take(&mut sub.history);
-        let pending = replay(&history, &req, &filters).iter().map(|p| event_response(p)).collect();
+        let pending = replay(&self.state.hub, &history, &req, &filters).into_iter().map(|p| p.encoded).collect();
         drop(history);
         let state = StreamState { sub, filters, follow: req.follow, pending };
         // Polled by the connection itself: no task, no queue between the hub and the socket.

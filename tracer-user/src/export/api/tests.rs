@@ -3,14 +3,16 @@
 use std::{os::unix::fs::PermissionsExt, sync::Arc, time::Duration};
 
 use gpu_tracer_proto::{
+    EncodedSubscribeResponse,
     tonic::{Code, Streaming},
     v1::{self, subscribe_response::Response as R},
 };
+use proptest::prelude::*;
 
 use super::{
     client::{self, ConnectSettings},
-    filter::{FilterError, Filters},
-    hub::{EventHub, HubSettings, Received},
+    filter::{EventKey, FilterError, Filters},
+    hub::{EventHub, HubSettings, Published, Received},
     listen::{self, ApiAddr, ApiServer, ListenSettings},
     service::ApiState,
 };
@@ -113,6 +115,207 @@ fn filters_refuse_empty_values_and_unknown_kinds() {
             FilterError::UnknownKind { list: "include", index: 0, value: k }
         );
     }
+}
+
+/// `event` as the hub would hold it.
+fn published(ev: &v1::Event) -> Published {
+    let encoded = EncodedSubscribeResponse::new(&v1::SubscribeResponse { response: Some(R::Event(ev.clone())) });
+    Published { seq: 1, key: EventKey::of(ev), encoded }
+}
+
+/// Events over every field a filter reads, from a few values each (so that filters hit).
+fn any_event() -> impl Strategy<Value = v1::Event> {
+    let names = || prop::sample::select(vec!["", "ml", "web"]);
+    let kinds = prop::sample::select(vec![v1::EventKind::RmAlloc, v1::EventKind::RmFree, v1::EventKind::Violation]);
+    let device = prop_oneof![
+        Just(None),
+        (0u32..3).prop_map(|minor| Some(v1::Device { kind: v1::DeviceKind::Gpu as i32, minor, file_id: 1 })),
+        Just(Some(v1::Device { kind: v1::DeviceKind::Ctl as i32, minor: 1, file_id: 1 })),
+    ];
+    let violation = prop::option::of((
+        names(),
+        names(),
+        prop::sample::select(vec!["", "GPU-ab", "GPU-cd"]),
+        prop::option::of(0u32..3),
+    ));
+    (any::<bool>(), any::<bool>(), kinds, 0u64..3, names(), names(), 0u64..4, device, violation).prop_map(
+        |(header, container, kind, cgroup_id, ns, pod, wall, device, violation)| {
+            let mut ev = event(kind, cgroup_id, ns, pod, wall);
+            let h = ev.header.as_mut().unwrap();
+            h.cgroup_path = format!("/{}/{pod}", if cgroup_id == 0 { "kubepods" } else { "system.slice" });
+            if !container {
+                h.container = None;
+            }
+            if !header {
+                ev.header = None;
+            }
+            ev.device = device;
+            ev.payload = violation.map(|(ns, pod, gpu_uuid, gpu_minor)| {
+                v1::event::Payload::Violation(v1::Violation {
+                    namespace: ns.into(),
+                    pod: pod.into(),
+                    container: "main".into(),
+                    gpu_uuid: gpu_uuid.into(),
+                    gpu_minor,
+                    ..Default::default()
+                })
+            });
+            ev
+        },
+    )
+}
+
+fn any_filter() -> impl Strategy<Value = v1::EventFilter> {
+    let some = |values: Vec<&'static str>| prop::collection::vec(prop::sample::select(values), 0..=2);
+    let kinds = prop::sample::select(vec![v1::EventKind::RmAlloc as i32, v1::EventKind::Violation as i32]);
+    (
+        some(vec!["ml", "web", "other"]),
+        some(vec!["trainer", "frontend"]),
+        some(vec!["main", "side"]),
+        prop::collection::vec(0u64..3, 0..=1),
+        some(vec!["/kubepods", "/system.slice"]),
+        some(vec!["0", "1", "GPU-a", "GPU-cd"]),
+        prop::collection::vec(kinds, 0..=1),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(ns, pod, container, cgroup_id, prefix, gpu, kind, violations_only)| {
+            let strings = |v: Vec<&str>| v.into_iter().map(String::from).collect();
+            v1::EventFilter {
+                namespace: strings(ns),
+                pod: strings(pod),
+                container: strings(container),
+                cgroup_id,
+                cgroup_path_prefix: strings(prefix),
+                gpu: strings(gpu),
+                kind,
+                violations_only,
+            }
+        })
+}
+
+proptest! {
+    /// The key decides only where the message would decide the same, and the hub's answer
+    /// (from the key, or from the event decoded out of the bytes) is always the message's.
+    #[test]
+    fn the_key_decides_as_the_message_would(
+        ev in any_event(),
+        include in prop::collection::vec(any_filter(), 0..=2),
+        exclude in prop::collection::vec(any_filter(), 0..=1),
+    ) {
+        let f = filters(include, exclude);
+        let p = published(&ev);
+        prop_assert_eq!(p.event(), Some(ev.clone()));
+        if let Some(decided) = f.matches_key(&p.key) {
+            prop_assert_eq!(decided, f.matches(&ev));
+        }
+        let hub = EventHub::new(HubSettings::default());
+        prop_assert_eq!(hub.matches(&p, &f), f.matches(&ev));
+        prop_assert_eq!(hub.undecodable(), 0);
+        // No filter, or kinds only: never the message.
+        let kinds = filters(vec![v1::EventFilter { kind: vec![v1::EventKind::RmFree as i32], ..Default::default() }], vec![]);
+        prop_assert!(filters(vec![], vec![]).matches_key(&p.key).is_some() && kinds.matches_key(&p.key).is_some());
+    }
+}
+
+#[test]
+fn an_event_that_does_not_decode_is_counted_and_not_sent() {
+    let hub = EventHub::new(HubSettings::default());
+    let ml = filters(vec![v1::EventFilter { namespace: vec!["ml".into()], ..Default::default() }], vec![]);
+    let mut p = published(&alloc(1));
+    assert!(hub.matches(&p, &ml));
+    p.encoded = EncodedSubscribeResponse(vec![0x0a, 0xff, 0xff].into());
+    assert!(!hub.matches(&p, &ml));
+    assert_eq!((hub.decoded(), hub.undecodable()), (2, 1));
+    // A subscriber without filters still sends it: it never looks inside.
+    assert!(hub.matches(&p, &filters(vec![], vec![])));
+}
+
+/// The bench's RM allocation with a full pod identity (`bench/src/api`): a typical event.
+fn pod_event() -> v1::Event {
+    let mut ev = alloc(1_764_000_000_000_000_000);
+    let h = ev.header.as_mut().unwrap();
+    (h.ktime_ns, h.tgid, h.pid, h.process_start_time_ns, h.cgroup_id, h.duration_ns) =
+        (1_000_000, 4242, 4243, 123_456_789, 98_765, 25_000);
+    h.cgroup_path = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope".into();
+    h.comm = "python3".into();
+    h.container = Some(v1::ContainerIdentity {
+        kind: "container".into(),
+        runtime: "containerd".into(),
+        container_id: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),
+        pod_uid: "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901".into(),
+        qos: "burstable".into(),
+        namespace: "ml".into(),
+        pod: "trainer-7d9f8b6c5-x2x9q".into(),
+        container: "main".into(),
+        owner_kind: "Deployment".into(),
+        owner_name: "trainer".into(),
+        ..Default::default()
+    });
+    ev.device = Some(v1::Device { kind: v1::DeviceKind::Ctl as i32, minor: 0, file_id: 0xffff_8881_0000_0000 });
+    ev.fd = Some(5);
+    ev.payload = Some(v1::event::Payload::RmAlloc(v1::RmAlloc {
+        client: 0xc1d0_0001,
+        parent: 0xcaf0_0001,
+        handle: 0xcaf0_0100,
+        class_id: 0x0040,
+        success: true,
+        bytes: 2 << 20,
+        location: v1::MemoryLocation::Vidmem as i32,
+        ..Default::default()
+    }));
+    ev
+}
+
+/// What the ring holds per event, before (the message kept next to its bytes) and now (the bytes
+/// and a key). Heap blocks are counted at their requested size (the allocator's rounding and
+/// headers add some 8–16 bytes to each, more blocks before than now).
+#[test]
+fn the_hub_holds_the_bytes_and_a_key_not_the_message() {
+    let ev = pod_event();
+    let p = published(&ev);
+    let encoded = p.encoded.0.len();
+    let h = ev.header.as_ref().unwrap();
+    let c = h.container.as_ref().unwrap();
+    let strings: usize = [
+        &h.cgroup_path,
+        &h.comm,
+        &c.kind,
+        &c.runtime,
+        &c.container_id,
+        &c.pod_uid,
+        &c.qos,
+        &c.namespace,
+        &c.pod,
+        &c.container,
+        &c.owner_kind,
+        &c.owner_name,
+    ]
+    .iter()
+    .map(|s| s.len())
+    .sum();
+    // Then: a ring slot (an Arc) → { count, weak, seq, the message, the bytes } + the strings + the
+    // encoded buffer and the `Bytes`' shared header (24 bytes, made when first shared).
+    let bytes_header = 24;
+    let before = size_of::<usize>()
+        + 2 * size_of::<usize>()
+        + size_of::<u64>()
+        + size_of::<v1::Event>()
+        + size_of::<EncodedSubscribeResponse>()
+        + strings
+        + encoded
+        + bytes_header;
+    // Now: the slot holds the `Published` itself.
+    let now = size_of::<Published>() + encoded + bytes_header;
+    println!(
+        "held per event: before {before} B (message {} B in place + {strings} B of strings), now {now} B \
+         ({} B in place, of which a {} B key; {encoded} B encoded)",
+        size_of::<v1::Event>(),
+        size_of::<Published>(),
+        size_of::<EventKey>(),
+    );
+    assert_eq!(size_of::<EventKey>(), 32);
+    assert!(size_of::<Published>() <= 72, "{}", size_of::<Published>());
+    assert!(now * 2 < before, "now {now} B, before {before} B");
 }
 
 #[tokio::test]
@@ -273,6 +476,47 @@ async fn subscribe_follows_filters_and_replays_from_the_history() {
     let (got, lost) = read(&mut s, 1).await;
     assert_eq!((walls(&got), lost), (vec![8], 0));
     drop(s);
+    r.stop().await;
+}
+
+/// A namespace subscriber gets exactly its namespace's events and decodes only those (the key rules
+/// out the others); subscribers without filters or with kinds only never decode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_filters_the_key_cannot_decide_decode_events() {
+    let r = Running::start(HubSettings::default(), None).await;
+    for i in 1..=30 {
+        r.hub.publish(if i % 3 == 0 { alloc(i) } else { event(v1::EventKind::RmFree, 8, "web", "frontend", i) });
+    }
+    // Replays: the newest two "ml" events decode only as far back as needed.
+    let ml = v1::EventFilter { namespace: vec!["ml".into()], ..Default::default() };
+    let mut s =
+        r.subscribe(v1::SubscribeRequest { include: vec![ml.clone()], number: 2, ..Default::default() }).await.unwrap();
+    assert_eq!(walls(&read(&mut s, 100).await.0), vec![27, 30]);
+    assert_eq!(r.hub.decoded(), 2);
+    let mut all = r.subscribe(follow()).await.unwrap();
+    let frees = v1::EventFilter { kind: vec![v1::EventKind::RmFree as i32], ..Default::default() };
+    let mut kind_only = r.subscribe(v1::SubscribeRequest { include: vec![frees], ..follow() }).await.unwrap();
+    let mut in_ml = r.subscribe(v1::SubscribeRequest { include: vec![ml], ..follow() }).await.unwrap();
+    until_subscribers(&r.hub, 3).await;
+    const N: u64 = 3_000;
+    for i in 1..=N {
+        let ev = match i % 3 {
+            0 => alloc(i),
+            1 => event(v1::EventKind::RmFree, 8, "web", "frontend", i),
+            _ => event(v1::EventKind::RmAlloc, 9, "batch", "etl", i),
+        };
+        r.hub.publish(ev);
+    }
+    r.hub.flush();
+    let (got, lost) = read(&mut all, N as usize).await;
+    assert_eq!((walls(&got), lost), ((1..=N).collect(), 0));
+    let (got, lost) = read(&mut kind_only, N as usize / 3).await;
+    assert_eq!((walls(&got), lost), ((1..=N).step_by(3).collect(), 0));
+    let (got, lost) = read(&mut in_ml, N as usize / 3).await;
+    assert_eq!((walls(&got), lost), ((3..=N).step_by(3).collect(), 0));
+    assert!(got.iter().all(|e| e.header.as_ref().unwrap().container.as_ref().unwrap().namespace == "ml"));
+    assert_eq!(r.hub.decoded(), 2 + N / 3, "only the \"ml\" events, by the \"ml\" subscriber");
+    assert_eq!(r.hub.undecodable(), 0);
     r.stop().await;
 }
 
