@@ -21,6 +21,7 @@ pub mod enrich;
 pub mod export;
 pub mod guardrails;
 pub mod identity;
+pub mod memory;
 pub mod model;
 pub mod nvml;
 pub mod pipeline;

@@ -43,6 +43,7 @@ use tracer_user::{
     export::{
         api::{
             client::{self, ConnectSettings},
+            filter::EventKey,
             hub::{EventHub, HubSettings},
             listen::{self, ApiAddr, ListenSettings},
             service::ApiState,
@@ -50,7 +51,9 @@ use tracer_user::{
         http::{HealthSettings, ServeState},
         metrics::{ExpositionFormat, MetricsRegistry},
         otlp::{
-            OtlpExporter, OtlpProtocol, OtlpSettings, ResourceInfo, metrics::MetricView, settings::DEFAULT_EVENT_KINDS,
+            OtlpExporter, OtlpProtocol, OtlpSettings, ResourceInfo,
+            metrics::{MAX_POINTS_PER_REQUEST, MetricBuilder, point_count},
+            settings::DEFAULT_EVENT_KINDS,
         },
     },
     model::AgentSnapshot,
@@ -262,9 +265,13 @@ pub struct ExportMeasured {
     pub exporter_points: u64,
     /// Metric exports the exporter counted as dropped.
     pub dropped: u64,
-    /// `MetricView::build` (the Prometheus encoding parsed and mapped) of the same snapshots on
-    /// the bench thread, CPU ms (median).
+    /// Per timed export: requests it was sent in.
+    pub requests: Vec<f64>,
+    /// `MetricBuilder::all` (each source's Prometheus encoding parsed and mapped to OTLP metrics)
+    /// of the same snapshots on the bench thread, CPU ms (median).
     pub view_ms: f64,
+    /// Points per metric of one snapshot, most first.
+    pub by_metric: Vec<(String, usize)>,
     /// `MetricsRegistry::encode` (OpenMetrics) of the same snapshots, CPU ms (median), and bytes.
     pub prometheus_ms: f64,
     pub prometheus_bytes: usize,
@@ -279,7 +286,7 @@ pub struct ExportMeasured {
 fn await_export(exporter: &OtlpExporter, tid: i32, n: u64, open: Instant) -> Result<(Instant, Instant)> {
     let done = |e: &OtlpExporter| {
         let s = e.stats();
-        s.metric_exports + s.dropped.iter().filter(|d| d.signal == "metrics").map(|d| d.count).sum::<u64>()
+        s.metric_rounds + s.dropped.iter().filter(|d| d.signal == "metrics").map(|d| d.count).sum::<u64>()
     };
     if let Some(wait) = open.checked_duration_since(Instant::now()) {
         std::thread::sleep(wait);
@@ -330,6 +337,8 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
     // The first export starts about one interval after `start`; the next ones on that grid.
     let mut first_start: Option<Instant> = None;
     let mut points_before = 0;
+    // Requests the receiver had when each export was counted: export k is the requests between.
+    let mut seen_requests = vec![0usize];
     for k in 0..WARMUP_EXPORTS + exports {
         let open = match first_start {
             Some(t0) => (t0 + interval * k as u32).checked_sub(Duration::from_millis(3)).unwrap_or(t0),
@@ -337,6 +346,7 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         };
         let (begin, end) = await_export(&exporter, tid, k as u64 + 1, open)?;
         let cpu = thread_cpu_ns_of(tid);
+        seen_requests.push(receiver.got.metrics.lock().unwrap_or_else(|p| p.into_inner()).len());
         first_start.get_or_insert(begin);
         if k >= WARMUP_EXPORTS {
             cpu_ms.push((cpu - last_cpu) as f64 / 1e6);
@@ -349,27 +359,34 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
     }
     let stats = exporter.stats();
     exporter.shutdown(Duration::from_secs(5));
-    // Every request the receiver got but the warm-up ones and the one made at shutdown.
-    let arrived: Vec<(f64, f64)> = receiver
-        .got
-        .metrics
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .skip(WARMUP_EXPORTS)
-        .take(exports)
-        .map(|a| (a.points as f64, a.bytes as f64))
-        .collect();
+    // Every request the receiver got for the timed exports, grouped by export.
+    let arrived: Vec<(f64, f64, f64)> = {
+        let got = receiver.got.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        seen_requests
+            .windows(2)
+            .skip(WARMUP_EXPORTS)
+            .take(exports)
+            .map(|w| {
+                let reqs = &got[w[0]..w[1]];
+                (
+                    reqs.iter().map(|a| a.points as f64).sum(),
+                    reqs.iter().map(|a| a.bytes as f64).sum(),
+                    reqs.len() as f64,
+                )
+            })
+            .collect()
+    };
     drop(receiver);
 
     // The parts on this thread, for comparison.
     let registry = MetricsRegistry::new();
+    let mut builder = MetricBuilder::new(MetricsRegistry::new(), 20_000);
     let (mut view, mut prom) = (Vec::new(), Vec::new());
     let (mut prometheus_bytes, mut prometheus_samples) = (0, 0);
     for i in 0..20 {
         let s = &pool[i % pool.len()];
         let c0 = sys::thread_cpu_ns();
-        black_box(MetricView::build(s, &registry));
+        black_box(builder.all(s));
         view.push((sys::thread_cpu_ns() - c0) as f64 / 1e6);
         let c0 = sys::thread_cpu_ns();
         let text = black_box(registry.encode(s, ExpositionFormat::OpenMetrics)).context("encoding /metrics")?;
@@ -383,6 +400,13 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         wall_ms,
         points: arrived.iter().map(|a| a.0).collect(),
         bytes: arrived.iter().map(|a| a.1).collect(),
+        requests: arrived.iter().map(|a| a.2).collect(),
+        by_metric: {
+            let mut by: Vec<(String, usize)> =
+                builder.all(&pool[0]).into_iter().map(|m| (m.name.clone(), point_count(&m))).collect();
+            by.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            by
+        },
         exporter_points: stats.metric_points_exported.saturating_sub(points_before),
         dropped: stats.dropped.iter().filter(|d| d.signal == "metrics").map(|d| d.count).sum(),
         view_ms: sys::median(&view),
@@ -475,6 +499,8 @@ fn node_events() -> Vec<v1::Event> {
 /// <events/s>` child: an agent's export side on the node, nothing else (see the module docs).
 /// Prints `start`, `ready` and `end` readings (VmRSS, VmHWM, RssAnon kB) and a `stats` line.
 pub fn rss_main(args: &[String]) -> Result<()> {
+    // As `gpu-tracer` does first thing.
+    tracer_user::memory::tune();
     let [endpoint, socket, subscribers, intervals, interval_ms, rate] = args else {
         bail!("usage: __exporters_rss <endpoint|-> <socket> <subscribers> <intervals> <interval ms> <events/s>")
     };
@@ -511,17 +537,18 @@ pub fn rss_main(args: &[String]) -> Result<()> {
     let mut metrics_bytes = 0;
     for k in 1..=intervals {
         let end = t0 + interval * k;
-        // Events at `rate`, as the agent loop hands them over: to OTLP (which keeps the kinds it
-        // exports) and to the hub, subscribers woken once per batch.
+        // Events at `rate`, as the agent loop hands them over: encoded once, the same bytes to OTLP
+        // (for the kinds it exports) and to the hub, subscribers woken once per batch.
         loop {
             let now = Instant::now();
             let due = (now.duration_since(t0).as_secs_f64() * rate) as u64;
             while published < due {
-                let ev = events[(published % events.len() as u64) as usize].clone();
-                if let Some(o) = &otlp {
-                    o.offer_event(&ev);
+                let ev = &events[(published % events.len() as u64) as usize];
+                let (key, encoded) = (EventKey::of(ev), EventHub::encode(ev));
+                if let Some(o) = otlp.as_ref().filter(|o| o.accepts(ev)) {
+                    o.offer_encoded(encoded.clone());
                 }
-                hub.publish(ev);
+                hub.publish_encoded(key, encoded);
                 published += 1;
             }
             hub.flush();
@@ -749,10 +776,11 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
          OTLP/gRPC receiver in the bench process (the `opentelemetry-proto` crate's tonic service, on its own \
          thread); a different interval's snapshot is published before each export. Per export: the CPU time of \
          the `otlp-export` thread (its per-thread CPU clock, read when the export is counted: everything the \
-         thread did since the previous export — building the metric view from the Prometheus encoding, the \
-         SDK's collection, protobuf encoding, gRPC); the wall time from the thread starting to work to the \
-         export being counted (polled every ~0.1 ms; it includes waiting for the receiver's answer, on the same \
-         2 CPUs); data points and bytes (`encoded_len`) of the request as the receiver decoded it. \
+         thread did since the previous export — each source's Prometheus encoding parsed and mapped to OTLP \
+         metrics, protobuf encoding, gRPC, in requests of at most {MAX_POINTS_PER_REQUEST} points); the wall \
+         time from the thread starting to work to the export being counted (polled every ~0.1 ms; it includes \
+         waiting for the receiver's answers, on the same 2 CPUs); data points, bytes (`encoded_len`) and \
+         requests of the export as the receiver decoded them. \
          The first {WARMUP_EXPORTS} exports (connecting) are not timed. Run alone with `cargo xtask bench \
          --only 9`. **Goal:** < {GOAL_CPU_MS:.0} ms of agent CPU per export.\n",
         r.as_ref().map_or(250, |m| m.interval_ms)
@@ -787,19 +815,26 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
     );
     let _ = writeln!(
         s,
-        "| request size, KiB | {:.0} | {:.0} | {:.0} | |",
+        "| bytes, KiB (all requests) | {:.0} | {:.0} | {:.0} | |",
         sys::median(&m.bytes) / 1024.0,
         percentile(&m.bytes, 99.0) / 1024.0,
         sys::max(&m.bytes) / 1024.0
+    );
+    let _ = writeln!(
+        s,
+        "| requests | {:.0} | {:.0} | {:.0} | |",
+        sys::median(&m.requests),
+        percentile(&m.requests, 99.0),
+        sys::max(&m.requests)
     );
     let total_points: f64 = m.points.iter().sum();
     let _ = writeln!(
         s,
         "\n{} timed exports; the exporter counted {} points for them ({}), {} metric exports dropped. \
-         The same snapshots on the bench thread: `MetricView::build` (the snapshot encoded as Prometheus text, \
-         parsed and mapped to OTLP families; part of every export) {:.1} ms CPU, so the other {:.0} ms of the \
-         median export are the SDK's collection of its observable instruments, the conversion to protobuf, its \
-         encoding and gRPC; `/metrics` (`MetricsRegistry::encode`, OpenMetrics) {:.1} ms CPU for {} samples, \
+         The same snapshots on the bench thread: `MetricBuilder::all` (each source encoded as Prometheus text, \
+         parsed and mapped to OTLP metrics; part of every export) {:.1} ms CPU, so the other {:.0} ms of the \
+         median export are protobuf encoding and gRPC; `/metrics` (`MetricsRegistry::encode`, OpenMetrics) \
+         {:.1} ms CPU for {} samples, \
          {:.0} KiB. The snapshot is \
          {:.0} KiB as JSON. At the default interval (60 s) an export costs the agent the median above once a \
          minute: {:.3} % of one CPU.\n",
@@ -815,6 +850,26 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
         m.snapshot_json_kib,
         sys::median(&m.cpu_ms) / 60_000.0 * 100.0
     );
+    if !m.by_metric.is_empty() {
+        let total: usize = m.by_metric.iter().map(|b| b.1).sum();
+        let _ = writeln!(s, "Where the points go (one snapshot, {} metrics, {total} points):\n", m.by_metric.len());
+        let _ = writeln!(s, "| metric | points | share |");
+        let _ = writeln!(s, "|---|---:|---:|");
+        const SHOWN: usize = 10;
+        for (name, n) in m.by_metric.iter().take(SHOWN) {
+            let _ = writeln!(s, "| `{name}` | {n} | {:.1} % |", *n as f64 / total.max(1) as f64 * 100.0);
+        }
+        let rest: usize = m.by_metric.iter().skip(SHOWN).map(|b| b.1).sum();
+        if m.by_metric.len() > SHOWN {
+            let _ = writeln!(
+                s,
+                "| the other {} metrics | {rest} | {:.1} % |",
+                m.by_metric.len() - SHOWN,
+                rest as f64 / total.max(1) as f64 * 100.0
+            );
+        }
+        let _ = writeln!(s);
+    }
 }
 
 fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64) {
@@ -822,13 +877,14 @@ fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64)
     let _ = writeln!(
         s,
         "**Agent-side memory with the exporters on.** A child process of the bench (`__exporters_rss`; no eBPF, \
-         nothing else of the bench) does what the agent's export side does on this node, every {interval_ms} ms \
-         (the agent's default snapshot interval) for {intervals} intervals: builds the next snapshot (the attributor \
+         nothing else of the bench) does what the agent's export side does on this node (with the agent's allocator \
+         settings, `tracer_user::memory::tune`), every {interval_ms} ms (the agent's default snapshot interval) for {intervals} intervals: builds the next snapshot (the attributor \
          was fed the full rightsizing window first), encodes `/metrics` for it (a scrape every interval) and \
          publishes it; meanwhile it publishes {:.0} k events/s (one in {ALLOC_EVERY} an RM allocation, the \
          others RM control calls, each with a pod identity) to the real `EventHub` (default settings: 10 000 \
          events of history, 16 384 of buffer) behind the real API server on a Unix socket (2-worker runtime), \
-         and offers them to the OTLP exporter (default event kinds: the allocations become log records). With \
+         and offers the same encoded bytes to the OTLP exporter (default event kinds: the allocations become \
+         log records). With \
          OTLP on, the exporter sends metrics every interval (the default is every 60 s; the memory an export \
          needs is the same) and logs to a receiver in the bench process; with \
          subscribers, {SUBSCRIBERS} clients in the bench process follow the stream to its end. Neither the \
@@ -890,7 +946,7 @@ fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64)
              whole agent: the last row's VmRSS is {:.1} MiB, to which a real agent adds what section 4 measures \
              on top of the bench binary (the eBPF side: ring-buffer mappings, the pipeline's threads) and the \
              real `libnvidia-ml.so.1`'s mapped pages (section 7). The hub's ring (16 384 events once full, each \
-             kept as the message and its encoding) is in every row, subscribers or not, since the default \
+             kept as its encoding and a 32-byte key) is in every row, subscribers or not, since the default \
              history keeps it filled. OTLP drops are the exporter's own count (`queue_full`: its thread, busy \
              with metric exports, did not keep up with the log records); lost events are what the hub told \
              subscribers that fell behind (all of it on this machine's 2 CPUs, the subscribers included).\n",

@@ -600,13 +600,24 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         fn wants(&self) -> bool {
             self.otlp.is_some() || self.hub.wants_events()
         }
+        /// One encoding of the event, shared by the hub's subscribers and the OTLP queue.
         fn emit(&mut self, ev: v1::Event) {
             let kind = ev.header.as_ref().map_or(0, |h| h.kind);
-            if let Some(o) = self.otlp {
-                o.offer_event(&ev);
+            let otlp = self.otlp.filter(|o| o.accepts(&ev));
+            let hub = self.hub.wants_kind(kind);
+            if otlp.is_none() && !hub {
+                return;
             }
-            if self.hub.wants_kind(kind) {
-                self.hub.publish(ev);
+            let key = tracer_user::export::api::filter::EventKey::of(&ev);
+            let encoded = EventHub::encode(&ev);
+            drop(ev);
+            match otlp {
+                Some(o) if hub => {
+                    o.offer_encoded(encoded.clone());
+                    self.hub.publish_encoded(key, encoded);
+                }
+                Some(o) => o.offer_encoded(encoded),
+                None => self.hub.publish_encoded(key, encoded),
             }
         }
     }
@@ -715,6 +726,8 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
 }
 
 fn main() {
+    // Before any thread: the allocator's limits for a long-running process (tracer_user::memory).
+    tracer_user::memory::tune();
     // An expected error (a bad flag value, a missing device, probes that cannot attach) is a
     // message naming the cause and the fix, never a backtrace, whatever RUST_BACKTRACE says:
     // anyhow's `Debug` would print one, so the chain is printed here instead.

@@ -11,6 +11,8 @@ pub struct OtlpStats {
     /// Metric data points the collector accepted, and the requests that carried them.
     pub metric_points_exported: u64,
     pub metric_exports: u64,
+    /// Metric exports (one snapshot each, sent in one or more requests) the collector took whole.
+    pub metric_rounds: u64,
     /// Log records (events) the collector accepted, and the requests that carried them.
     pub log_records_exported: u64,
     pub log_exports: u64,
@@ -20,7 +22,7 @@ pub struct OtlpStats {
     pub log_queue_len: usize,
     pub log_queue_capacity: usize,
     /// Items lost, by signal (`metrics`, `logs`) and reason (`queue_full`, `export_failed`,
-    /// `timeout`, `shutdown`); every pair is listed, also at 0.
+    /// `timeout`, `shutdown`, `rejected`); every pair is listed, also at 0.
     pub dropped: Vec<OtlpDrop>,
     /// The latest export error, for people.
     pub last_error: Option<String>,

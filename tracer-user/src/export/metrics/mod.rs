@@ -238,6 +238,27 @@ impl MetricsRegistry {
         }
         Ok(out)
     }
+
+    /// How many sources [`encode_part`](Self::encode_part) walks through.
+    pub fn parts(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// Encode the families of source `part` (`0..parts()`, exposition order) for one snapshot as
+    /// OpenMetrics text into `buf` (cleared first; it keeps its capacity, so a caller that keeps
+    /// it holds one source's text at a time, the largest, and allocates nothing once warm). No
+    /// family spans two sources. A `part` past the end leaves `buf` empty.
+    pub fn encode_part(&self, part: usize, snapshot: &Arc<AgentSnapshot>, buf: &mut String) -> fmt::Result {
+        buf.clear();
+        let Some(source) = self.sources.get(part) else { return Ok(()) };
+        let mut registry = Registry::with_prefix(PREFIX);
+        registry.register_collector(Box::new(ScrapeCollector {
+            snapshot: Arc::clone(snapshot),
+            sources: vec![Arc::clone(source)],
+            resolver: Arc::clone(&self.resolver),
+        }));
+        prometheus_client::encoding::text::encode(buf, &registry)
+    }
 }
 
 /// One scrape's collector: owns the snapshot it encodes (prometheus-client wants `'static`).

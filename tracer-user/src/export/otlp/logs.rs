@@ -4,17 +4,13 @@
 //! identity under the OpenTelemetry semantic-convention keys (`k8s.namespace.name`,
 //! `k8s.pod.name`, `k8s.pod.uid`, `k8s.container.name`, `container.id`) and the process under
 //! `process.pid`; every other field is `gputracer.<field>`.
-use std::{
-    sync::OnceLock,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::sync::OnceLock;
 
 use gpu_tracer_proto::v1::{self, EventKind};
-use opentelemetry::{
-    Key,
-    logs::{AnyValue, LogRecord as _, Severity},
+use opentelemetry_proto::tonic::{
+    common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList, any_value::Value as V},
+    logs::v1::{LogRecord, SeverityNumber},
 };
-use opentelemetry_sdk::logs::SdkLogRecord;
 use serde_json::Value;
 
 use super::settings::event_kind_name;
@@ -32,25 +28,27 @@ pub fn event_name(kind: i32) -> &'static str {
     usize::try_from(kind).ok().and_then(|i| names.get(i).copied()).unwrap_or("gputracer.unknown")
 }
 
-/// Write `ev` into a fresh log record.
-pub fn fill_record(rec: &mut SdkLogRecord, ev: &v1::Event) {
+/// `ev` as a log record observed at `observed_unix_ns`.
+pub fn record(ev: &v1::Event, observed_unix_ns: u64) -> LogRecord {
     let h = ev.header.as_ref();
     let kind = h.map_or(0, |h| h.kind);
     let name = event_name(kind);
-    rec.set_event_name(name);
-    if let Some(ns) = h.map(|h| h.wall_time_unix_ns).filter(|ns| *ns > 0) {
-        rec.set_timestamp(UNIX_EPOCH + Duration::from_nanos(ns));
-    }
-    rec.set_observed_timestamp(SystemTime::now());
-    if kind == EventKind::Violation as i32 {
-        rec.set_severity_number(Severity::Warn);
-        rec.set_severity_text("WARN");
+    let (severity, text) = if kind == EventKind::Violation as i32 {
+        (SeverityNumber::Warn, "WARN")
     } else {
-        rec.set_severity_number(Severity::Info);
-        rec.set_severity_text("INFO");
-    }
-    rec.set_body(AnyValue::from(name.trim_start_matches("gputracer.").to_owned()));
-    let Value::Object(fields) = crate::export::events::to_json(ev) else { return };
+        (SeverityNumber::Info, "INFO")
+    };
+    let mut rec = LogRecord {
+        time_unix_nano: h.map_or(0, |h| h.wall_time_unix_ns),
+        observed_time_unix_nano: observed_unix_ns,
+        severity_number: severity as i32,
+        severity_text: text.to_owned(),
+        body: Some(AnyValue { value: Some(V::StringValue(name.trim_start_matches("gputracer.").to_owned())) }),
+        event_name: name.to_owned(),
+        ..Default::default()
+    };
+    let Value::Object(fields) = crate::export::events::to_json(ev) else { return rec };
+    let attrs = &mut rec.attributes;
     for (k, v) in fields {
         match k.as_str() {
             "kind" | "cgroup_path" => {}
@@ -66,37 +64,44 @@ pub fn fill_record(rec: &mut SdkLogRecord, ev: &v1::Event) {
                             "runtime" => "container.runtime".to_owned(),
                             other => format!("gputracer.container.{other}"),
                         };
-                        add(rec, key, cv);
+                        add(attrs, key, cv);
                     }
                 }
             }
-            "tgid" => add(rec, "process.pid".to_owned(), v),
-            _ => add(rec, format!("gputracer.{k}"), v),
+            "tgid" => add(attrs, "process.pid".to_owned(), v),
+            _ => add(attrs, format!("gputracer.{k}"), v),
         }
     }
+    rec
 }
 
-fn add(rec: &mut SdkLogRecord, key: String, v: Value) {
-    if let Some(a) = any_value(v) {
-        rec.add_attribute(Key::new(key), a);
+fn add(attrs: &mut Vec<KeyValue>, key: String, v: Value) {
+    if let Some(value) = any_value(v) {
+        attrs.push(KeyValue { key, value: Some(AnyValue { value: Some(value) }) });
     }
 }
 
-/// JSON → `AnyValue`; nulls and empty strings are left out.
-fn any_value(v: Value) -> Option<AnyValue> {
+/// JSON → `AnyValue`; nulls and empty strings are left out. Integers past `i64` (never in practice:
+/// the JSON form writes 64-bit ids as strings) become strings rather than lose precision.
+fn any_value(v: Value) -> Option<V> {
     Some(match v {
         Value::Null => return None,
-        Value::Bool(b) => AnyValue::Boolean(b),
+        Value::Bool(b) => V::BoolValue(b),
         Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => AnyValue::Int(i),
-            (None, Some(u)) => AnyValue::String(u.to_string().into()),
-            _ => AnyValue::Double(n.as_f64().unwrap_or(f64::NAN)),
+            (Some(i), _) => V::IntValue(i),
+            (None, Some(u)) => V::StringValue(u.to_string()),
+            _ => V::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
         },
         Value::String(s) if s.is_empty() => return None,
-        Value::String(s) => AnyValue::String(s.into()),
-        Value::Array(a) => AnyValue::ListAny(Box::new(a.into_iter().filter_map(any_value).collect())),
-        Value::Object(o) => {
-            AnyValue::Map(Box::new(o.into_iter().filter_map(|(k, v)| Some((Key::new(k), any_value(v)?))).collect()))
-        }
+        Value::String(s) => V::StringValue(s),
+        Value::Array(a) => V::ArrayValue(ArrayValue {
+            values: a.into_iter().filter_map(any_value).map(|v| AnyValue { value: Some(v) }).collect(),
+        }),
+        Value::Object(o) => V::KvlistValue(KeyValueList {
+            values: o
+                .into_iter()
+                .filter_map(|(key, v)| Some(KeyValue { key, value: Some(AnyValue { value: Some(any_value(v)?) }) }))
+                .collect(),
+        }),
     })
 }

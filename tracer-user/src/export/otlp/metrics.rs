@@ -1,34 +1,45 @@
-//! What the metric instruments report: a [`MetricView`] built from one snapshot at collection time.
+//! The OTLP metrics of one snapshot, built directly as `opentelemetry-proto` messages.
 //!
 //! Two parts:
 //!
-//! - **Every `/metrics` family**, with the same meaning: the snapshot is encoded by the Prometheus
-//!   registry ([`MetricsRegistry`]) and each family becomes an OTLP metric named `gpu_tracer.` +
-//!   the family name without the prefix, the unit suffix and `_total`, its first `_` made a `.`
-//!   (`gpu_tracer_attribution_memory_bytes` → `gpu_tracer.attribution.memory`, unit `By`). Going
-//!   through the exposition keeps one definition of every family: a family added to `/metrics` is
-//!   exported over OTLP with no change here. Labels become attributes: `namespace`, `pod`,
-//!   `container`, `gpu` become `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`,
-//!   `hw.id`; the `cgroup` path becomes `container.id` and `k8s.pod.uid` (from the snapshot's
-//!   identity, else parsed from the path) and is dropped, as are PIDs, command and kernel names
-//!   ([`FORBIDDEN_KEYS`]); series that then coincide are summed (what `sum without (cgroup)`
-//!   would give). Empty label values are left out.
+//! - **Every `/metrics` family**, with the same meaning: each [`MetricSource`] of the Prometheus
+//!   registry ([`MetricsRegistry::encode_part`]) is encoded on its own, and each family becomes
+//!   an OTLP metric named `gpu_tracer.` + the family name without the prefix, the unit suffix
+//!   and `_total`, its first `_` made a `.` (`gpu_tracer_attribution_memory_bytes` →
+//!   `gpu_tracer.attribution.memory`, unit `By`). Going through the exposition keeps one
+//!   definition of every family: a family added to `/metrics` is exported over OTLP with no change
+//!   here. Labels become attributes: `namespace`, `pod`, `container`, `gpu` become
+//!   `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`, `hw.id`; the `cgroup` path
+//!   becomes `container.id` and `k8s.pod.uid` (from the snapshot's identity, else parsed from the
+//!   path) and is dropped, as are PIDs, command and kernel names ([`FORBIDDEN_KEYS`]); series that
+//!   then coincide are summed (what `sum without (cgroup)` would give). Empty label values are
+//!   left out. Counters are cumulative monotonic sums, everything else a gauge; byte counts are
+//!   integers (exact), the rest doubles.
 //! - **The hardware semantic conventions** from the NVML sample: `hw.gpu.memory.usage`,
 //!   `hw.gpu.memory.limit`, `hw.gpu.utilization`, `hw.power`, `hw.energy`, with `hw.id` (the
 //!   UUID), `hw.type=gpu` and `hw.name` (the model).
+//!
+//! [`MetricBuilder`] hands the metrics out one source at a time ([`MetricBuilder::part`]), so the
+//! exporter sends them in requests of at most [`MAX_POINTS_PER_REQUEST`] points while it builds
+//! the next: what one export holds at a time is one source's text and one request, not the whole
+//! node's metrics. Nothing here goes through the OpenTelemetry SDK (no instruments, no
+//! aggregation state kept between exports): a point is built from a line of text and sent.
 use std::{
     borrow::Cow,
-    collections::{BTreeMap, HashMap, HashSet},
-    sync::{Arc, Mutex},
+    collections::{HashSet, hash_map::Entry},
+    sync::Arc,
 };
 
-use opentelemetry::{
-    KeyValue,
-    metrics::{AsyncInstrument, Meter},
+/// Maps keyed by the agent's own strings (no hash flooding to defend against).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+use opentelemetry_proto::tonic::{
+    common::v1::{AnyValue, KeyValue, any_value},
+    metrics::v1::{AggregationTemporality, Gauge, Metric, NumberDataPoint, Sum, metric, number_data_point},
 };
 
 use crate::{
-    export::metrics::{ExpositionFormat, MetricsRegistry, PREFIX},
+    export::metrics::{MetricsRegistry, PREFIX},
     identity::{ContainerIdentity, cgroup::parse_cgroup_path},
     model::AgentSnapshot,
 };
@@ -37,204 +48,159 @@ use crate::{
 pub const FORBIDDEN_KEYS: &[&str] =
     &["cgroup", "cgroup_path", "pid", "tgid", "comm", "kernel", "kernel_name", "process.pid"];
 
-/// How an OTLP metric is reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A current value (`ObservableGauge`).
-    Gauge,
-    /// A monotonic cumulative count (`ObservableCounter`).
-    Counter,
+/// Data points one export request carries at most (about 0.6 MiB at 8 GPUs × 100 containers);
+/// a snapshot with more is sent in several requests, a metric with more split across them.
+pub const MAX_POINTS_PER_REQUEST: usize = 2000;
+
+/// The attribute the series past a metric's cardinality limit are summed under (as the
+/// OpenTelemetry SDKs do).
+pub const OVERFLOW_KEY: &str = "otel.metric.overflow";
+
+/// Builds the OTLP metrics of snapshots; keeps its text buffer between exports.
+#[derive(Debug)]
+pub struct MetricBuilder {
+    registry: MetricsRegistry,
+    text: String,
+    /// Series one metric may have at most; more are summed into one overflow series.
+    max_series: usize,
+    /// `start_time_unix_nano` of the cumulative sums: when export started.
+    start_unix_ns: u64,
+    /// Metrics that hit `max_series` (warned about once each).
+    overflowed: HashSet<String>,
 }
 
-/// The points of one metric.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Points {
-    /// Integers (bytes, counts of bytes): exact.
-    U64(Vec<(Vec<KeyValue>, u64)>),
-    F64(Vec<(Vec<KeyValue>, f64)>),
-}
-
-impl Points {
-    /// How many points.
-    pub fn len(&self) -> usize {
-        match self {
-            Points::U64(p) => p.len(),
-            Points::F64(p) => p.len(),
+impl MetricBuilder {
+    /// A builder for the families of `registry`, at most `max_series` series per metric.
+    pub fn new(registry: MetricsRegistry, max_series: usize) -> Self {
+        MetricBuilder {
+            registry,
+            text: String::new(),
+            max_series: max_series.max(2),
+            start_unix_ns: unix_ns_now(),
+            overflowed: HashSet::new(),
         }
     }
 
-    /// No points.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// How many parts [`part`](Self::part) hands out: one per `/metrics` source, then the
+    /// hardware metrics.
+    pub fn parts(&self) -> usize {
+        self.registry.parts() + 1
     }
-}
 
-/// One OTLP metric: name, description, unit, kind and points.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MetricFamily {
-    pub name: String,
-    pub description: String,
-    /// UCUM unit (`By`, `s`, `J`, `W`, `1`), or empty.
-    pub unit: &'static str,
-    pub kind: Kind,
-    pub points: Points,
-}
-
-impl MetricFamily {
-    fn is_u64(&self) -> bool {
-        matches!(self.points, Points::U64(_))
-    }
-}
-
-/// Every metric of one snapshot, by name.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct MetricView {
-    pub families: BTreeMap<String, MetricFamily>,
-}
-
-impl MetricView {
-    /// The view of `snapshot`: the `/metrics` families encoded by `registry`, then the hardware
-    /// semantic conventions.
-    pub fn build(snapshot: &Arc<AgentSnapshot>, registry: &MetricsRegistry) -> MetricView {
-        let mut view = MetricView::default();
-        if let Ok(text) = registry.encode(snapshot, ExpositionFormat::OpenMetrics) {
-            let ids = IdentityIndex::new(snapshot);
-            for f in parse_exposition(&text) {
-                if let Some(m) = bridge(&f, &ids) {
-                    view.families.insert(m.name.clone(), m);
+    /// Append the metrics of part `part` of `snapshot` to `out`, with `time_unix_ns` as their
+    /// time. `ids` is [`IdentityIndex::new`] of the same snapshot (built once per export).
+    pub fn part(
+        &mut self,
+        part: usize,
+        snapshot: &Arc<AgentSnapshot>,
+        ids: &IdentityIndex<'_>,
+        time_unix_ns: u64,
+        out: &mut Vec<Metric>,
+    ) -> std::fmt::Result {
+        if part >= self.registry.parts() {
+            out.extend(hardware(snapshot, time_unix_ns));
+            return Ok(());
+        }
+        self.registry.encode_part(part, snapshot, &mut self.text)?;
+        let ctx = Ctx { ids, start: self.start_unix_ns, time: time_unix_ns, max_series: self.max_series };
+        for f in parse_exposition(&self.text) {
+            if let Some((m, overflow)) = bridge(&f, &ctx) {
+                if overflow && self.overflowed.insert(m.name.clone()) {
+                    tracing::warn!(metric = %m.name, limit = self.max_series,
+                        "an OTLP metric has more series than otlp.max_series_per_metric; the rest are summed under otel.metric.overflow=true");
                 }
+                out.push(m);
             }
         }
-        for m in hardware(snapshot) {
-            view.families.insert(m.name.clone(), m);
-        }
-        view
+        Ok(())
     }
 
-    /// Points in the view.
-    pub fn points(&self) -> usize {
-        self.families.values().map(|f| f.points.len()).sum()
+    /// Every metric of `snapshot` at once (tests and benchmarks; the exporter goes part by part).
+    pub fn all(&mut self, snapshot: &Arc<AgentSnapshot>) -> Vec<Metric> {
+        let ids = IdentityIndex::new(snapshot);
+        let now = unix_ns_now();
+        let mut out = Vec::new();
+        for p in 0..self.parts() {
+            // Encoding into a String cannot fail; a source that fails is left out, as in /metrics.
+            let _ = self.part(p, snapshot, &ids, now, &mut out);
+        }
+        out
     }
 }
 
-/// The instruments registered so far and the view their callbacks read.
-pub(super) struct Instruments {
-    meter: Meter,
-    current: Arc<Mutex<Arc<MetricView>>>,
-    /// Names registered (with the value type): an instrument lives as long as the provider.
-    registered: HashSet<(String, bool)>,
+/// Nanoseconds since the Unix epoch.
+pub fn unix_ns_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-impl Instruments {
-    pub(super) fn new(meter: Meter) -> Self {
-        Instruments { meter, current: Arc::default(), registered: HashSet::new() }
-    }
-
-    /// Make `view` the one the callbacks read, registering an instrument for each metric not seen
-    /// before.
-    pub(super) fn set(&mut self, view: MetricView) {
-        for f in view.families.values() {
-            let key = (f.name.clone(), f.is_u64());
-            if self.registered.contains(&key) {
-                continue;
-            }
-            self.register(f);
-            self.registered.insert(key);
-        }
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(view);
-    }
-
-    fn register(&self, f: &MetricFamily) {
-        let name: Cow<'static, str> = f.name.clone().into();
-        let (current, n) = (Arc::clone(&self.current), f.name.clone());
-        let read = move || current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let m = &self.meter;
-        let desc = f.description.clone();
-        match (&f.points, f.kind) {
-            (Points::U64(_), Kind::Gauge) => {
-                m.u64_observable_gauge(name)
-                    .with_description(desc)
-                    .with_unit(f.unit)
-                    .with_callback(move |o| observe_u64(&read(), &n, o))
-                    .build();
-            }
-            (Points::U64(_), Kind::Counter) => {
-                m.u64_observable_counter(name)
-                    .with_description(desc)
-                    .with_unit(f.unit)
-                    .with_callback(move |o| observe_u64(&read(), &n, o))
-                    .build();
-            }
-            (Points::F64(_), Kind::Gauge) => {
-                m.f64_observable_gauge(name)
-                    .with_description(desc)
-                    .with_unit(f.unit)
-                    .with_callback(move |o| observe_f64(&read(), &n, o))
-                    .build();
-            }
-            (Points::F64(_), Kind::Counter) => {
-                m.f64_observable_counter(name)
-                    .with_description(desc)
-                    .with_unit(f.unit)
-                    .with_callback(move |o| observe_f64(&read(), &n, o))
-                    .build();
-            }
-        }
+/// Data points of a metric.
+pub fn point_count(m: &Metric) -> usize {
+    match &m.data {
+        Some(metric::Data::Gauge(g)) => g.data_points.len(),
+        Some(metric::Data::Sum(s)) => s.data_points.len(),
+        Some(metric::Data::Histogram(h)) => h.data_points.len(),
+        Some(metric::Data::ExponentialHistogram(h)) => h.data_points.len(),
+        Some(metric::Data::Summary(s)) => s.data_points.len(),
+        None => 0,
     }
 }
 
-fn observe_u64(view: &MetricView, name: &str, o: &dyn AsyncInstrument<u64>) {
-    if let Some(Points::U64(p)) = view.families.get(name).map(|f| &f.points) {
-        for (attrs, v) in p {
-            o.observe(*v, attrs);
+/// Split `m` after its first `n` points: `m` keeps them, the returned metric (same name,
+/// description, unit and kind) has the rest.
+pub fn split_off(m: &mut Metric, n: usize) -> Metric {
+    let mut rest =
+        Metric { name: m.name.clone(), description: m.description.clone(), unit: m.unit.clone(), ..Default::default() };
+    rest.data = match &mut m.data {
+        Some(metric::Data::Gauge(g)) => {
+            Some(metric::Data::Gauge(Gauge { data_points: g.data_points.split_off(n.min(g.data_points.len())) }))
         }
-    }
-}
-
-fn observe_f64(view: &MetricView, name: &str, o: &dyn AsyncInstrument<f64>) {
-    if let Some(Points::F64(p)) = view.families.get(name).map(|f| &f.points) {
-        for (attrs, v) in p {
-            o.observe(*v, attrs);
-        }
-    }
+        Some(metric::Data::Sum(s)) => Some(metric::Data::Sum(Sum {
+            data_points: s.data_points.split_off(n.min(s.data_points.len())),
+            aggregation_temporality: s.aggregation_temporality,
+            is_monotonic: s.is_monotonic,
+        })),
+        _ => None,
+    };
+    rest
 }
 
 // ---- the /metrics families ----
 
-/// One family of an OpenMetrics exposition.
+/// A sample's labels, borrowing the text unless a value holds an escape.
+pub type Labels<'a> = Vec<(&'a str, Cow<'a, str>)>;
+
+/// One family of an OpenMetrics exposition, borrowing the text.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ExpositionFamily {
+pub struct ExpositionFamily<'a> {
     /// The `# TYPE` name (with the unit suffix, without `_total`).
-    pub name: String,
-    pub kind: String,
-    pub unit: String,
-    pub help: String,
+    pub name: &'a str,
+    pub kind: &'a str,
+    pub unit: &'a str,
+    pub help: Cow<'a, str>,
     /// (labels, value text)
-    pub samples: Vec<(Vec<(String, String)>, String)>,
+    pub samples: Vec<(Labels<'a>, &'a str)>,
 }
 
 /// Parse OpenMetrics text as prometheus-client writes it (`# HELP`, `# TYPE`, `# UNIT`, samples
 /// `name{k="v",...} value`). Lines it does not understand are skipped.
-pub fn parse_exposition(text: &str) -> Vec<ExpositionFamily> {
-    let mut out: Vec<ExpositionFamily> = Vec::new();
-    let mut helps: HashMap<&str, &str> = HashMap::new();
+pub fn parse_exposition(text: &str) -> Vec<ExpositionFamily<'_>> {
+    let mut out: Vec<ExpositionFamily<'_>> = Vec::new();
+    let mut help: Option<(&str, &str)> = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# ") {
             let mut parts = rest.splitn(3, ' ');
             let (what, name, arg) = (parts.next(), parts.next(), parts.next().unwrap_or(""));
             match (what, name) {
-                (Some("HELP"), Some(n)) => {
-                    helps.insert(n, arg);
-                }
+                (Some("HELP"), Some(n)) => help = Some((n, arg)),
                 (Some("TYPE"), Some(n)) => out.push(ExpositionFamily {
-                    name: n.to_owned(),
-                    kind: arg.to_owned(),
-                    help: unescape(helps.get(n).copied().unwrap_or("")),
+                    name: n,
+                    kind: arg,
+                    help: help.filter(|(h, _)| *h == n).map_or(Cow::Borrowed(""), |(_, h)| unescape(h)),
                     ..Default::default()
                 }),
                 (Some("UNIT"), Some(n)) => {
                     if let Some(f) = out.last_mut().filter(|f| f.name == n) {
-                        f.unit = arg.to_owned();
+                        f.unit = arg;
                     }
                 }
                 _ => {}
@@ -242,7 +208,7 @@ pub fn parse_exposition(text: &str) -> Vec<ExpositionFamily> {
             continue;
         }
         let Some(f) = out.last_mut() else { continue };
-        let (name, labels, rest) = match line.find(['{', ' ']) {
+        let (name, labels, rest) = match line.bytes().position(|b| b == b'{' || b == b' ') {
             Some(i) if line.as_bytes()[i] == b'{' => match parse_labels(&line[i + 1..]) {
                 Some((labels, rest)) => (&line[..i], labels, rest),
                 None => continue,
@@ -250,19 +216,19 @@ pub fn parse_exposition(text: &str) -> Vec<ExpositionFamily> {
             Some(i) => (&line[..i], Vec::new(), &line[i..]),
             None => continue,
         };
-        let base = &f.name;
-        if name != base && name.strip_suffix("_total") != Some(base.as_str()) {
+        if name != f.name && name.strip_suffix("_total") != Some(f.name) {
             continue; // `_created` and the like
         }
         if let Some(v) = rest.split_whitespace().next() {
-            f.samples.push((labels, v.to_owned()));
+            f.samples.push((labels, v));
         }
     }
     out
 }
 
-/// `k="v",k2="v2"}` → labels and what follows the `}`.
-fn parse_labels(s: &str) -> Option<(Vec<(String, String)>, &str)> {
+/// `k="v",k2="v2"}` → labels and what follows the `}`. Values borrow the text unless they hold an
+/// escape.
+fn parse_labels(s: &str) -> Option<(Labels<'_>, &str)> {
     let mut labels = Vec::new();
     let b = s.as_bytes();
     let mut i = 0;
@@ -274,36 +240,40 @@ fn parse_labels(s: &str) -> Option<(Vec<(String, String)>, &str)> {
             return Some((labels, &s[i + 1..]));
         }
         let eq = s[i..].find('=')? + i;
-        let key = s[i..eq].to_owned();
+        let key = &s[i..eq];
         if b.get(eq + 1) != Some(&b'"') {
             return None;
         }
-        let mut j = eq + 2;
-        let mut value = String::new();
+        let start = eq + 2;
+        let mut j = start;
+        let mut owned: Option<String> = None;
         loop {
             match *b.get(j)? {
                 b'\\' => {
+                    let o = owned.get_or_insert_with(|| s[start..j].to_owned());
                     match *b.get(j + 1)? {
-                        b'n' => value.push('\n'),
-                        c => value.push(c as char),
+                        b'n' => o.push('\n'),
+                        c => o.push(c as char),
                     }
                     j += 2;
                 }
                 b'"' => break,
-                _ => {
-                    let ch = s[j..].chars().next()?;
-                    value.push(ch);
-                    j += ch.len_utf8();
+                c => {
+                    let len = if c < 0x80 { 1 } else { s[j..].chars().next()?.len_utf8() };
+                    if let Some(o) = owned.as_mut() {
+                        o.push_str(&s[j..j + len]);
+                    }
+                    j += len;
                 }
             }
         }
-        labels.push((key, value));
+        labels.push((key, owned.map_or(Cow::Borrowed(&s[start..j]), Cow::Owned)));
         i = j + 1;
     }
 }
 
-fn unescape(s: &str) -> String {
-    s.replace("\\n", "\n").replace("\\\\", "\\")
+fn unescape(s: &str) -> Cow<'_, str> {
+    if s.contains('\\') { Cow::Owned(s.replace("\\n", "\n").replace("\\\\", "\\")) } else { Cow::Borrowed(s) }
 }
 
 /// The OTLP name and UCUM unit of an exposition family.
@@ -328,13 +298,15 @@ pub fn otel_name(family: &str, unit: &str) -> (String, &'static str) {
 }
 
 /// Container identity by the `cgroup` label's value (a path, or `id:N`).
-struct IdentityIndex<'a> {
+#[derive(Debug)]
+pub struct IdentityIndex<'a> {
     by_path: HashMap<&'a str, &'a ContainerIdentity>,
     snapshot: &'a AgentSnapshot,
 }
 
 impl<'a> IdentityIndex<'a> {
-    fn new(snapshot: &'a AgentSnapshot) -> Self {
+    /// The index of `snapshot`'s container identities.
+    pub fn new(snapshot: &'a AgentSnapshot) -> Self {
         let by_path = snapshot
             .containers
             .values()
@@ -344,78 +316,180 @@ impl<'a> IdentityIndex<'a> {
     }
 
     /// `container.id` and `k8s.pod.uid` of a cgroup label value.
-    fn ids(&self, cgroup: &str) -> (Option<String>, Option<String>) {
+    fn ids(&self, cgroup: &str) -> (Option<Cow<'a, str>>, Option<Cow<'a, str>>) {
         let known = match cgroup.strip_prefix("id:").and_then(|n| n.parse::<u64>().ok()) {
             Some(id) => self.snapshot.containers.get(&id),
             None => self.by_path.get(cgroup).copied(),
         };
         match known {
-            Some(c) if c.container_id.is_some() || c.pod_uid.is_some() => (c.container_id.clone(), c.pod_uid.clone()),
+            Some(c) if c.container_id.is_some() || c.pod_uid.is_some() => {
+                (c.container_id.as_deref().map(Cow::Borrowed), c.pod_uid.as_deref().map(Cow::Borrowed))
+            }
             _ if cgroup.starts_with('/') => {
                 let p = parse_cgroup_path(cgroup);
-                (p.container_id, p.pod_uid)
+                (p.container_id.map(Cow::Owned), p.pod_uid.map(Cow::Owned))
             }
             _ => (None, None),
         }
     }
 }
 
-/// An exposition family as an OTLP metric (`None` for a family with no usable sample).
-fn bridge(f: &ExpositionFamily, ids: &IdentityIndex<'_>) -> Option<MetricFamily> {
-    let (name, unit) = otel_name(&f.name, &f.unit);
-    let kind = if f.kind == "counter" { Kind::Counter } else { Kind::Gauge };
-    let exact = f.unit == "bytes";
-    let mut ints: BTreeMap<Vec<(&'static str, String)>, u64> = BTreeMap::new();
-    let mut floats: BTreeMap<Vec<(&'static str, String)>, f64> = BTreeMap::new();
-    for (labels, value) in &f.samples {
-        let attrs = attributes(labels, ids);
-        if exact && let Ok(v) = value.parse::<u64>() {
-            let slot = ints.entry(attrs).or_default();
-            *slot = slot.saturating_add(v);
-            continue;
-        }
-        let Ok(v) = value.parse::<f64>() else { continue };
-        if !v.is_finite() {
-            continue;
-        }
-        if exact {
-            let slot = ints.entry(attrs).or_default();
-            *slot = slot.saturating_add(v.max(0.0).round() as u64);
-        } else {
-            *floats.entry(attrs).or_default() += v;
+/// What every point of one export shares.
+struct Ctx<'i, 'a> {
+    ids: &'i IdentityIndex<'a>,
+    start: u64,
+    time: u64,
+    max_series: usize,
+}
+
+/// A value of a point: exact integers for byte counts, doubles otherwise.
+#[derive(Clone, Copy)]
+enum Num {
+    Int(u64),
+    Float(f64),
+}
+
+impl Num {
+    fn add(&mut self, other: Num) {
+        *self = match (*self, other) {
+            (Num::Int(a), Num::Int(b)) => Num::Int(a.saturating_add(b)),
+            (a, b) => Num::Float(a.as_f64() + b.as_f64()),
         }
     }
-    let kv = |a: Vec<(&'static str, String)>| a.into_iter().map(|(k, v)| KeyValue::new(k, v)).collect::<Vec<_>>();
-    let points = if exact {
-        Points::U64(ints.into_iter().map(|(a, v)| (kv(a), v)).collect())
-    } else {
-        Points::F64(floats.into_iter().map(|(a, v)| (kv(a), v)).collect())
-    };
-    if points.is_empty() {
+
+    fn as_f64(self) -> f64 {
+        match self {
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+        }
+    }
+
+    fn value(self) -> number_data_point::Value {
+        match self {
+            Num::Int(i) => number_data_point::Value::AsInt(i64::try_from(i).unwrap_or(i64::MAX)),
+            Num::Float(f) => number_data_point::Value::AsDouble(f),
+        }
+    }
+}
+
+type Attrs<'a> = Vec<(&'a str, Cow<'a, str>)>;
+
+/// An exposition family as an OTLP metric (`None` for a family with no usable sample), and
+/// whether it hit the cardinality limit.
+fn bridge<'t>(f: &ExpositionFamily<'t>, ctx: &Ctx<'_, 't>) -> Option<(Metric, bool)> {
+    let (name, unit) = otel_name(f.name, f.unit);
+    let counter = f.kind == "counter";
+    let exact = f.unit == "bytes";
+    let mut index: HashMap<Attrs<'t>, usize> = HashMap::with_capacity_and_hasher(f.samples.len(), Default::default());
+    let mut series: Vec<(Attrs<'t>, Num)> = Vec::with_capacity(f.samples.len());
+    let mut overflow: Option<Num> = None;
+    for (labels, value) in &f.samples {
+        let v = match (exact, value.parse::<u64>()) {
+            (true, Ok(v)) => Num::Int(v),
+            _ => match value.parse::<f64>() {
+                Ok(v) if v.is_finite() && exact => Num::Int(v.max(0.0).round() as u64),
+                Ok(v) if v.is_finite() => Num::Float(v),
+                _ => continue,
+            },
+        };
+        let attrs = attributes(labels, ctx.ids);
+        match index.entry(attrs) {
+            Entry::Occupied(e) => series[*e.get()].1.add(v),
+            Entry::Vacant(e) if series.len() + 1 < ctx.max_series => {
+                series.push((e.key().clone(), v));
+                e.insert(series.len() - 1);
+            }
+            Entry::Vacant(_) => match overflow.as_mut() {
+                Some(o) => o.add(v),
+                None => overflow = Some(v),
+            },
+        }
+    }
+    if series.is_empty() && overflow.is_none() {
         return None;
     }
-    Some(MetricFamily { name, description: f.help.clone(), unit, kind, points })
+    let start = if counter { ctx.start } else { 0 };
+    let mut points: Vec<NumberDataPoint> = series
+        .into_iter()
+        .map(|(a, v)| point(a.into_iter().map(|(k, v)| kv(k, v.into_owned())).collect(), v, start, ctx.time))
+        .collect();
+    if let Some(v) = overflow {
+        points.push(point(
+            vec![KeyValue {
+                key: OVERFLOW_KEY.into(),
+                value: Some(AnyValue { value: Some(any_value::Value::BoolValue(true)) }),
+            }],
+            v,
+            start,
+            ctx.time,
+        ));
+    }
+    let kind = if counter { Instrument::Counter } else { Instrument::Gauge };
+    Some((metric(name, f.help.clone().into_owned(), unit, kind, points), overflow.is_some()))
+}
+
+fn point(attributes: Vec<KeyValue>, v: Num, start: u64, time: u64) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes,
+        start_time_unix_nano: start,
+        time_unix_nano: time,
+        value: Some(v.value()),
+        ..Default::default()
+    }
+}
+
+/// How a metric's points are reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Instrument {
+    Gauge,
+    /// A monotonic cumulative sum.
+    Counter,
+    /// A non-monotonic cumulative sum.
+    UpDownCounter,
+}
+
+fn metric(
+    name: String,
+    description: String,
+    unit: &str,
+    kind: Instrument,
+    data_points: Vec<NumberDataPoint>,
+) -> Metric {
+    let data = match kind {
+        Instrument::Gauge => metric::Data::Gauge(Gauge { data_points }),
+        Instrument::Counter | Instrument::UpDownCounter => metric::Data::Sum(Sum {
+            data_points,
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            is_monotonic: kind == Instrument::Counter,
+        }),
+    };
+    Metric { name, description, unit: unit.to_owned(), data: Some(data), ..Default::default() }
+}
+
+/// A string attribute.
+pub fn kv(key: impl Into<String>, value: impl Into<String>) -> KeyValue {
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.into())) }) }
 }
 
 /// Prometheus labels → OTLP attributes (sorted by key, empty values left out).
-fn attributes(labels: &[(String, String)], ids: &IdentityIndex<'_>) -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = Vec::with_capacity(labels.len() + 1);
+fn attributes<'a>(labels: &[(&'a str, Cow<'a, str>)], ids: &IdentityIndex<'a>) -> Attrs<'a> {
+    let mut out: Attrs<'a> = Vec::with_capacity(labels.len() + 1);
     for (k, v) in labels {
-        if k == "cgroup" {
+        if *k == "cgroup" {
             let (cid, uid) = ids.ids(v);
             out.extend(cid.map(|c| ("container.id", c)));
             out.extend(uid.map(|u| ("k8s.pod.uid", u)));
             continue;
         }
-        if v.is_empty() || FORBIDDEN_KEYS.contains(&k.as_str()) {
+        if v.is_empty() || FORBIDDEN_KEYS.contains(k) {
             continue;
         }
-        let key: &'static str = match k.as_str() {
+        let key: &'a str = match *k {
             "namespace" => "k8s.namespace.name",
             "pod" => "k8s.pod.name",
             "container" => "k8s.container.name",
             "gpu" => "hw.id",
-            other => intern(other),
+            other => other,
         };
         out.push((key, v.clone()));
     }
@@ -423,86 +497,69 @@ fn attributes(labels: &[(String, String)], ids: &IdentityIndex<'_>) -> Vec<(&'st
     out
 }
 
-/// Label names are a small fixed set (the families' label structs): keep one `'static` copy each.
-fn intern(s: &str) -> &'static str {
-    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    let set = names.get_or_insert_with(HashSet::new);
-    if let Some(n) = set.get(s) {
-        return n;
-    }
-    let leaked: &'static str = Box::leak(s.to_owned().into_boxed_str());
-    set.insert(leaked);
-    leaked
-}
-
 // ---- hardware semantic conventions ----
 
 /// `hw.*` metrics of the NVML sample (none without NVML).
-fn hardware(snapshot: &AgentSnapshot) -> Vec<MetricFamily> {
+fn hardware(snapshot: &AgentSnapshot, time: u64) -> Vec<Metric> {
     let Some(sample) = snapshot.nvml.sample.as_deref() else {
         return Vec::new();
     };
-    let (mut usage, mut limit, mut util, mut power, mut energy) = (vec![], vec![], vec![], vec![], vec![]);
+    type Points = Vec<(Vec<KeyValue>, Num)>;
+    let (mut usage, mut limit, mut util, mut power, mut energy): (Points, Points, Points, Points, Points) =
+        Default::default();
     let hw = |uuid: &str, name: Option<&str>, parent: Option<&str>| {
-        let mut a = vec![KeyValue::new("hw.id", uuid.to_owned()), KeyValue::new("hw.type", "gpu")];
-        a.extend(name.map(|n| KeyValue::new("hw.name", n.to_owned())));
-        a.extend(parent.map(|p| KeyValue::new("hw.parent", p.to_owned())));
-        a.push(KeyValue::new("hw.vendor", "NVIDIA"));
+        let mut a = vec![kv("hw.id", uuid), kv("hw.type", "gpu")];
+        a.extend(name.map(|n| kv("hw.name", n)));
+        a.extend(parent.map(|p| kv("hw.parent", p)));
+        a.push(kv("hw.vendor", "NVIDIA"));
         a
     };
     for d in sample.devices.iter().filter(|d| !d.lost) {
         let attrs = hw(&d.uuid, d.name.as_deref(), None);
         if let Some(m) = &d.memory {
-            usage.push((attrs.clone(), m.total.saturating_sub(m.free)));
-            limit.push((attrs.clone(), m.total));
+            usage.push((attrs.clone(), Num::Int(m.total.saturating_sub(m.free))));
+            limit.push((attrs.clone(), Num::Int(m.total)));
         }
         if let Some(u) = &d.utilization {
             let mut a = attrs.clone();
-            a.push(KeyValue::new("hw.gpu.task", "general"));
-            util.push((a, f64::from(u.gpu_pct) / 100.0));
+            a.push(kv("hw.gpu.task", "general"));
+            util.push((a, Num::Float(f64::from(u.gpu_pct) / 100.0)));
         }
         if let Some(mw) = d.power_mw {
-            power.push((attrs.clone(), f64::from(mw) / 1e3));
+            power.push((attrs.clone(), Num::Float(f64::from(mw) / 1e3)));
         }
         if let Some(mj) = d.energy_mj {
-            energy.push((attrs.clone(), mj as f64 / 1e3));
+            energy.push((attrs.clone(), Num::Float(mj as f64 / 1e3)));
         }
         for mig in &d.mig_instances {
             if let Some(m) = &mig.memory {
                 let a = hw(&mig.uuid, mig.name.as_deref(), Some(&d.uuid));
-                usage.push((a.clone(), m.total.saturating_sub(m.free)));
-                limit.push((a, m.total));
+                usage.push((a.clone(), Num::Int(m.total.saturating_sub(m.free))));
+                limit.push((a, Num::Int(m.total)));
             }
         }
     }
-    let fam = |name: &str, description: &str, unit, kind, points: Points| MetricFamily {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        unit,
-        kind,
-        points,
+    // `hw.energy` counts from when the driver loaded, which the sample does not say: a start time
+    // of 0 is what the specification allows for a cumulative point whose start is unknown.
+    let fam = |name: &str, description: &str, unit: &str, kind: Instrument, points: Points| {
+        let points = points.into_iter().map(|(a, v)| point(a, v, 0, time)).collect();
+        metric(name.to_owned(), description.to_owned(), unit, kind, points)
     };
+    use Instrument::{Counter, Gauge, UpDownCounter};
     [
         fam(
             "hw.gpu.memory.usage",
             "GPU memory in use (total - free, driver-reserved included), per GPU and MIG instance.",
             "By",
-            Kind::Gauge,
-            Points::U64(usage),
+            UpDownCounter,
+            usage,
         ),
-        fam("hw.gpu.memory.limit", "GPU memory size.", "By", Kind::Gauge, Points::U64(limit)),
-        fam(
-            "hw.gpu.utilization",
-            "Time at least one kernel ran, 0..1 (NVML's GPU utilization).",
-            "1",
-            Kind::Gauge,
-            Points::F64(util),
-        ),
-        fam("hw.power", "Power draw.", "W", Kind::Gauge, Points::F64(power)),
-        fam("hw.energy", "Energy since the driver loaded.", "J", Kind::Counter, Points::F64(energy)),
+        fam("hw.gpu.memory.limit", "GPU memory size.", "By", UpDownCounter, limit),
+        fam("hw.gpu.utilization", "Time at least one kernel ran, 0..1 (NVML's GPU utilization).", "1", Gauge, util),
+        fam("hw.power", "Power draw.", "W", Gauge, power),
+        fam("hw.energy", "Energy since the driver loaded.", "J", Counter, energy),
     ]
     .into_iter()
-    .filter(|f| !f.points.is_empty())
+    .filter(|m| point_count(m) > 0)
     .collect()
 }

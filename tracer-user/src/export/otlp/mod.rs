@@ -4,22 +4,30 @@
 //! loop only hands things over and never waits:
 //!
 //! - [`OtlpExporter::publish`] swaps in the latest snapshot (one pointer under a short lock). Every
-//!   `metric_export_interval` the thread builds a [`metrics::MetricView`] of the latest snapshot,
-//!   the SDK's observable instruments read it while a `ManualReader` collects, and the
-//!   `opentelemetry-otlp` exporter sends the result (cumulative temporality).
-//! - [`OtlpExporter::offer_event`] keeps the configured event kinds and puts a copy on a bounded
-//!   queue (`try_send`: a full queue is a counted drop). The thread batches the queue into log
-//!   records ([`logs`]) and sends a batch when it is full or every `log_export_interval`.
+//!   `metric_export_interval` the thread turns the latest snapshot into OTLP metrics one part at a
+//!   time ([`metrics::MetricBuilder`]) and sends them in requests of at most
+//!   [`metrics::MAX_POINTS_PER_REQUEST`] points (cumulative temporality).
+//! - [`OtlpExporter::offer_encoded`] (or [`offer_event`](OtlpExporter::offer_event)) puts an
+//!   event the exporter [`accepts`](OtlpExporter::accepts) on a bounded queue as its encoding —
+//!   the same bytes the API's subscribers get, shared, not a copy of the message (`try_send`: a
+//!   full queue is a counted drop). The thread decodes and batches the queue into log records
+//!   ([`logs`]) and sends a batch when it is full or every `log_export_interval`.
+//!
+//! The requests are `opentelemetry-proto` messages built here and sent by [`transport`] (gRPC
+//! through the generated clients, or HTTP/protobuf through hyper; rustls for `https://`). The
+//! OpenTelemetry SDK is not used: its observable instruments and aggregation cost about 0.4 s of
+//! CPU per export at 8 GPUs × 100 containers (`docs/benchmarks.md` §9, before), and its
+//! periodic reader and batch processors drop silently.
 //!
 //! Nothing is retried and nothing is kept for later: a request that fails or times out is counted
 //! as dropped with the number of items it carried (metrics are cumulative, so the next export
-//! carries the same totals), and memory stays bounded by the queue and one batch whatever the
-//! collector does. The counts are [`OtlpExporter::stats`] (`model::OtlpStats`, in each snapshot and
-//! in `/metrics` as `gpu_tracer_otlp_*`). The SDK's own periodic reader and batch processors are
-//! not used: they drop silently and run their exports on threads without a tokio runtime.
+//! carries the same totals), items a collector accepts but rejects (`partial_success`) are counted
+//! as `rejected`, and memory stays bounded by the queue, one batch and one request whatever the
+//! collector does. The counts are [`OtlpExporter::stats`] (`model::OtlpStats`, in each snapshot
+//! and in `/metrics` as `gpu_tracer_otlp_*`).
 //!
-//! Files: `settings.rs` (config section, environment, flags), `transport.rs` (the exporters per
-//! protocol), `metrics.rs` (the metric view and instruments), `logs.rs` (events as log records).
+//! Files: `settings.rs` (config section, environment, flags), `transport.rs` (sending per
+//! protocol), `metrics.rs` (snapshot → metrics), `logs.rs` (events → log records).
 pub mod logs;
 pub mod metrics;
 pub mod settings;
@@ -35,26 +43,22 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_tracer_proto::v1;
-use opentelemetry::{
-    InstrumentationScope, KeyValue,
-    logs::{Logger as _, LoggerProvider as _},
-    metrics::MeterProvider as _,
-};
-use opentelemetry_sdk::{
-    Resource,
-    logs::{LogBatch, LogExporter as _, SdkLogRecord, SdkLoggerProvider},
-    metrics::{
-        ManualReader, Pipeline, SdkMeterProvider, Stream, Temporality,
-        data::{AggregatedMetrics, MetricData, ResourceMetrics},
-        exporter::PushMetricExporter as _,
-        reader::MetricReader,
-    },
+use gpu_tracer_proto::{EncodedSubscribeResponse, v1};
+use opentelemetry_proto::tonic::{
+    collector::{logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest},
+    common::v1::InstrumentationScope,
+    logs::v1::{ResourceLogs, ScopeLogs},
+    metrics::v1::{Metric, ResourceMetrics, ScopeMetrics},
+    resource::v1::Resource,
 };
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::settings::{OtlpConfig, OtlpFlags, OtlpProtocol, OtlpSettingError, OtlpSettings};
-use self::{metrics::Instruments, transport::Transport};
+use self::{
+    super::api::hub::decode_event,
+    metrics::{IdentityIndex, MAX_POINTS_PER_REQUEST, MetricBuilder, kv, point_count, split_off, unix_ns_now},
+    transport::{Accepted, Transport},
+};
 use crate::{
     export::metrics::MetricsRegistry,
     model::{AgentSnapshot, OtlpDrop, OtlpStats},
@@ -63,9 +67,10 @@ use crate::{
 /// The signals, as the `signal` label.
 pub const SIGNALS: [&str; 2] = ["metrics", "logs"];
 /// Why items were dropped, as the `reason` label: the event queue was full, the collector refused
-/// or could not be reached, the request took longer than the timeout, or the agent stopped with
-/// items still queued.
-pub const DROP_REASONS: [&str; 4] = ["queue_full", "export_failed", "timeout", "shutdown"];
+/// or could not be reached, the request took longer than the timeout, the agent stopped with
+/// items still queued, or the collector took the request but rejected these items
+/// (`partial_success`).
+pub const DROP_REASONS: [&str; 5] = ["queue_full", "export_failed", "timeout", "shutdown", "rejected"];
 
 const METRICS: usize = 0;
 const LOGS: usize = 1;
@@ -73,6 +78,7 @@ const QUEUE_FULL: usize = 0;
 const EXPORT_FAILED: usize = 1;
 const TIMEOUT: usize = 2;
 const SHUTDOWN: usize = 3;
+const REJECTED: usize = 4;
 
 /// Errors starting the exporter.
 #[derive(Debug, thiserror::Error)]
@@ -118,14 +124,15 @@ impl ResourceInfo {
     /// The OpenTelemetry resource: `service.name=gpu-tracer`, `service.version`, `host.name`,
     /// `k8s.node.name`, then the configured attributes (which may override any of them).
     pub fn resource(&self, extra: &std::collections::BTreeMap<String, String>) -> Resource {
-        let mut attrs = vec![
-            KeyValue::new("service.name", "gpu-tracer"),
-            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-        ];
-        attrs.extend(self.host_name.clone().map(|h| KeyValue::new("host.name", h)));
-        attrs.extend(self.node_name.clone().map(|n| KeyValue::new("k8s.node.name", n)));
-        attrs.extend(extra.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
-        Resource::builder_empty().with_attributes(attrs).build()
+        let mut attrs: std::collections::BTreeMap<String, String> = [
+            ("service.name".to_owned(), "gpu-tracer".to_owned()),
+            ("service.version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ]
+        .into();
+        attrs.extend(self.host_name.clone().map(|h| ("host.name".to_owned(), h)));
+        attrs.extend(self.node_name.clone().map(|n| ("k8s.node.name".to_owned(), n)));
+        attrs.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Resource { attributes: attrs.into_iter().map(|(k, v)| kv(k, v)).collect(), ..Default::default() }
     }
 }
 
@@ -134,6 +141,7 @@ impl ResourceInfo {
 struct Counters {
     metric_points_exported: AtomicU64,
     metric_exports: AtomicU64,
+    metric_rounds: AtomicU64,
     log_records_exported: AtomicU64,
     log_exports: AtomicU64,
     events_offered: AtomicU64,
@@ -154,7 +162,7 @@ impl Counters {
 /// The OTLP exporter of a running agent (see the module documentation).
 pub struct OtlpExporter {
     latest: Arc<Mutex<Option<Arc<AgentSnapshot>>>>,
-    events: mpsc::Sender<v1::Event>,
+    events: mpsc::Sender<EncodedSubscribeResponse>,
     kinds: std::collections::BTreeSet<i32>,
     filters: crate::export::api::filter::Filters,
     counters: Arc<Counters>,
@@ -181,35 +189,24 @@ impl OtlpExporter {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OtlpError::Thread)?;
         let transport = {
             let _in_runtime = rt.enter();
-            Transport::build(&settings, &resource)?
+            Transport::build(&settings)?
         };
-        let reader = SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build()));
-        let limit = settings.max_series_per_metric;
-        let provider = SdkMeterProvider::builder()
-            .with_resource(resource.clone())
-            .with_reader(reader.clone())
-            .with_view(move |_: &opentelemetry_sdk::metrics::Instrument| {
-                Stream::builder().with_cardinality_limit(limit).build().ok()
-            })
-            .build();
-        let scope = InstrumentationScope::builder("gpu-tracer").with_version(env!("CARGO_PKG_VERSION")).build();
-        let meter = provider.meter_with_scope(scope.clone());
-        let loggers = SdkLoggerProvider::builder().with_resource(resource).build();
+        let scope = InstrumentationScope {
+            name: "gpu-tracer".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        };
         let counters = Arc::new(Counters::default());
         let latest: Arc<Mutex<Option<Arc<AgentSnapshot>>>> = Arc::default();
         let (tx, rx) = mpsc::channel(settings.log_queue);
         let (stop_tx, stop_rx) = oneshot::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let worker = Worker {
+            builder: MetricBuilder::new(MetricsRegistry::new(), settings.max_series_per_metric),
             settings: settings.clone(),
             transport,
-            reader,
-            _provider: provider,
-            instruments: Instruments::new(meter),
-            logger: loggers.logger_with_scope(scope.clone()),
-            _loggers: loggers,
+            resource,
             scope,
-            registry: MetricsRegistry::new(),
             latest: Arc::clone(&latest),
             counters: Arc::clone(&counters),
         };
@@ -242,13 +239,24 @@ impl OtlpExporter {
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
     }
 
-    /// Queue `ev` as a log record if its kind is exported; a full queue drops it (counted).
+    /// Queue `ev` as a log record if the exporter [`accepts`](Self::accepts) it; a full queue
+    /// drops it (counted).
     pub fn offer_event(&self, ev: &v1::Event) {
-        if !self.wants(ev.header.as_ref().map_or(0, |h| h.kind)) || !self.filters.matches(ev) {
-            return;
+        if self.accepts(ev) {
+            self.offer_encoded(crate::export::api::hub::EventHub::encode(ev));
         }
+    }
+
+    /// Is `ev` exported (its kind, and the configured filters)?
+    pub fn accepts(&self, ev: &v1::Event) -> bool {
+        self.wants(ev.header.as_ref().map_or(0, |h| h.kind)) && self.filters.matches(ev)
+    }
+
+    /// Queue an event the exporter [`accepts`](Self::accepts), as the hub encoded it
+    /// (`EventHub::encode`); a full queue drops it (counted).
+    pub fn offer_encoded(&self, ev: EncodedSubscribeResponse) {
         self.counters.events_offered.fetch_add(1, Ordering::Relaxed);
-        match self.events.try_send(ev.clone()) {
+        match self.events.try_send(ev) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => self.counters.lost(LOGS, QUEUE_FULL, 1),
             Err(mpsc::error::TrySendError::Closed(_)) => self.counters.lost(LOGS, SHUTDOWN, 1),
@@ -275,6 +283,7 @@ impl OtlpExporter {
             protocol: self.protocol.as_str(),
             metric_points_exported: load(&c.metric_points_exported),
             metric_exports: load(&c.metric_exports),
+            metric_rounds: load(&c.metric_rounds),
             log_records_exported: load(&c.log_records_exported),
             log_exports: load(&c.log_exports),
             events_offered: load(&c.events_offered),
@@ -302,66 +311,19 @@ impl OtlpExporter {
     }
 }
 
-/// The `ManualReader`, shared between the provider (which registers it) and the export thread
-/// (which collects through it).
-#[derive(Clone, Debug)]
-struct SharedReader(Arc<ManualReader>);
-
-impl MetricReader for SharedReader {
-    fn register_pipeline(&self, pipeline: std::sync::Weak<Pipeline>) {
-        self.0.register_pipeline(pipeline)
-    }
-    fn collect(&self, rm: &mut ResourceMetrics) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.0.collect(rm)
-    }
-    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.0.force_flush()
-    }
-    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
-    }
-    fn temporality(&self, kind: opentelemetry_sdk::metrics::InstrumentKind) -> Temporality {
-        self.0.temporality(kind)
-    }
-}
-
-/// Data points in a collection.
-pub fn count_points(rm: &ResourceMetrics) -> u64 {
-    fn n<T>(d: &MetricData<T>) -> usize {
-        match d {
-            MetricData::Gauge(g) => g.data_points().count(),
-            MetricData::Sum(s) => s.data_points().count(),
-            MetricData::Histogram(h) => h.data_points().count(),
-            MetricData::ExponentialHistogram(h) => h.data_points().count(),
-        }
-    }
-    rm.scope_metrics()
-        .flat_map(|s| s.metrics())
-        .map(|m| match m.data() {
-            AggregatedMetrics::F64(d) => n(d),
-            AggregatedMetrics::U64(d) => n(d),
-            AggregatedMetrics::I64(d) => n(d),
-        } as u64)
-        .sum()
-}
-
 /// The export thread's state.
 struct Worker {
     settings: OtlpSettings,
+    builder: MetricBuilder,
     transport: Transport,
-    reader: SharedReader,
-    _provider: SdkMeterProvider,
-    instruments: Instruments,
-    logger: opentelemetry_sdk::logs::SdkLogger,
-    _loggers: SdkLoggerProvider,
+    resource: Resource,
     scope: InstrumentationScope,
-    registry: MetricsRegistry,
     latest: Arc<Mutex<Option<Arc<AgentSnapshot>>>>,
     counters: Arc<Counters>,
 }
 
 impl Worker {
-    async fn run(mut self, mut rx: mpsc::Receiver<v1::Event>, mut stop: oneshot::Receiver<Instant>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<EncodedSubscribeResponse>, mut stop: oneshot::Receiver<Instant>) {
         let start = tokio::time::Instant::now();
         let mut metric_tick = tokio::time::interval_at(
             start + self.settings.metric_export_interval,
@@ -372,7 +334,7 @@ impl Worker {
             tokio::time::interval_at(start + self.settings.log_export_interval, self.settings.log_export_interval);
         log_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let batch = self.settings.log_batch;
-        let mut buf: Vec<v1::Event> = Vec::with_capacity(batch);
+        let mut buf: Vec<EncodedSubscribeResponse> = Vec::with_capacity(batch);
         let deadline = loop {
             let room = batch - buf.len();
             tokio::select! {
@@ -424,59 +386,122 @@ impl Worker {
         deadline.map_or(t, |d| t.min(d.saturating_duration_since(Instant::now())))
     }
 
-    /// Collect the latest snapshot's metrics and send them.
+    /// Send the latest snapshot's metrics: part by part, in requests of at most
+    /// `MAX_POINTS_PER_REQUEST` points (a metric with more is split across requests).
     async fn export_metrics(&mut self, deadline: Option<Instant>) {
         let Some(snapshot) = self.latest.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return };
-        self.instruments.set(metrics::MetricView::build(&snapshot, &self.registry));
-        let mut rm = ResourceMetrics::default();
-        if let Err(e) = self.reader.collect(&mut rm) {
-            self.counters.error(format!("collecting metrics: {e}"));
-            return;
+        let ids = IdentityIndex::new(&snapshot);
+        let now = unix_ns_now();
+        let (mut pending, mut points) = (Vec::<Metric>::new(), 0usize);
+        let mut all_sent = true;
+        let mut part_metrics = Vec::new();
+        for part in 0..self.builder.parts() {
+            if let Err(e) = self.builder.part(part, &snapshot, &ids, now, &mut part_metrics) {
+                self.counters.error(format!("building metrics: {e}"));
+            }
+            for mut m in part_metrics.drain(..) {
+                let mut n = point_count(&m);
+                while points + n > MAX_POINTS_PER_REQUEST {
+                    let rest = split_off(&mut m, MAX_POINTS_PER_REQUEST - points);
+                    pending.push(m);
+                    all_sent &= self.send_metrics(std::mem::take(&mut pending), deadline).await;
+                    points = 0;
+                    m = rest;
+                    n = point_count(&m);
+                }
+                if n > 0 {
+                    points += n;
+                    pending.push(m);
+                }
+            }
         }
-        let points = count_points(&rm);
+        if !pending.is_empty() {
+            all_sent &= self.send_metrics(pending, deadline).await;
+        }
+        if all_sent {
+            self.counters.metric_rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        // An export allocates a few MiB briefly on this thread's arena (crate::memory).
+        crate::memory::release_free();
+    }
+
+    /// Send one request of `metrics`; `true` when the collector took it (rejected points are
+    /// still counted).
+    async fn send_metrics(&mut self, metrics: Vec<Metric>, deadline: Option<Instant>) -> bool {
+        let points = metrics.iter().map(point_count).sum::<usize>() as u64;
+        if metrics.is_empty() {
+            return true;
+        }
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(self.resource.clone()),
+                scope_metrics: vec![ScopeMetrics { scope: Some(self.scope.clone()), metrics, ..Default::default() }],
+                ..Default::default()
+            }],
+        };
         let budget = self.budget(deadline);
-        match tokio::time::timeout(budget, self.transport.metrics.export(&rm)).await {
-            Ok(Ok(())) => {
-                self.counters.metric_points_exported.fetch_add(points, Ordering::Relaxed);
-                self.counters.metric_exports.fetch_add(1, Ordering::Relaxed);
+        let answer = tokio::time::timeout(budget, self.transport.metrics(req)).await;
+        self.account(METRICS, points, budget, answer)
+    }
+
+    /// Count what became of a request of `n` items; `true` when the collector took it.
+    fn account(
+        &self,
+        signal: usize,
+        n: u64,
+        budget: Duration,
+        answer: Result<Result<Accepted, String>, tokio::time::error::Elapsed>,
+    ) -> bool {
+        let c = &self.counters;
+        let name = SIGNALS[signal];
+        match answer {
+            Ok(Ok(a)) => {
+                let rejected = a.rejected.min(n);
+                let (exported, requests) = match signal {
+                    METRICS => (&c.metric_points_exported, &c.metric_exports),
+                    _ => (&c.log_records_exported, &c.log_exports),
+                };
+                exported.fetch_add(n - rejected, Ordering::Relaxed);
+                requests.fetch_add(1, Ordering::Relaxed);
+                if rejected > 0 || !a.message.is_empty() {
+                    c.lost(signal, REJECTED, rejected);
+                    c.error(format!("{name}: the collector rejected {rejected} of {n}: {}", a.message));
+                }
+                true
             }
             Ok(Err(e)) => {
-                self.counters.lost(METRICS, EXPORT_FAILED, points);
-                self.counters.error(format!("metrics: {e}"));
+                c.lost(signal, EXPORT_FAILED, n);
+                c.error(format!("{name}: {e}"));
+                false
             }
             Err(_) => {
-                self.counters.lost(METRICS, TIMEOUT, points);
-                self.counters.error(format!("metrics: no answer within {budget:?}"));
+                c.lost(signal, TIMEOUT, n);
+                c.error(format!("{name}: no answer within {budget:?}"));
+                false
             }
         }
     }
 
     /// Send `buf` as one batch of log records and empty it.
-    async fn export_logs(&mut self, buf: &mut Vec<v1::Event>, deadline: Option<Instant>) {
-        let records: Vec<SdkLogRecord> = buf
-            .drain(..)
-            .map(|ev| {
-                let mut r = self.logger.create_log_record();
-                logs::fill_record(&mut r, &ev);
-                r
-            })
-            .collect();
-        let n = records.len() as u64;
-        let refs: Vec<(&SdkLogRecord, &InstrumentationScope)> = records.iter().map(|r| (r, &self.scope)).collect();
-        let budget = self.budget(deadline);
-        match tokio::time::timeout(budget, self.transport.logs.export(LogBatch::new(&refs))).await {
-            Ok(Ok(())) => {
-                self.counters.log_records_exported.fetch_add(n, Ordering::Relaxed);
-                self.counters.log_exports.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(Err(e)) => {
-                self.counters.lost(LOGS, EXPORT_FAILED, n);
-                self.counters.error(format!("logs: {e}"));
-            }
-            Err(_) => {
-                self.counters.lost(LOGS, TIMEOUT, n);
-                self.counters.error(format!("logs: no answer within {budget:?}"));
-            }
+    async fn export_logs(&mut self, buf: &mut Vec<EncodedSubscribeResponse>, deadline: Option<Instant>) {
+        let now = unix_ns_now();
+        let offered = buf.len() as u64;
+        let log_records: Vec<_> = buf.drain(..).filter_map(|ev| Some(logs::record(&decode_event(&ev)?, now))).collect();
+        let n = log_records.len() as u64;
+        if n < offered {
+            // Bytes the agent encoded itself always decode; counted all the same, never silent.
+            self.counters.lost(LOGS, EXPORT_FAILED, offered - n);
+            self.counters.error(format!("logs: {} queued events did not decode", offered - n));
         }
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: Some(self.resource.clone()),
+                scope_logs: vec![ScopeLogs { scope: Some(self.scope.clone()), log_records, ..Default::default() }],
+                ..Default::default()
+            }],
+        };
+        let budget = self.budget(deadline);
+        let answer = tokio::time::timeout(budget, self.transport.logs(req)).await;
+        self.account(LOGS, n, budget, answer);
     }
 }

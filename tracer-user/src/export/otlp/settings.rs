@@ -22,6 +22,13 @@ pub const ENV_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
 pub const ENV_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 /// `OTEL_METRIC_EXPORT_INTERVAL`: milliseconds between metric exports.
 pub const ENV_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE`: PEM file of the CA(s) that signed the collector's certificate
+/// (`https://` endpoints; default: the system's roots).
+pub const ENV_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+/// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`: PEM files of the
+/// certificate and key the agent presents (mutual TLS).
+pub const ENV_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+pub const ENV_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
 /// `OTEL_SDK_DISABLED=true` turns export off whatever else says.
 pub const ENV_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 
@@ -90,9 +97,17 @@ pub const DEFAULT_EVENT_KINDS: &[&str] = &[
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OtlpConfig {
-    /// The collector's base URL, `http://HOST:PORT` (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-    /// `--otlp-endpoint`). Unset: no OTLP export.
+    /// The collector's base URL, `http://HOST:PORT` or `https://HOST:PORT`
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`, `--otlp-endpoint`). Unset: no OTLP export.
     pub endpoint: Option<String>,
+    /// With an `https://` endpoint: a PEM file of the CA certificate(s) the collector's
+    /// certificate is checked against (`OTEL_EXPORTER_OTLP_CERTIFICATE`). Unset: the system's roots.
+    pub certificate: Option<std::path::PathBuf>,
+    /// With an `https://` endpoint: PEM files of the certificate and private key the agent
+    /// presents, for a collector that requires client certificates
+    /// (`OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`). Both or neither.
+    pub client_certificate: Option<std::path::PathBuf>,
+    pub client_key: Option<std::path::PathBuf>,
     /// `grpc` (default) or `http/protobuf` (`OTEL_EXPORTER_OTLP_PROTOCOL`, `--otlp-protocol`).
     pub protocol: OtlpProtocol,
     /// Headers sent with every export, e.g. an API key (`OTEL_EXPORTER_OTLP_HEADERS` adds to and
@@ -119,8 +134,8 @@ pub struct OtlpConfig {
     pub log_batch: usize,
     /// Milliseconds between log exports when a batch is not full. Default 1000.
     pub log_export_interval_ms: u64,
-    /// Series one metric may have at most (the SDK's cardinality limit; more go to one overflow
-    /// series). Default 20000.
+    /// Series one metric may have at most; the rest are summed into one series with
+    /// `otel.metric.overflow=true` (as the OpenTelemetry SDKs do). Default 20000.
     pub max_series_per_metric: usize,
     /// The flags' values (`config::Overrides`), kept apart so the environment can sit between
     /// them and the file.
@@ -139,6 +154,9 @@ impl Default for OtlpConfig {
     fn default() -> Self {
         OtlpConfig {
             endpoint: None,
+            certificate: None,
+            client_certificate: None,
+            client_key: None,
             protocol: OtlpProtocol::Grpc,
             headers: BTreeMap::new(),
             resource_attributes: BTreeMap::new(),
@@ -183,6 +201,8 @@ pub struct OtlpSettings {
     /// Where the endpoint came from (a flag, an environment variable or the file key).
     pub endpoint_source: &'static str,
     pub protocol: OtlpProtocol,
+    /// TLS to the collector (`https://` endpoints only).
+    pub tls: Option<OtlpTls>,
     pub headers: BTreeMap<String, String>,
     pub resource_attributes: BTreeMap<String, String>,
     pub metric_export_interval: Duration,
@@ -195,6 +215,25 @@ pub struct OtlpSettings {
     pub log_batch: usize,
     pub log_export_interval: Duration,
     pub max_series_per_metric: usize,
+}
+
+/// The TLS material of an `https://` endpoint, read when the settings are resolved (a file that
+/// cannot be read is a setting error then, not a failed export later).
+#[derive(Clone, PartialEq, Eq)]
+pub struct OtlpTls {
+    /// PEM CA certificate(s); `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM certificate chain and private key the agent presents.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for OtlpTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OtlpTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("identity", &self.identity.is_some())
+            .finish()
+    }
 }
 
 impl OtlpConfig {
@@ -253,6 +292,7 @@ impl OtlpSettings {
             })?,
             (None, None) => cfg.protocol,
         };
+        let tls = tls_settings(cfg, &env, endpoint_source, &endpoint)?;
         let mut headers = cfg.headers.clone();
         if let Some(h) = env(ENV_HEADERS) {
             headers.extend(parse_key_values(ENV_HEADERS, &h)?);
@@ -281,6 +321,7 @@ impl OtlpSettings {
             endpoint: endpoint.trim().trim_end_matches('/').to_owned(),
             endpoint_source,
             protocol,
+            tls,
             headers,
             resource_attributes,
             metric_export_interval: Duration::from_millis(interval_ms),
@@ -293,6 +334,55 @@ impl OtlpSettings {
             max_series_per_metric: cfg.max_series_per_metric,
         }))
     }
+}
+
+/// The TLS material for `endpoint`: files from the environment, else the file section; any of
+/// them with an `http://` endpoint is an error (it would be silently unused).
+fn tls_settings(
+    cfg: &OtlpConfig,
+    env: &impl Fn(&str) -> Option<String>,
+    endpoint_source: &'static str,
+    endpoint: &str,
+) -> Result<Option<OtlpTls>, OtlpSettingError> {
+    let pick = |env_key: &'static str, file_key: &'static str, file: &Option<std::path::PathBuf>| {
+        env(env_key)
+            .map(|v| (env_key, std::path::PathBuf::from(v.trim())))
+            .or_else(|| file.clone().map(|p| (file_key, p)))
+    };
+    let ca = pick(ENV_CERTIFICATE, "otlp.certificate", &cfg.certificate);
+    let cert = pick(ENV_CLIENT_CERTIFICATE, "otlp.client_certificate", &cfg.client_certificate);
+    let key = pick(ENV_CLIENT_KEY, "otlp.client_key", &cfg.client_key);
+    if !endpoint.trim().starts_with("https://") {
+        if let Some((k, p)) = ca.or(cert).or(key) {
+            return Err(OtlpSettingError {
+                key: k,
+                value: p.display().to_string(),
+                why: format!(
+                    "a TLS file with a plain-text endpoint ({endpoint_source} = {endpoint}); use https://HOST:PORT, or remove it"
+                ),
+            });
+        }
+        return Ok(None);
+    }
+    let read = |(k, p): (&'static str, std::path::PathBuf)| {
+        std::fs::read(&p).map_err(|e| OtlpSettingError {
+            key: k,
+            value: p.display().to_string(),
+            why: format!("cannot read it ({e}); give the path of a PEM file the agent can read"),
+        })
+    };
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+        (None, None) => None,
+        (Some((k, p)), None) | (None, Some((k, p))) => {
+            return Err(OtlpSettingError {
+                key: k,
+                value: p.display().to_string(),
+                why: "a client certificate needs its key and a key its certificate; set both or neither".into(),
+            });
+        }
+    };
+    Ok(Some(OtlpTls { ca_pem: ca.map(read).transpose()?, identity }))
 }
 
 fn event_filters(cfg: &OtlpConfig) -> Result<crate::export::api::filter::Filters, OtlpSettingError> {
@@ -310,17 +400,15 @@ fn check_range(key: &'static str, v: u64, lo: u64, hi: u64) -> Result<(), OtlpSe
     Ok(())
 }
 
-/// An endpoint is `http://HOST[:PORT][/]`: TLS is not offered yet, and a bare `HOST:PORT` is
-/// ambiguous (the OTLP specification requires the scheme).
+/// An endpoint is `http://HOST[:PORT][/PATH]` or `https://...`: a bare `HOST:PORT` is ambiguous
+/// (the OTLP specification requires the scheme).
 fn check_endpoint(key: &'static str, e: &str) -> Result<(), OtlpSettingError> {
     let bad = |why: &str| OtlpSettingError { key, value: e.to_owned(), why: why.to_owned() };
     let e = e.trim();
-    if e.starts_with("https://") {
-        return Err(bad("TLS is not supported by gpu-tracer's OTLP exporter yet; send to a node-local or in-cluster \
-             collector over http://HOST:PORT"));
-    }
-    let Some(rest) = e.strip_prefix("http://") else {
-        return Err(bad("the scheme is missing or unknown; write http://HOST:PORT (e.g. http://otel-collector:4317)"));
+    let Some(rest) = e.strip_prefix("http://").or_else(|| e.strip_prefix("https://")) else {
+        return Err(bad(
+            "the scheme is missing or unknown; write http://HOST:PORT or https://HOST:PORT (e.g. http://otel-collector:4317)",
+        ));
     };
     let uri: axum::http::Uri = e.parse().map_err(|err| bad(&format!("not a URL ({err}); write http://HOST:PORT")))?;
     if uri.host().is_none_or(str::is_empty) || rest.starts_with('/') {

@@ -1,11 +1,11 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use gpu_tracer_proto::v1;
-use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_proto::tonic::{
-    collector::metrics::v1::ExportMetricsServiceRequest, common::v1::any_value::Value as AnyV, metrics::v1::metric,
+    collector::metrics::v1::ExportMetricsServiceRequest,
+    common::v1::any_value::Value as AnyV,
+    metrics::v1::{ResourceMetrics, ScopeMetrics, metric},
 };
-use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, data::ResourceMetrics, reader::MetricReader};
 
 use super::{metrics::*, settings::*, *};
 use crate::export::metrics::tests::sample_snapshot;
@@ -117,7 +117,23 @@ fn bad_values_name_the_key_and_the_fix() {
         (on.clone(), vec![(ENV_HEADERS, "api-key")], ENV_HEADERS, "key=value"),
         (on.clone(), vec![(ENV_RESOURCE_ATTRIBUTES, "a=%zz")], ENV_RESOURCE_ATTRIBUTES, "%XX"),
         (OtlpConfig::default(), vec![(ENV_ENDPOINT, "collector:4317")], ENV_ENDPOINT, "http://HOST:PORT"),
-        (OtlpConfig::default(), vec![(ENV_ENDPOINT, "https://c:4317")], ENV_ENDPOINT, "TLS"),
+        (on.clone(), vec![(ENV_CERTIFICATE, "/etc/ca.pem")], ENV_CERTIFICATE, "https://"),
+        (
+            OtlpConfig { endpoint: Some("https://c:4317".into()), ..Default::default() },
+            vec![(ENV_CERTIFICATE, "/nonexistent/ca.pem")],
+            ENV_CERTIFICATE,
+            "cannot read it",
+        ),
+        (
+            OtlpConfig {
+                endpoint: Some("https://c:4317".into()),
+                client_certificate: Some("/etc/hostname".into()),
+                ..Default::default()
+            },
+            vec![],
+            "otlp.client_certificate",
+            "both or neither",
+        ),
         (OtlpConfig { endpoint: Some("ftp://c".into()), ..Default::default() }, vec![], "otlp.endpoint", "http://"),
         (OtlpConfig { events: vec!["ioctl".into()], ..on.clone() }, vec![], "otlp.events", "rm_alloc"),
         (OtlpConfig { log_queue: 0, ..on.clone() }, vec![], "otlp.log_queue", "between"),
@@ -145,29 +161,26 @@ fn exposition_names_and_units_map_to_otel() {
          gpu_tracer_x_bytes{a=\"q\\\"uo,te\",b=\"\"} 12\n# TYPE gpu_tracer_c counter\ngpu_tracer_c_total 3.5\n# EOF\n",
     );
     assert_eq!(f.len(), 2);
-    assert_eq!(f[0].samples, vec![(vec![("a".into(), "q\"uo,te".into()), ("b".into(), String::new())], "12".into())]);
-    assert_eq!((f[0].unit.as_str(), f[0].help.as_str()), ("bytes", "X."));
-    assert_eq!(f[1].samples, vec![(vec![], "3.5".into())]);
+    assert_eq!(f[0].samples, vec![(vec![("a", "q\"uo,te".into()), ("b", "".into())], "12")]);
+    assert_eq!((f[0].unit, &*f[0].help), ("bytes", "X."));
+    assert_eq!(f[1].samples, vec![(vec![], "3.5")]);
 }
 
-/// The sample snapshot of the Prometheus tests, collected through the SDK and encoded as the OTLP
-/// request the exporter would send.
-fn collected() -> (MetricView, ExportMetricsServiceRequest) {
+/// The sample snapshot of the Prometheus tests as the one request the exporter's parts make.
+fn collected() -> ExportMetricsServiceRequest {
     let mut snap = sample_snapshot();
     // The identity the agent resolves from a real container's cgroup.
     let id = snap.containers.get_mut(&12).unwrap();
     id.container_id = Some("b".repeat(64));
     id.pod_uid = Some("22222222-3333-4444-5555-666666666666".into());
     let snap = Arc::new(snap);
-    let view = MetricView::build(&snap, &MetricsRegistry::new());
-    let reader = SharedReader(Arc::new(ManualReader::builder().build()));
-    let provider = SdkMeterProvider::builder().with_reader(reader.clone()).build();
-    let mut inst = Instruments::new(provider.meter("test"));
-    inst.set(view.clone());
-    let mut rm = ResourceMetrics::default();
-    reader.collect(&mut rm).unwrap();
-    assert_eq!(count_points(&rm) as usize, view.points());
-    (view, ExportMetricsServiceRequest::from(&rm))
+    let metrics = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics { metrics, ..Default::default() }],
+            ..Default::default()
+        }],
+    }
 }
 
 fn attr(a: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str) -> Option<String> {
@@ -208,7 +221,8 @@ fn points(
 
 #[test]
 fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_exported() {
-    let (view, req) = collected();
+    let req = collected();
+    let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0].metrics.iter().map(|m| m.name.as_str()).collect();
     let lines = points(&req, "gpu_tracer.attribution.memory");
     let totals = points(&req, "gpu_tracer.attribution.memory_total");
     assert!(!totals.is_empty() && !lines.is_empty());
@@ -259,7 +273,7 @@ fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_e
     // The hardware semantic conventions are there, with hw.type=gpu.
     for name in ["hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.utilization", "hw.power", "hw.energy"] {
         let p = points(&req, name);
-        assert!(!p.is_empty(), "{name} missing; have {:?}", view.families.keys().collect::<Vec<_>>());
+        assert!(!p.is_empty(), "{name} missing; have {names:?}");
         assert!(p.iter().all(|(a, _)| attr(a, "hw.type").as_deref() == Some("gpu")));
     }
     // The bill is a monotonic sum.
@@ -271,11 +285,53 @@ fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_e
 fn every_metrics_family_has_an_otlp_metric() {
     let snap = Arc::new(sample_snapshot());
     let text = MetricsRegistry::new().encode(&snap, crate::export::metrics::ExpositionFormat::OpenMetrics).unwrap();
-    let view = MetricView::build(&snap, &MetricsRegistry::new());
+    let metrics = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    let names: std::collections::BTreeSet<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names.len(), metrics.len(), "one metric per name");
     for f in parse_exposition(&text) {
-        let (name, _) = otel_name(&f.name, &f.unit);
-        assert!(view.families.contains_key(&name), "{} has no OTLP metric {name}", f.name);
+        let (name, _) = otel_name(f.name, f.unit);
+        assert!(names.contains(name.as_str()), "{} has no OTLP metric {name}", f.name);
     }
+}
+
+/// Past `max_series_per_metric` the rest of a metric's series are summed under
+/// `otel.metric.overflow=true`: the total is kept, the series count is bounded.
+#[test]
+fn series_past_the_limit_are_summed_into_one_overflow_series() {
+    let snap = Arc::new(sample_snapshot());
+    let all = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    let capped = MetricBuilder::new(MetricsRegistry::new(), 2).all(&snap);
+    let total = |ms: &[Metric], name: &str| -> (usize, f64) {
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics { metrics: ms.to_vec(), ..Default::default() }],
+                ..Default::default()
+            }],
+        };
+        let p = points(&req, name);
+        (p.len(), p.iter().map(|(_, v)| v).sum())
+    };
+    let (n, sum) = total(&all, "gpu_tracer.attribution.memory");
+    assert!(n > 2, "the sample has several lines: {n}");
+    let (capped_n, capped_sum) = total(&capped, "gpu_tracer.attribution.memory");
+    assert_eq!((capped_n, capped_sum), (2, sum));
+    let m = capped.iter().find(|m| m.name == "gpu_tracer.attribution.memory").unwrap();
+    let Some(metric::Data::Gauge(g)) = &m.data else { panic!("a gauge") };
+    assert!(g.data_points[1].attributes.iter().any(|kv| kv.key == OVERFLOW_KEY));
+}
+
+/// A metric with more points than a request carries is split across requests with its name,
+/// unit and kind on every part.
+#[test]
+fn a_large_metric_splits_across_requests() {
+    let snap = Arc::new(sample_snapshot());
+    let all = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    let mut m = all.into_iter().find(|m| point_count(m) >= 3).unwrap();
+    let n = point_count(&m);
+    let rest = split_off(&mut m, 2);
+    assert_eq!((point_count(&m), point_count(&rest)), (2, n - 2));
+    assert_eq!((&rest.name, &rest.unit, &rest.description), (&m.name, &m.unit, &m.description));
+    assert_eq!(std::mem::discriminant(rest.data.as_ref().unwrap()), std::mem::discriminant(m.data.as_ref().unwrap()));
 }
 
 fn violation_event() -> v1::Event {
@@ -326,5 +382,220 @@ fn an_unreachable_collector_costs_counted_drops_and_bounded_memory() {
         let s = x.shutdown(Duration::from_millis(300));
         // Everything offered is accounted for: exported (nothing here) or dropped for a reason.
         assert_eq!(s.log_records_exported + s.dropped_for("logs"), 1000, "{protocol:?}: {s:?}");
+    }
+}
+
+/// A collector over TLS: counts the points and log records it takes.
+mod tls_collector {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    };
+
+    use opentelemetry_proto::tonic::collector::{
+        logs::v1::{
+            ExportLogsServiceRequest, ExportLogsServiceResponse,
+            logs_service_server::{LogsService, LogsServiceServer},
+        },
+        metrics::v1::{
+            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+            metrics_service_server::{MetricsService, MetricsServiceServer},
+        },
+    };
+    use prost::Message as _;
+
+    use super::super::metrics::point_count;
+
+    #[derive(Clone, Default)]
+    pub struct Got(pub Arc<AtomicU64>);
+
+    fn points(r: &ExportMetricsServiceRequest) -> u64 {
+        r.resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+            .map(point_count)
+            .sum::<usize>() as u64
+    }
+
+    #[tonic::async_trait]
+    impl MetricsService for Got {
+        async fn export(
+            &self,
+            r: tonic::Request<ExportMetricsServiceRequest>,
+        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+            self.0.fetch_add(points(r.get_ref()), Ordering::Relaxed);
+            Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+        }
+    }
+
+    #[tonic::async_trait]
+    impl LogsService for Got {
+        async fn export(
+            &self,
+            _: tonic::Request<ExportLogsServiceRequest>,
+        ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+            Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
+        }
+    }
+
+    /// OTLP/gRPC over TLS with `cert`/`key`; with `client_ca`, client certificates signed by it
+    /// are required.
+    pub async fn grpc(cert: &str, key: &str, client_ca: Option<&str>, got: Got) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut tls =
+            tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key));
+        if let Some(ca) = client_ca {
+            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        let server = tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(MetricsServiceServer::new(got.clone()))
+            .add_service(LogsServiceServer::new(got))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        tokio::spawn(server);
+        addr
+    }
+
+    /// OTLP/HTTP (protobuf) over TLS with `cert`/`key`: `POST /v1/metrics` answers an empty
+    /// `ExportMetricsServiceResponse`.
+    pub async fn https(cert: &str, key: &str, got: Got) -> std::net::SocketAddr {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>().unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let (acceptor, got) = (acceptor.clone(), got.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let got = got.clone();
+                        async move {
+                            use http_body_util::BodyExt as _;
+                            let path = req.uri().path().to_owned();
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let answer = if path == "/v1/metrics" {
+                                let r = ExportMetricsServiceRequest::decode(body).unwrap_or_default();
+                                got.0.fetch_add(points(&r), Ordering::Relaxed);
+                                ExportMetricsServiceResponse::default().encode_to_vec()
+                            } else {
+                                ExportLogsServiceResponse::default().encode_to_vec()
+                            };
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from(answer),
+                            )))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+}
+
+/// A self-signed certificate for `localhost` in `dir`: (cert PEM, key PEM, cert path, key path).
+fn self_signed(dir: &std::path::Path, name: &str) -> (String, String, std::path::PathBuf, std::path::PathBuf) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (c.cert.pem(), c.signing_key.serialize_pem());
+    let (cp, kp) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    std::fs::write(&cp, &cert).unwrap();
+    std::fs::write(&kp, &key).unwrap();
+    (cert, key, cp, kp)
+}
+
+/// Wait until the exporter has exported a whole snapshot (or 10 s pass); its stats.
+fn await_round(x: &OtlpExporter) -> OtlpStats {
+    let t = Instant::now();
+    while x.stats().metric_rounds == 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    x.stats()
+}
+
+/// OTLP over TLS, both protocols: with the collector's CA configured the export goes through and
+/// every point arrives; with a client certificate a collector that requires one takes it; with the
+/// system's roots instead (which do not hold our CA) the handshake fails and the points are
+/// counted as dropped with a reason that names the certificate.
+#[test]
+fn tls_to_the_collector_checks_the_certificate_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, cert_path, _) = self_signed(dir.path(), "collector");
+    let (client_cert, _, client_cert_path, client_key_path) = self_signed(dir.path(), "agent");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let grpc = tls_collector::Got::default();
+    let grpc_addr = rt.block_on(tls_collector::grpc(&cert, &key, None, grpc.clone()));
+    let mtls = tls_collector::Got::default();
+    let mtls_addr = rt.block_on(tls_collector::grpc(&cert, &key, Some(&client_cert), mtls.clone()));
+    let https = tls_collector::Got::default();
+    let https_addr = rt.block_on(tls_collector::https(&cert, &key, https.clone()));
+    let snap = Arc::new(sample_snapshot());
+    let points = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap).iter().map(point_count).sum::<usize>();
+    let cfg = |addr: std::net::SocketAddr, protocol, ca: bool, client: bool| OtlpConfig {
+        endpoint: Some(format!("https://localhost:{}", addr.port())),
+        protocol,
+        certificate: ca.then(|| cert_path.clone()),
+        client_certificate: client.then(|| client_cert_path.clone()),
+        client_key: client.then(|| client_key_path.clone()),
+        metric_export_interval_ms: 100,
+        timeout_ms: 2000,
+        ..Default::default()
+    };
+    for (what, cfg, got) in [
+        ("gRPC", cfg(grpc_addr, OtlpProtocol::Grpc, true, false), &grpc),
+        ("gRPC with a client certificate", cfg(mtls_addr, OtlpProtocol::Grpc, true, true), &mtls),
+        ("HTTP", cfg(https_addr, OtlpProtocol::HttpProtobuf, true, false), &https),
+    ] {
+        let settings = OtlpSettings::resolve(&cfg, env(&[])).unwrap();
+        let x = OtlpExporter::start(settings, &ResourceInfo::default()).unwrap().unwrap();
+        x.publish(snap.clone());
+        let s = await_round(&x);
+        assert!(s.metric_rounds >= 1, "{what}: {s:?}");
+        assert_eq!(s.dropped_for("metrics"), 0, "{what}: {s:?}");
+        assert!(got.0.load(Ordering::Relaxed) >= points as u64, "{what}");
+        x.shutdown(Duration::from_millis(500));
+    }
+    // The mTLS collector refuses an agent without a client certificate; the system's roots do not
+    // vouch for a self-signed collector. Either way: counted drops and a reason, no panic.
+    for (what, cfg) in [
+        ("no client certificate", cfg(mtls_addr, OtlpProtocol::Grpc, true, false)),
+        ("gRPC, system roots", cfg(grpc_addr, OtlpProtocol::Grpc, false, false)),
+        ("HTTP, system roots", cfg(https_addr, OtlpProtocol::HttpProtobuf, false, false)),
+    ] {
+        let x = match OtlpExporter::start(OtlpSettings::resolve(&cfg, env(&[])).unwrap(), &ResourceInfo::default()) {
+            Ok(x) => x.unwrap(),
+            // A machine without CA certificates says so at start.
+            Err(e) => {
+                assert!(e.to_string().contains("no CA certificates"), "{what}: {e}");
+                continue;
+            }
+        };
+        x.publish(snap.clone());
+        let t = Instant::now();
+        while x.stats().dropped_for("metrics") == 0 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s = x.shutdown(Duration::from_millis(300));
+        assert!(s.dropped_for("metrics") > 0 && s.metric_rounds == 0, "{what}: {s:?}");
+        let e = s.last_error.unwrap_or_default().to_lowercase();
+        assert!(!e.is_empty(), "{what}: the reason is kept");
+        if what.contains("roots") {
+            assert!(e.contains("certificate") || e.contains("issuer") || e.contains("tls"), "{what}: {e}");
+        }
     }
 }
