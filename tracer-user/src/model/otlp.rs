@@ -16,6 +16,8 @@ pub struct OtlpStats {
     /// Log records (events) the collector accepted, and the requests that carried them.
     pub log_records_exported: u64,
     pub log_exports: u64,
+    /// Log batches sent again after a failure that may pass (the collector down or overloaded).
+    pub log_retries: u64,
     /// Events that passed the kind filter and were offered to the queue.
     pub events_offered: u64,
     /// Events waiting in the queue, and its capacity.

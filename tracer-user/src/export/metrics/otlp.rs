@@ -4,7 +4,7 @@ use std::fmt;
 
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::{Scrape, counter_family, gauge};
+use super::{Scrape, counter, counter_family, gauge};
 
 /// `otlp_exported_total{signal}`, `otlp_dropped_total{signal,reason}` (every pair, also at 0) and
 /// the event queue's length and capacity.
@@ -22,9 +22,16 @@ pub fn otlp(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
     counter_family(
         e,
         "otlp_dropped",
-        "Items lost on the way to the OTLP collector, by signal and reason (queue_full, export_failed, timeout, shutdown).",
+        "Items lost on the way to the OTLP collector, by signal and reason (queue_full, export_failed, timeout, shutdown, rejected).",
         None,
         o.dropped.iter().map(|d| ([("signal", d.signal), ("reason", d.reason)], d.count)),
+    )?;
+    counter(
+        e,
+        "otlp_log_retries",
+        "Batches of log records sent again after a failure that may pass (collector down, overloaded or slow).",
+        None,
+        o.log_retries,
     )?;
     gauge(e, "otlp_log_queue_length", "Events waiting for OTLP export.", None, o.log_queue_len as u64)?;
     gauge(e, "otlp_log_queue_capacity", "Events the OTLP queue holds at most.", None, o.log_queue_capacity as u64)

@@ -19,10 +19,12 @@
 //! CPU per export at 8 GPUs × 100 containers (`docs/benchmarks.md` §9, before), and its
 //! periodic reader and batch processors drop silently.
 //!
-//! Nothing is retried and nothing is kept for later: a request that fails or times out is counted
-//! as dropped with the number of items it carried (metrics are cumulative, so the next export
-//! carries the same totals), items a collector accepts but rejects (`partial_success`) are counted
-//! as `rejected`, and memory stays bounded by the queue, one batch and one request whatever the
+//! Metrics are never sent again: a request that fails or times out is counted as dropped with its
+//! points (they are cumulative: the next export carries the same totals). A batch of log records
+//! whose failure may pass (the collector down, overloaded, or slow) is kept and sent again at the
+//! next log tick, [`LOG_ATTEMPTS`] times in all, then counted as dropped; meanwhile new events
+//! wait in the bounded queue. Items a collector accepts but rejects (`partial_success`) are counted
+//! as `rejected`. Memory stays bounded by the queue, one batch and one request whatever the
 //! collector does. The counts are [`OtlpExporter::stats`] (`model::OtlpStats`, in each snapshot
 //! and in `/metrics` as `gpu_tracer_otlp_*`).
 //!
@@ -57,7 +59,7 @@ pub use self::settings::{OtlpConfig, OtlpFlags, OtlpProtocol, OtlpSettingError, 
 use self::{
     super::api::hub::decode_event,
     metrics::{IdentityIndex, MAX_POINTS_PER_REQUEST, MetricBuilder, kv, point_count, split_off, unix_ns_now},
-    transport::{Accepted, Transport},
+    transport::{Accepted, SendError, Transport},
 };
 use crate::{
     export::metrics::MetricsRegistry,
@@ -144,6 +146,7 @@ struct Counters {
     metric_rounds: AtomicU64,
     log_records_exported: AtomicU64,
     log_exports: AtomicU64,
+    log_retries: AtomicU64,
     events_offered: AtomicU64,
     dropped: [[AtomicU64; DROP_REASONS.len()]; SIGNALS.len()],
     last_error: Mutex<Option<String>>,
@@ -209,6 +212,7 @@ impl OtlpExporter {
             scope,
             latest: Arc::clone(&latest),
             counters: Arc::clone(&counters),
+            log_attempts: 0,
         };
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
@@ -286,6 +290,7 @@ impl OtlpExporter {
             metric_rounds: load(&c.metric_rounds),
             log_records_exported: load(&c.log_records_exported),
             log_exports: load(&c.log_exports),
+            log_retries: load(&c.log_retries),
             events_offered: load(&c.events_offered),
             log_queue_len: self.queue_capacity - self.events.capacity(),
             log_queue_capacity: self.queue_capacity,
@@ -320,7 +325,14 @@ struct Worker {
     scope: InstrumentationScope,
     latest: Arc<Mutex<Option<Arc<AgentSnapshot>>>>,
     counters: Arc<Counters>,
+    /// Attempts so far of the log batch waiting to be sent again (0: none waits).
+    log_attempts: u32,
 }
+
+/// Attempts at one batch of log records whose failure may pass (the first included), one per
+/// log tick; metrics are not sent again (they are cumulative: the next export carries the same
+/// totals).
+pub const LOG_ATTEMPTS: u32 = 3;
 
 impl Worker {
     async fn run(mut self, mut rx: mpsc::Receiver<EncodedSubscribeResponse>, mut stop: oneshot::Receiver<Instant>) {
@@ -336,7 +348,9 @@ impl Worker {
         let batch = self.settings.log_batch;
         let mut buf: Vec<EncodedSubscribeResponse> = Vec::with_capacity(batch);
         let deadline = loop {
-            let room = batch - buf.len();
+            // A batch waiting to be sent again takes nothing more until it is through: what
+            // arrives meanwhile waits in the bounded queue.
+            let room = if self.log_attempts > 0 { 0 } else { batch - buf.len() };
             tokio::select! {
                 d = &mut stop => break d.unwrap_or_else(|_| Instant::now() + self.settings.timeout),
                 _ = metric_tick.tick() => self.export_metrics(None).await,
@@ -450,7 +464,7 @@ impl Worker {
         signal: usize,
         n: u64,
         budget: Duration,
-        answer: Result<Result<Accepted, String>, tokio::time::error::Elapsed>,
+        answer: Result<Result<Accepted, SendError>, tokio::time::error::Elapsed>,
     ) -> bool {
         let c = &self.counters;
         let name = SIGNALS[signal];
@@ -471,7 +485,7 @@ impl Worker {
             }
             Ok(Err(e)) => {
                 c.lost(signal, EXPORT_FAILED, n);
-                c.error(format!("{name}: {e}"));
+                c.error(format!("{name}: {}", e.message));
                 false
             }
             Err(_) => {
@@ -482,16 +496,32 @@ impl Worker {
         }
     }
 
-    /// Send `buf` as one batch of log records and empty it.
+    /// Send `buf` as one batch of log records and empty it — unless the collector could not take
+    /// it for a reason that may pass (down, overloaded, no answer in time): then `buf` is kept and
+    /// sent again at the next log tick, up to [`LOG_ATTEMPTS`] times in all, and only then
+    /// counted as dropped. At shutdown (`deadline`) there is one attempt.
     async fn export_logs(&mut self, buf: &mut Vec<EncodedSubscribeResponse>, deadline: Option<Instant>) {
         let now = unix_ns_now();
-        let offered = buf.len() as u64;
-        let log_records: Vec<_> = buf.drain(..).filter_map(|ev| Some(logs::record(&decode_event(&ev)?, now))).collect();
-        let n = log_records.len() as u64;
-        if n < offered {
+        let mut log_records = Vec::with_capacity(buf.len());
+        let mut undecodable = 0;
+        buf.retain(|ev| match decode_event(ev) {
+            Some(e) => {
+                log_records.push(logs::record(&e, now));
+                true
+            }
+            None => {
+                undecodable += 1;
+                false
+            }
+        });
+        if undecodable > 0 {
             // Bytes the agent encoded itself always decode; counted all the same, never silent.
-            self.counters.lost(LOGS, EXPORT_FAILED, offered - n);
-            self.counters.error(format!("logs: {} queued events did not decode", offered - n));
+            self.counters.lost(LOGS, EXPORT_FAILED, undecodable);
+            self.counters.error(format!("logs: {undecodable} queued events did not decode"));
+        }
+        let n = log_records.len() as u64;
+        if n == 0 {
+            return;
         }
         let req = ExportLogsServiceRequest {
             resource_logs: vec![ResourceLogs {
@@ -502,6 +532,26 @@ impl Worker {
         };
         let budget = self.budget(deadline);
         let answer = tokio::time::timeout(budget, self.transport.logs(req)).await;
+        let retryable = match &answer {
+            Ok(Err(e)) => e.retryable,
+            Ok(Ok(_)) => false,
+            Err(_) => true,
+        };
+        if retryable && deadline.is_none() && self.log_attempts + 1 < LOG_ATTEMPTS {
+            self.log_attempts += 1;
+            self.counters.log_retries.fetch_add(1, Ordering::Relaxed);
+            let why = match answer {
+                Ok(Err(e)) => e.message,
+                _ => format!("no answer within {budget:?}"),
+            };
+            self.counters.error(format!(
+                "logs: {why} (attempt {} of {LOG_ATTEMPTS}; {n} records kept for the next)",
+                self.log_attempts
+            ));
+            return;
+        }
+        self.log_attempts = 0;
         self.account(LOGS, n, budget, answer);
+        buf.clear();
     }
 }

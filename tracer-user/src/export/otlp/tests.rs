@@ -599,3 +599,85 @@ fn tls_to_the_collector_checks_the_certificate_both_ways() {
         }
     }
 }
+
+/// A gRPC logs collector that answers `code` to its first `fail` requests, then takes them.
+#[derive(Clone)]
+struct FlakyLogs {
+    fail: Arc<AtomicU64>,
+    code: tonic::Code,
+    records: Arc<AtomicU64>,
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService for FlakyLogs {
+    async fn export(
+        &self,
+        r: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<
+        tonic::Response<opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse>,
+        tonic::Status,
+    > {
+        if self.fail.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+            return Err(tonic::Status::new(self.code, "not now"));
+        }
+        let n: usize = r.get_ref().resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum();
+        self.records.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+/// A collector that is briefly unavailable loses nothing: the batch is sent again at the next log
+/// tick. One that stays unavailable costs the batch after 3 attempts, counted; a refusal that will
+/// not pass (INVALID_ARGUMENT) drops it at once. Every record is accounted for either way.
+#[test]
+fn log_batches_are_sent_again_when_the_failure_may_pass_and_only_then() {
+    use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    // (what, failures before success, code, records exported, retries, dropped)
+    let cases = [
+        ("unavailable twice", 2, tonic::Code::Unavailable, 10, 2, 0),
+        ("unavailable for good", 1000, tonic::Code::Unavailable, 0, 2, 10),
+        ("invalid argument", 1, tonic::Code::InvalidArgument, 0, 0, 10),
+    ];
+    for (what, fail, code, exported, retries, dropped) in cases {
+        let c = FlakyLogs { fail: Arc::new(fail.into()), code, records: Arc::default() };
+        let addr = rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(LogsServiceServer::new(c.clone()))
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+            );
+            addr
+        });
+        let cfg = OtlpConfig {
+            endpoint: Some(format!("http://{addr}")),
+            metric_export_interval_ms: 3_600_000,
+            log_export_interval_ms: 100,
+            ..Default::default()
+        };
+        let x = OtlpExporter::start(OtlpSettings::resolve(&cfg, env(&[])).unwrap(), &ResourceInfo::default())
+            .unwrap()
+            .unwrap();
+        for _ in 0..10 {
+            x.offer_event(&violation_event());
+        }
+        let t = Instant::now();
+        while x.stats().log_records_exported + x.stats().dropped_for("logs") < 10
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s = x.shutdown(Duration::from_millis(300));
+        assert_eq!(
+            (s.log_records_exported, s.log_retries, s.dropped_for("logs")),
+            (exported, retries, dropped),
+            "{what}: {s:?}"
+        );
+        assert_eq!(c.records.load(Ordering::Relaxed), exported, "{what}");
+        if dropped > 0 {
+            assert!(s.last_error.is_some_and(|e| e.contains("not now")), "{what}: the reason is kept");
+        }
+    }
+}

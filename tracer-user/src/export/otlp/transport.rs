@@ -35,6 +35,22 @@ pub(super) struct Accepted {
     pub message: String,
 }
 
+/// A request that did not go through: why, and whether sending it again may work (the OTLP
+/// specification's retryable cases: gRPC `UNAVAILABLE`, `RESOURCE_EXHAUSTED`, `ABORTED`,
+/// `DEADLINE_EXCEEDED`, `CANCELLED`, `OUT_OF_RANGE`, `DATA_LOSS`; HTTP 429, 502, 503, 504; no
+/// connection).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SendError {
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// The connection to the collector, for the chosen protocol.
 pub(super) enum Transport {
     Grpc {
@@ -105,7 +121,7 @@ impl Transport {
     }
 
     /// Send one metrics request.
-    pub(super) async fn metrics(&mut self, req: ExportMetricsServiceRequest) -> Result<Accepted, String> {
+    pub(super) async fn metrics(&mut self, req: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
         match self {
             Transport::Grpc { metrics, metadata, .. } => {
                 let mut r = tonic::Request::new(req);
@@ -128,7 +144,7 @@ impl Transport {
     }
 
     /// Send one logs request.
-    pub(super) async fn logs(&mut self, req: ExportLogsServiceRequest) -> Result<Accepted, String> {
+    pub(super) async fn logs(&mut self, req: ExportLogsServiceRequest) -> Result<Accepted, SendError> {
         match self {
             Transport::Grpc { logs, metadata, .. } => {
                 let mut r = tonic::Request::new(req);
@@ -151,12 +167,23 @@ impl Transport {
     }
 }
 
-fn grpc_error(s: tonic::Status) -> String {
-    let mut m = format!("gRPC {:?}: {}", s.code(), s.message());
+fn grpc_error(s: tonic::Status) -> SendError {
+    use tonic::Code;
+    let mut message = format!("gRPC {:?}: {}", s.code(), s.message());
     if let Some(src) = std::error::Error::source(&s) {
-        m.push_str(&format!(" ({src})"));
+        message.push_str(&format!(" ({src})"));
     }
-    m
+    let retryable = matches!(
+        s.code(),
+        Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::Aborted
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::OutOfRange
+            | Code::DataLoss
+    );
+    SendError { message, retryable }
 }
 
 /// POST a protobuf body; the answer's body on a 2xx status, else an error naming the status.
@@ -165,11 +192,11 @@ async fn post(
     uri: &hyper::Uri,
     headers: &hyper::HeaderMap,
     body: Vec<u8>,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, SendError> {
     let mut req = hyper::Request::post(uri.clone())
         .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
         .body(Full::new(Bytes::from(body)))
-        .map_err(|e| format!("building the request: {e}"))?;
+        .map_err(|e| SendError { message: format!("building the request: {e}"), retryable: false })?;
     req.headers_mut().extend(headers.clone());
     let resp = client.request(req).await.map_err(|e| {
         let mut m = format!("HTTP POST {uri}: {e}");
@@ -178,7 +205,8 @@ async fn post(
             m.push_str(&format!(": {s}"));
             src = s.source();
         }
-        m
+        // No connection, or it broke: the collector may be back for the next attempt.
+        SendError { message: m, retryable: true }
     })?;
     let status = resp.status();
     let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -188,7 +216,13 @@ async fn post(
     // The error body is a google.rpc.Status; its message field (2) is what people need.
     let why =
         rpc_status_message(&body).unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
-    Err(format!("HTTP POST {uri}: {status}{}", if why.is_empty() { String::new() } else { format!(": {why}") }))
+    Err(SendError {
+        message: format!(
+            "HTTP POST {uri}: {status}{}",
+            if why.is_empty() { String::new() } else { format!(": {why}") }
+        ),
+        retryable: matches!(status.as_u16(), 429 | 502 | 503 | 504),
+    })
 }
 
 /// `google.rpc.Status.message` from an error body.

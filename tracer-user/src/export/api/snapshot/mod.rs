@@ -275,6 +275,7 @@ fn otlp_to_proto(o: &crate::model::OtlpStats) -> v1::OtlpExport {
             .map(|d| v1::OtlpDropped { signal: d.signal.into(), reason: d.reason.into(), count: d.count })
             .collect(),
         last_error: o.last_error.clone().unwrap_or_default(),
+        log_retries: o.log_retries,
     }
 }
 
