@@ -233,7 +233,16 @@ pub fn exporter_checks(cfg: &Config, env: impl Fn(&str) -> Option<String>) -> Ve
             "off (no endpoint: otlp.endpoint, OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint turns it on)",
         ),
         Ok(Some(s)) => {
-            let what = format!("{} ({}, from {})", s.endpoint, s.protocol.as_str(), s.endpoint_source);
+            let tls = match &s.tls {
+                None => "",
+                Some(t) if t.ca_pem.is_some() && t.identity.is_some() => {
+                    ", TLS with the configured CA and a client certificate"
+                }
+                Some(t) if t.ca_pem.is_some() => ", TLS with the configured CA",
+                Some(t) if t.identity.is_some() => ", TLS with the system's roots and a client certificate",
+                Some(_) => ", TLS with the system's roots",
+            };
+            let what = format!("{} ({}{tls}, from {})", s.endpoint, s.protocol.as_str(), s.endpoint_source);
             match reach(&s.endpoint, s.protocol.default_port()) {
                 Ok(addr) => Check::with("otlp", CheckStatus::Ok, format!("{what}: {addr} accepts connections")),
                 Err(e) => Check::with(

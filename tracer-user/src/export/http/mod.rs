@@ -11,6 +11,12 @@
 //!   [`HealthSettings::stale_after`]; 503 when the loop is stuck, so the kubelet restarts the pod.
 //! - `/readyz` (readiness): 200 once the probes are attached ([`ServeState::mark_attached`]) and
 //!   the first snapshot is published, and while the loop is alive; otherwise 503 with the reason.
+//!
+//! The server is built for a node where anything may connect ([`ServeLimits`]): at most
+//! `max_connections` at once (more are closed at accept, counted and logged), request headers
+//! must arrive within `header_read_timeout` and fit in 16 KiB (hyper's buffer bound), a connection
+//! lives at most `max_connection_age` (Prometheus reconnects), and stopping waits at most
+//! `shutdown_deadline` for requests in progress before it drops the connections that are left.
 use std::{
     net::SocketAddr,
     sync::{
@@ -27,7 +33,10 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use tokio::{sync::oneshot, task::JoinHandle};
+use tokio::{
+    sync::{Semaphore, oneshot, watch},
+    task::{JoinHandle, JoinSet},
+};
 
 use super::metrics::{ExpositionFormat, MetricsRegistry};
 use crate::model::AgentSnapshot;
@@ -215,6 +224,34 @@ fn bind_hint(addr: SocketAddr, e: &std::io::Error) -> String {
     }
 }
 
+/// How much the server gives any one client, and how long it waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once; one more is closed at accept (counted).
+    pub max_connections: usize,
+    /// A request's header block must arrive within this (slow clients are disconnected).
+    pub header_read_timeout: Duration,
+    /// A connection is closed after this long, between requests (a keep-alive scraper reconnects).
+    pub max_connection_age: Duration,
+    /// Stopping waits this long for requests in progress, then drops what is left.
+    pub shutdown_deadline: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(5),
+            max_connection_age: Duration::from_secs(300),
+            shutdown_deadline: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Bytes of request header a connection may buffer (hyper's smallest allowed read buffer): a
+/// larger header is answered 431 and the connection closed.
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+
 /// The running server.
 #[derive(Debug)]
 pub struct RunningServer {
@@ -222,11 +259,14 @@ pub struct RunningServer {
     pub local_addr: SocketAddr,
     /// The server task; ends with an error only if accepting fails.
     pub task: JoinHandle<Result<(), ServeError>>,
+    /// Connections closed at accept because `max_connections` were open.
+    pub refused: Arc<AtomicU64>,
     shutdown: oneshot::Sender<()>,
 }
 
 impl RunningServer {
-    /// Stop accepting, finish the requests in progress, and wait for the task.
+    /// Stop accepting, finish the requests in progress (within the shutdown deadline; then the
+    /// connections left are dropped), and wait for the task.
     pub async fn shutdown(self) -> Result<(), ServeError> {
         // The task may already have ended (then the receiver is gone and so is the need to signal).
         let _ = self.shutdown.send(());
@@ -246,11 +286,21 @@ pub fn router(state: Arc<ServeState>) -> Router {
         .with_state(state)
 }
 
-/// Bind `listen` and serve `/metrics`, `/healthz` and `/readyz` from `state` on a spawned task.
+/// Bind `listen` and serve `/metrics`, `/healthz` and `/readyz` from `state` on a spawned task,
+/// with the default [`ServeLimits`].
 ///
 /// Must be called inside a tokio runtime (current-thread is fine: the handlers never block for
 /// long — encoding a snapshot takes milliseconds).
 pub async fn serve(listen: SocketAddr, state: Arc<ServeState>) -> Result<RunningServer, ServeError> {
+    serve_with(listen, state, ServeLimits::default()).await
+}
+
+/// [`serve`] with the given limits.
+pub async fn serve_with(
+    listen: SocketAddr,
+    state: Arc<ServeState>,
+    limits: ServeLimits,
+) -> Result<RunningServer, ServeError> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|source| ServeError::Bind {
         addr: listen,
         hint: bind_hint(listen, &source),
@@ -262,16 +312,81 @@ pub async fn serve(listen: SocketAddr, state: Arc<ServeState>) -> Result<Running
         source,
     })?;
     let (tx, rx) = oneshot::channel::<()>();
-    let app = router(state);
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await
-            .map_err(|source| ServeError::Serve { addr: local_addr, source })
-    });
-    Ok(RunningServer { local_addr, task, shutdown: tx })
+    let refused = Arc::new(AtomicU64::new(0));
+    let task = tokio::spawn(accept_loop(listener, router(state), limits, rx, Arc::clone(&refused)));
+    Ok(RunningServer { local_addr, task, refused, shutdown: tx })
+}
+
+/// Accept connections until `stop`, each served on its own task within `limits`.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: ServeLimits,
+    mut stop: oneshot::Receiver<()>,
+    refused: Arc<AtomicU64>,
+) -> Result<(), ServeError> {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .keep_alive(true);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let (closing_tx, closing) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut stop => break,
+            // Finished connection tasks are reaped as they end (the set stays small).
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors and the like: pass, without spinning.
+                    tracing::warn!(error = %e, "the metrics server could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            let n = refused.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(%peer, refused = n, limit = limits.max_connections,
+                    "the metrics server is at its connection limit; closing new connections");
+            }
+            drop(stream);
+            continue;
+        };
+        let conn = http.serve_connection(
+            hyper_util::rt::TokioIo::new(stream),
+            hyper_util::service::TowerToHyperService::new(app.clone()),
+        );
+        let mut closing = closing.clone();
+        conns.spawn(async move {
+            let _slot = slot;
+            tokio::pin!(conn);
+            let age = tokio::time::sleep(limits.max_connection_age);
+            tokio::pin!(age);
+            tokio::select! {
+                _ = &mut conn => return,
+                _ = closing.wait_for(|c| *c) => {}
+                _ = &mut age => {}
+            }
+            // Finish the request in progress (if any), then close; the deadline is the caller's.
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    let drained =
+        tokio::time::timeout(limits.shutdown_deadline, async { while conns.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::info!(left = conns.len(), deadline = ?limits.shutdown_deadline,
+            "metrics server: connections still open at the shutdown deadline are dropped");
+        conns.abort_all();
+    }
+    Ok(())
 }
 
 fn text(status: StatusCode, body: String) -> Response {

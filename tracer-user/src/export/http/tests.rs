@@ -117,3 +117,107 @@ async fn bind_error_names_the_address_and_the_fix() {
     assert!(msg.contains("already in use") && msg.contains("--listen"), "{msg}");
     first.shutdown().await.unwrap();
 }
+
+fn tight() -> ServeLimits {
+    ServeLimits {
+        max_connections: 4,
+        header_read_timeout: Duration::from_millis(300),
+        max_connection_age: Duration::from_secs(1),
+        shutdown_deadline: Duration::from_millis(500),
+    }
+}
+
+/// Reads until the server closes the connection (or `within` passes): what it sent, and whether
+/// it closed in time.
+async fn until_closed(s: &mut tokio::net::TcpStream, within: Duration) -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(within, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (got, closed)
+}
+
+/// Slowloris: a client that sends half a request and waits is disconnected after the header
+/// timeout, not kept for ever.
+#[tokio::test]
+async fn a_slow_header_is_cut_off_at_the_header_timeout() {
+    let st = state(Duration::from_secs(30));
+    st.publish(Arc::new(sample_snapshot()));
+    let srv = serve_with("127.0.0.1:0".parse().unwrap(), st, tight()).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(srv.local_addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
+    let t = Instant::now();
+    let (_, closed) = until_closed(&mut s, Duration::from_secs(3)).await;
+    assert!(closed, "the connection was kept past the header timeout");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // The server still answers.
+    assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200);
+    srv.shutdown().await.unwrap();
+}
+
+/// A header larger than the bound is refused (431) without being buffered whole.
+#[tokio::test]
+async fn an_oversized_header_is_refused() {
+    let st = state(Duration::from_secs(30));
+    let srv = serve_with("127.0.0.1:0".parse().unwrap(), st, tight()).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(srv.local_addr).await.unwrap();
+    let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}", "a".repeat(64 * 1024));
+    // The server may close before it has read it all; a failed write is part of the answer.
+    let _ = s.write_all(big.as_bytes()).await;
+    let (got, closed) = until_closed(&mut s, Duration::from_secs(3)).await;
+    assert!(closed, "an unfinished 64 KiB header kept the connection open");
+    let head = String::from_utf8_lossy(&got);
+    assert!(head.is_empty() || head.starts_with("HTTP/1.1 431"), "{head}");
+    srv.shutdown().await.unwrap();
+}
+
+/// At `max_connections` open, one more is closed at once and counted; connections that never
+/// send a byte go at the header timeout (not at their age), and scrapes work again.
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_and_counted() {
+    let st = state(Duration::from_secs(30));
+    let limits = ServeLimits { max_connection_age: Duration::from_secs(30), ..tight() };
+    let srv = serve_with("127.0.0.1:0".parse().unwrap(), st, limits).await.unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(tokio::net::TcpStream::connect(srv.local_addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut extra = tokio::net::TcpStream::connect(srv.local_addr).await.unwrap();
+    let (got, closed) = until_closed(&mut extra, Duration::from_millis(500)).await;
+    assert!(closed && got.is_empty(), "the connection past the limit was served");
+    assert_eq!(srv.refused.load(Ordering::Relaxed), 1);
+    let t = Instant::now();
+    for s in &mut idle {
+        let (_, closed) = until_closed(s, Duration::from_secs(3)).await;
+        assert!(closed, "an idle connection held its slot");
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200, "served again once the idle connections went");
+    srv.shutdown().await.unwrap();
+}
+
+/// Stopping with a client stuck in the middle of a request takes the shutdown deadline, not as
+/// long as the client likes.
+#[tokio::test]
+async fn shutdown_does_not_wait_for_an_unfinished_request() {
+    let st = state(Duration::from_secs(30));
+    let limits = ServeLimits { header_read_timeout: Duration::from_secs(60), ..tight() };
+    let srv = serve_with("127.0.0.1:0".parse().unwrap(), st, limits).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(srv.local_addr).await.unwrap();
+    s.write_all(b"GET /metr").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t = Instant::now();
+    srv.shutdown().await.unwrap();
+    assert!(t.elapsed() < Duration::from_millis(1500), "shutdown took {:?}", t.elapsed());
+    let (_, closed) = until_closed(&mut s, Duration::from_secs(1)).await;
+    assert!(closed);
+}
