@@ -321,6 +321,34 @@ fn series(text: &str, name: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// `top --once --json` with NVML on prints the first snapshot whose attribution interval is
+/// complete: a real interval, the GPU attributed and a bill above 0 — not the zeros of a snapshot
+/// taken before NVML's second sample (issue 11).
+#[test]
+fn top_once_json_waits_for_a_complete_attribution_interval() {
+    use gpu_tracer_tests::nvml_model::NvmlModel;
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let nvml_dir = std::env::temp_dir().join(format!("gt-cli-once-nvml-{}", std::process::id()));
+    let model = NvmlModel::install(&nvml_dir, &driver.stats().unwrap(), 256 << 20).unwrap();
+    let lib = model.library().to_str().unwrap().to_string();
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let t = std::time::Instant::now();
+    let out = Command::new(gpu_tracer())
+        .args(["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"])
+        .args(["--dev-dir", &dev, "top", "--once", "--json", "--interval-ms", "200"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&nvml_dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &snap["attribution"];
+    assert!(a["interval_ns"].as_u64().is_some_and(|n| n > 0), "{a:#}");
+    assert!(a["bill"]["total"].as_u64().is_some_and(|n| n > 0), "a GPU priced at 3.6/h costs something: {a:#}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("no attribution interval completed"));
+}
+
 /// The node agent as the DaemonSet runs it: `gpu-tracer agent --listen`, with NVML (the fake
 /// library, whose readings follow the fake driver) — /healthz, /readyz and /metrics answer, and the
 /// attribution lines in /metrics add up to the GPU's total with the pod's memory on its own line.

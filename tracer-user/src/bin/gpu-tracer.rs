@@ -124,7 +124,9 @@ struct AgentArgs {
 
 #[derive(Args)]
 struct TopArgs {
-    /// Print one snapshot after --interval and exit (for scripts).
+    /// Print one snapshot and exit (for scripts): the first after --interval-ms whose attribution
+    /// interval is complete (with NVML on, the shares, energy and bill are then real numbers, not
+    /// zeros; waits at most 15 s).
     #[arg(long)]
     once: bool,
     /// Print JSON instead of a table.
@@ -263,6 +265,9 @@ async fn run_top_remote(conn: ConnectSettings, a: TopArgs) -> Result<()> {
     }
 }
 
+/// How long `top --once` waits for the first complete attribution interval.
+const ONCE_WAIT: Duration = Duration::from_secs(15);
+
 /// The `top` command's output side: a snapshot printed (or redrawn) every tick.
 struct TopOut {
     args: TopArgs,
@@ -277,9 +282,22 @@ impl TopOut {
         TopOut { duration: args.duration.and_then(Schedule::duration_from_secs), args, tty, start: Instant::now() }
     }
 
-    /// Prints one frame; `Stop` once `--once` or `--duration` says so.
+    /// Prints one frame; `Stop` once `--once` or `--duration` says so. `--once` prints the first
+    /// snapshot with a complete attribution interval (NVML on: the first needs two samples), not
+    /// one whose shares and bill are still zeros; after [`ONCE_WAIT`] it prints what there is and
+    /// says so.
     fn print(&mut self, snap: &tracer_user::model::AgentSnapshot) -> Result<Flow> {
         let a = &self.args;
+        if a.once && snap.first_interval_pending() {
+            if self.start.elapsed() < ONCE_WAIT {
+                return Ok(Flow::Continue);
+            }
+            eprintln!(
+                "warning: no attribution interval completed within {} s (NVML sampled too rarely?); \
+                 printing the snapshot without shares, energy or cost",
+                ONCE_WAIT.as_secs()
+            );
+        }
         let out = if a.json {
             serde_json::to_string(snap)? + "\n"
         } else {

@@ -70,3 +70,40 @@ pub struct AgentSnapshot {
     /// The gRPC API's event hub; `None` outside the agent (set by the agent before publishing).
     pub api: Option<ApiStats>,
 }
+
+impl AgentSnapshot {
+    /// NVML is in use but no attribution interval has completed yet: the shares, energy and bill
+    /// of this snapshot are zeros that only mean "not measured yet" (the first interval needs two
+    /// NVML samples). `top --once` and `cost` wait for this to pass.
+    pub fn first_interval_pending(&self) -> bool {
+        self.nvml.status == NvmlStatus::Ready && self.attribution.as_ref().is_none_or(|a| a.interval_ns == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_interval_is_pending_only_while_nvml_is_in_use_and_none_completed() {
+        let mut s = AgentSnapshot::default();
+        assert!(!s.first_interval_pending(), "NVML not started: nothing to wait for");
+        s.nvml.status = NvmlStatus::Off;
+        assert!(!s.first_interval_pending(), "NVML off: no attribution will come");
+        s.nvml.status = NvmlStatus::Ready;
+        assert!(s.first_interval_pending(), "NVML ready, no attribution yet");
+        let a = |interval_ns| AttributionSnapshot {
+            start_unix_ns: 1,
+            interval_ns,
+            price_per_gpu_hour: None,
+            gpus: vec![],
+            containers: vec![],
+            bill: Default::default(),
+            counters: Default::default(),
+        };
+        s.attribution = Some(Arc::new(a(0)));
+        assert!(s.first_interval_pending(), "an attribution of an empty interval");
+        s.attribution = Some(Arc::new(a(1_000_000_000)));
+        assert!(!s.first_interval_pending());
+    }
+}
