@@ -321,6 +321,29 @@ fn series(text: &str, name: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Output that cannot be written ends a command with a message, never a panic (issue 13, item 10):
+/// `doctor >/dev/full` exits 1 naming the write that failed; the agent and `doctor` with stderr on
+/// /dev/full run to their normal end (their log lines are dropped, not fatal).
+#[test]
+fn a_full_output_is_an_error_message_not_a_panic() {
+    require_root();
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let run = |args: &[&str], stdout: Stdio, stderr: Stdio| {
+        Command::new(gpu_tracer()).args(args).stdout(stdout).stderr(stderr).spawn().unwrap().wait_with_output().unwrap()
+    };
+    let out = run(&["--no-cuda", "--log", "error", "doctor"], full().into(), Stdio::piped());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("writing the report to stdout") && err.contains("No space left"), "{err}");
+    let out = run(&["--no-cuda", "--log", "info", "doctor"], Stdio::null(), full().into());
+    assert_ne!(out.status.code(), Some(101), "doctor panicked on a full stderr");
+    let driver = FakeDriver::start(1).unwrap();
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let args = ["--no-cuda", "--log", "info", "--dev-dir", &dev, "agent", "--listen", "127.0.0.1:0"];
+    let out = run(&[&args[..], &["--grpc-listen", "off", "--duration", "3"]].concat(), Stdio::null(), full().into());
+    assert_eq!(out.status.code(), Some(0), "the agent with stderr on /dev/full");
+}
+
 /// `top --once --json` with NVML on prints the first snapshot whose attribution interval is
 /// complete: a real interval, the GPU attributed and a bill above 0 — not the zeros of a snapshot
 /// taken before NVML's second sample (issue 11).

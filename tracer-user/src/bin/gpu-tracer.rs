@@ -28,6 +28,14 @@ use tracer_user::{
     runner::{self, Flow, Schedule},
 };
 
+/// A line for people on stderr. A stderr that cannot be written (full, closed) is no reason to stop
+/// or to panic, as `eprintln!` would: the line is dropped.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "gpu-tracer",
@@ -292,7 +300,7 @@ impl TopOut {
             if self.start.elapsed() < ONCE_WAIT {
                 return Ok(Flow::Continue);
             }
-            eprintln!(
+            note!(
                 "warning: no attribution interval completed within {} s (NVML sampled too rarely?); \
                  printing the snapshot without shares, energy or cost",
                 ONCE_WAIT.as_secs()
@@ -384,9 +392,13 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     let written = out.finish().context("writing events")?;
     if a.summary {
         let (_, acc) = agent.accounting();
-        eprintln!(
+        note!(
             "events written: {written}; kernel seen {} = received {} + dropped {} (in flight {}); decode errors {:?}",
-            acc.seen, acc.received, acc.dropped, acc.in_flight, agent.stats.decode_errors
+            acc.seen,
+            acc.received,
+            acc.dropped,
+            acc.in_flight,
+            agent.stats.decode_errors
         );
     }
     Ok(())
@@ -436,10 +448,10 @@ async fn run_events_remote(
     }
     let written = out.finish().context("writing events")?;
     if lost > 0 {
-        eprintln!("warning: {lost} events lost: this reader fell behind the agent (write to a faster sink, or filter)");
+        note!("warning: {lost} events lost: this reader fell behind the agent (write to a faster sink, or filter)");
     }
     if a.summary {
-        eprintln!("events written: {written}; lost (reader behind): {lost}");
+        note!("events written: {written}; lost (reader behind): {lost}");
     }
     Ok(())
 }
@@ -563,11 +575,9 @@ async fn run_api(a: ApiArgs) -> Result<()> {
 
 async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
     let report = doctor::run(&cfg).await;
-    if a.json {
-        println!("{}", report.to_json()?);
-    } else {
-        print!("{}", report.render_text());
-    }
+    let text = if a.json { report.to_json()? + "\n" } else { report.render_text() };
+    let mut stdout = std::io::stdout();
+    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).context("writing the report to stdout")?;
     if report.failed() {
         std::process::exit(1);
     }
@@ -712,11 +722,11 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     let api = Arc::new(ApiState::new(hub.clone(), state.clone(), agent.report().clone()));
     let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;
     tracing::info!(listen = %server.local_addr, "serving /metrics, /healthz, /readyz");
-    eprintln!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
+    note!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
     let api_server = match &api_listen {
         Some(l) => {
             let s = listen::serve(l, api.clone()).await.context("starting the gRPC API (api.listen, --grpc-listen)")?;
-            eprintln!("gpu-tracer agent: serving the gRPC API on {}", s.addr);
+            note!("gpu-tracer agent: serving the gRPC API on {}", s.addr);
             Some(s)
         }
         None => None,
@@ -750,9 +760,9 @@ fn main() {
     // message naming the cause and the fix, never a backtrace, whatever RUST_BACKTRACE says:
     // anyhow's `Debug` would print one, so the chain is printed here instead.
     if let Err(e) = run() {
-        eprintln!("error: {e}");
+        note!("error: {e}");
         for cause in e.chain().skip(1) {
-            eprintln!("  caused by: {cause}");
+            note!("  caused by: {cause}");
         }
         std::process::exit(1);
     }
@@ -764,6 +774,9 @@ fn run() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr full or closed) is dropped: the subscriber's
+        // own report of that failure would be an `eprintln!`, which panics on the same stderr.
+        .log_internal_errors(false)
         .init();
     let cfg = build_config(&cli.common)?;
     let rt = match cli.command {
