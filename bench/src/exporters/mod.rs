@@ -26,18 +26,15 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpu_tracer_proto::{prost::Message as _, v1};
-use opentelemetry_proto::tonic::{
-    collector::{
-        logs::v1::{
-            ExportLogsServiceRequest, ExportLogsServiceResponse,
-            logs_service_server::{LogsService, LogsServiceServer},
-        },
-        metrics::v1::{
-            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-            metrics_service_server::{MetricsService, MetricsServiceServer},
-        },
+use opentelemetry_proto::tonic::collector::{
+    logs::v1::{
+        ExportLogsServiceRequest, ExportLogsServiceResponse,
+        logs_service_server::{LogsService, LogsServiceServer},
     },
-    metrics::v1::metric,
+    metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+        metrics_service_server::{MetricsService, MetricsServiceServer},
+    },
 };
 use tracer_user::{
     export::{
@@ -99,19 +96,7 @@ struct Received {
 struct Grpc(Arc<Received>);
 
 fn points(req: &ExportMetricsServiceRequest) -> usize {
-    req.resource_metrics
-        .iter()
-        .flat_map(|r| &r.scope_metrics)
-        .flat_map(|s| &s.metrics)
-        .map(|m| match &m.data {
-            Some(metric::Data::Gauge(g)) => g.data_points.len(),
-            Some(metric::Data::Sum(s)) => s.data_points.len(),
-            Some(metric::Data::Histogram(h)) => h.data_points.len(),
-            Some(metric::Data::ExponentialHistogram(h)) => h.data_points.len(),
-            Some(metric::Data::Summary(s)) => s.data_points.len(),
-            None => 0,
-        })
-        .sum()
+    req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics).map(point_count).sum()
 }
 
 #[tonic::async_trait]
