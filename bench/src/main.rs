@@ -180,6 +180,8 @@ fn agent_config(ctx: &Ctx, mode: AttachMode) -> Config {
     Config {
         attach_mode: mode,
         dev_dir: ctx.fake_dir.clone(),
+        // The stand-in nvidiactl is a regular file: accepted by device and inode.
+        simulated_devices: true,
         // 545+ layouts: the nested NV_MEMORY_ALLOCATION_PARAMS copy is the full 128 bytes.
         driver_version: Some("550.54.15".into()),
         // The cuda family is measured on its own in section 5; here it would only add ~40 uprobes on

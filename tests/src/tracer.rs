@@ -16,12 +16,15 @@ pub struct Tracer {
     _rt: tokio::runtime::Runtime,
 }
 
-/// The configuration the tests use against `driver`: its device directory, the fake's driver
+/// The configuration the tests use against `driver`: its device directory (trusted as simulated
+/// devices), the fake's driver
 /// version, and the cuda family off (uprobes on libcuda take seconds to detach; the CUDA tests
 /// turn it on with their own libraries).
 pub fn config_for(driver: &FakeDriver) -> Config {
     Config {
         dev_dir: driver.dev_dir().to_path_buf(),
+        // The fake driver's files are regular files on FUSE, not NVIDIA character devices.
+        simulated_devices: true,
         driver_version: Some("535.261.03".into()),
         families: Families { cuda: false, ..Default::default() },
         ..Config::default()

@@ -324,3 +324,66 @@ fn the_agents_own_device_use_is_not_traced() {
     assert_eq!(s.accounting.received, before.accounting.received, "no record for the agent's opens");
     assert_accounting(&s);
 }
+
+/// A fork storm (issue 13, item 3): 3,000 children of a process holding `nvidiactl` and `nvidia0`
+/// fork and exit at once, before the agent can scan them. The kernel marks each child at fork, so
+/// every exit is seen: no ghost stays tracked, and the pod's row counts its one live process.
+#[test]
+fn a_fork_storm_leaves_no_ghost_processes() {
+    let (_serial, _driver, mut t, pod, mut w) = scene();
+    ok(&mut w, "alloc-rm 64M");
+    t.settle();
+    // Drain while the storm runs, as the agent does: fork records are handled (and children
+    // scanned) while other children are still exiting.
+    let forked = std::thread::scope(|sc| {
+        let storm = sc.spawn(|| ok(&mut w, "fork-exit 3000").number("forked").unwrap());
+        while !storm.is_finished() {
+            t.agent.drain(&mut |_, _| {});
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        storm.join().unwrap()
+    });
+    assert_eq!(forked, 3000);
+    let s = t.settle();
+    let exits = s.kernel.probes.iter().find(|(n, _)| n == "exit").map(|(_, c)| c.emitted).unwrap_or(0);
+    assert!(exits >= 3000, "every child's exit is recorded: {exits}");
+    let tracked: Vec<u32> = s.state.processes.iter().map(|p| p.tgid).collect();
+    assert_eq!(tracked, vec![w.pid()], "only the parent is tracked");
+    let row = cgroup(&s, pod.id()).expect("the pod's row");
+    assert_eq!(row.processes, 1, "{row:?}");
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 64 * MIB);
+    assert_eq!(s.pipeline.processes_reconciled, 0, "nothing was left for reconciliation to find");
+    assert_accounting(&s);
+}
+
+/// A lost exit record (the ring buffer was full when the process died) leaves a ghost until the
+/// reconciliation against /proc finds it gone and forgets it, with its memory and its cgroup row.
+#[test]
+fn a_process_whose_exit_record_was_lost_is_reconciled() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    // A small ring buffer, and no draining while the workload floods it.
+    let mut t = Tracer::start(Config { ring_buffer_bytes: 64 * 1024, ..config_for(&driver) });
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    ok(&mut w, "alloc-rm 64M");
+    t.settle();
+    // Fill the ring with the smallest records (fork, then exit, of short-lived children): once they
+    // no longer fit, the parent's own exit record (larger than a fork record) cannot either.
+    ok(&mut w, "fork-exit 3000");
+    let pid = w.pid();
+    w.finish().unwrap();
+    let s = t.settle();
+    let exit = s.kernel.probes.iter().find(|(n, _)| n == "exit").map(|(_, c)| *c).unwrap_or_default();
+    assert!(exit.dropped_at(tracer_common::counter::DROP_RINGBUF_FULL) > 0, "exit records were lost: {exit:?}");
+    assert!(s.state.processes.iter().any(|p| p.tgid == pid), "a ghost before reconciliation");
+    let reconciled = t.agent.reconcile_processes(&mut |_, _| {});
+    assert_eq!(reconciled, 1);
+    let s = t.settle();
+    assert!(s.state.processes.is_empty(), "{:?}", s.state.processes);
+    assert_eq!(s.pipeline.processes_reconciled, 1);
+    assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 0, "the ghost's memory is released");
+    assert!(cgroup(&s, pod.id()).is_none_or(|r| r.processes == 0));
+}

@@ -79,7 +79,8 @@ fn events_json_carries_identity_and_allocation_details() {
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
-    let (child, log) = start(&["--dev-dir", &dev, "events", "--json", "--duration", "3", "--summary"]);
+    let (child, log) =
+        start(&["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", "3", "--summary"]);
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 1073741824");
@@ -119,12 +120,14 @@ fn events_protobuf_stream_decodes_and_top_once_json_has_exact_bytes() {
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let out_file = std::env::temp_dir().join(format!("gt-events-{}.pb", std::process::id()));
     let out_path = out_file.to_str().unwrap().to_string();
-    let (events, _l1) = start(&["--dev-dir", &dev, "events", "--output", &out_path, "--duration", "4"]);
+    let (events, _l1) =
+        start(&["--dev-dir", &dev, "--simulated-devices", "events", "--output", &out_path, "--duration", "4"]);
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 536870912");
     // `top --once` started now finds the workload by the /proc scan and sees the next allocation.
-    let (top, _l2) = start(&["--dev-dir", &dev, "top", "--once", "--json", "--interval-ms", "1500"]);
+    let (top, _l2) =
+        start(&["--dev-dir", &dev, "--simulated-devices", "top", "--once", "--json", "--interval-ms", "1500"]);
     ok(&mut w, "alloc-vidheap 134217728");
     let top_out = top.wait_with_output().unwrap();
     assert!(top_out.status.success());
@@ -177,7 +180,10 @@ fn events_json_reports_cuda_launch_batches_and_allocations() {
     let lib = gpu_tracer_tests::fake_libcuda("thunk");
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let libs = lib.to_str().unwrap().to_string();
-    let (child, _log) = start_with(&["--libcuda", &libs], &["--dev-dir", &dev, "events", "--json", "--duration", "3"]);
+    let (child, _log) = start_with(
+        &["--libcuda", &libs],
+        &["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", "3"],
+    );
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     ok(&mut w, "cuda-init");
     ok(&mut w, "cuda-launch 500");
@@ -215,7 +221,7 @@ fn events_per_event_cgroup_sends_every_launch_with_its_kernel_name() {
     let cg = pod.relative_path().to_string();
     let (child, _log) = start_with(
         &["--libcuda", &libs],
-        &["--dev-dir", &dev, "events", "--json", "--duration", "3", "--per-event-cgroup", &cg],
+        &["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", "3", "--per-event-cgroup", &cg],
     );
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     ok(&mut w, "cuda-init");
@@ -339,7 +345,8 @@ fn a_full_output_is_an_error_message_not_a_panic() {
     assert_ne!(out.status.code(), Some(101), "doctor panicked on a full stderr");
     let driver = FakeDriver::start(1).unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
-    let args = ["--no-cuda", "--log", "info", "--dev-dir", &dev, "agent", "--listen", "127.0.0.1:0"];
+    let args =
+        ["--no-cuda", "--log", "info", "--dev-dir", &dev, "--simulated-devices", "agent", "--listen", "127.0.0.1:0"];
     let out = run(&[&args[..], &["--grpc-listen", "off", "--duration", "3"]].concat(), Stdio::null(), full().into());
     assert_eq!(out.status.code(), Some(0), "the agent with stderr on /dev/full");
 }
@@ -359,7 +366,7 @@ fn top_once_json_waits_for_a_complete_attribution_interval() {
     let t = std::time::Instant::now();
     let out = Command::new(gpu_tracer())
         .args(["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"])
-        .args(["--dev-dir", &dev, "top", "--once", "--json", "--interval-ms", "200"])
+        .args(["--dev-dir", &dev, "--simulated-devices", "top", "--once", "--json", "--interval-ms", "200"])
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&nvml_dir);
@@ -400,7 +407,18 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     let api = format!("unix://{}/run/api.sock", api_dir.display());
     let (mut child, log) = start_with(
         &["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"],
-        &["--dev-dir", &dev, "agent", "--listen", "127.0.0.1:0", "--duration", "30", "--grpc-listen", &api],
+        &[
+            "--dev-dir",
+            &dev,
+            "--simulated-devices",
+            "agent",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "30",
+            "--grpc-listen",
+            &api,
+        ],
     );
     let addr = loop {
         let line = log.recv_timeout(Duration::from_secs(20)).expect("the agent names its address");
@@ -504,8 +522,18 @@ fn events_carry_pod_identity_and_one_violation_for_an_unallocated_gpu() {
     .unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let cfg = config.to_str().unwrap().to_string();
-    let (child, log) =
-        start(&["--config", &cfg, "--dev-dir", &dev, "events", "--json", "--duration", "6", "--summary"]);
+    let (child, log) = start(&[
+        "--config",
+        &cfg,
+        "--dev-dir",
+        &dev,
+        "--simulated-devices",
+        "events",
+        "--json",
+        "--duration",
+        "6",
+        "--summary",
+    ]);
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 1");
     ok(&mut w, "alloc-rm 1073741824");
@@ -541,4 +569,128 @@ fn events_carry_pod_identity_and_one_violation_for_an_unallocated_gpu() {
     assert_eq!(c["allocated_gpus"], serde_json::json!([gpu_uuid(0)]));
     drop(w);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `gpu-tracer <args>` run to its end (a command that is refused exits at once): (exit code,
+/// stderr).
+fn refused(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(gpu_tracer()).args(args).stdin(Stdio::null()).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Issue 13 item 6: a misconfiguration is an error at start naming the key, the reason and the
+/// fix — not accepted silently (a typo'd nested key left NVML on auto, `--driver-version abc` ran
+/// with the default layouts, `--dev-dir /nonexistent` said ready, `--duration nan` never stopped).
+/// Nothing is loaded, so no root is needed.
+#[test]
+fn a_misconfiguration_is_refused_naming_the_key_and_the_fix() {
+    let dir = std::env::temp_dir().join(format!("gt-cli-misconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    // An unknown key below the top level: the file, the dotted path, the line and the near miss.
+    let typo = file("typo.toml", "[nvml]\nmod = \"off\"\n");
+    for cmd in [&["top", "--once"][..], &["agent", "--duration", "1"], &["doctor"]] {
+        let (code, err) = refused(&[&["--config", &typo][..], cmd].concat());
+        assert_eq!(code, Some(1), "{cmd:?}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("error: config file {typo}: invalid setting nvml.mod: unknown key (line 2); did you mean `mode`?"),
+            "{cmd:?}"
+        );
+    }
+    // Values out of range, in the file and from flags.
+    let cases: &[(&[&str], &str)] = &[
+        (&["--config", &file("ring.toml", "ring_buffer_bytes = 2147483648\n")], "invalid setting ring_buffer_bytes: "),
+        (&["--config", &file("procs.toml", "max_processes = 0\n")], "invalid setting max_processes: 0 is outside"),
+        (
+            &["--config", &file("price.toml", "[attribution]\nprice_per_gpu_hour = -1.0\n")],
+            "invalid setting attribution.price_per_gpu_hour: -1 is not a price",
+        ),
+        (&["--driver-version", "abc"], "invalid setting driver_version: \"abc\" is not a driver version"),
+        (&["--dev-dir", "/nonexistent/dev"], "invalid setting dev_dir: /nonexistent/dev does not exist"),
+        (&["--proc-root", "/nonexistent/proc"], "invalid setting proc_root: /nonexistent/proc does not exist"),
+        (
+            &["--config", &file("cg.toml", "cgroup_root = \"/nonexistent/cgroup\"\n")],
+            "invalid setting cgroup_root: /nonexistent/cgroup does not exist",
+        ),
+        (&["--libcuda", &file("libcuda.so.1", "INPUT(libcuda.so.1.1)\n")], "is not an ELF file"),
+    ];
+    for (flags, want) in cases {
+        let (code, err) = refused(&[flags, &["agent", "--listen", "127.0.0.1:0", "--duration", "1"][..]].concat());
+        assert_eq!(code, Some(1), "{flags:?}: {err}");
+        assert!(err.starts_with("error: ") && err.contains(want), "{flags:?}: want {want:?} in {err}");
+    }
+    // Durations: NaN, infinite and negative are clap errors (exit 2) on every command.
+    for (cmd, value) in [("agent", "nan"), ("agent", "inf"), ("top", "NaN"), ("events", "-1"), ("events", "infinity")] {
+        let (code, err) = refused(&[cmd, &format!("--duration={value}")]);
+        assert_eq!(code, Some(2), "{cmd} --duration {value}: {err}");
+        assert!(err.contains(&format!("invalid value '{value}' for '--duration <DURATION>'")), "{err}");
+    }
+    let (code, err) = refused(&["--price-per-gpu-hour", "inf", "top", "--once"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("is not a price"), "{err}");
+    // Commands that load nothing here do not need the host paths.
+    let (code, err) =
+        refused(&["--dev-dir", "/nonexistent/dev", "api", "get-status", "--connect", "unix:///nonexistent/api.sock"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot connect") && !err.contains("dev_dir"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 13 item 6: an agent whose driver family cannot attach (`--attach-mode driver-entry`, not
+/// implemented on any kernel yet) is alive but not ready: /readyz answers 503 naming the family and
+/// why, and /metrics says `gpu_tracer_probe_family_up{family="driver"} 0` while lifecycle is 1.
+/// `doctor` reports a host path it cannot use instead of refusing to look.
+#[test]
+fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
+    require_root();
+    let (mut child, log) = start_with(
+        &["--no-cuda", "--nvml", "off", "--attach-mode", "driver-entry"],
+        &["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "30"],
+    );
+    let addr = loop {
+        let line = log.recv_timeout(Duration::from_secs(20)).expect("the agent names its address");
+        if let Some(rest) = line.split("serving http://").nth(1) {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let body = loop {
+        let (code, body) = http_get(&addr, "/readyz");
+        assert_eq!(code, 503, "{body}");
+        if !body.contains("no snapshot published yet") {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "no snapshot within 15 s: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(body.starts_with("not ready: driver family failed: attach mode driver-entry is not implemented"), "{body}");
+    assert!(!body.contains("lifecycle"), "{body}");
+    assert_eq!(http_get(&addr, "/healthz").0, 200, "alive: a restart would not fix the configuration");
+    let (status, text) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    let up = series(&text, "gpu_tracer_probe_family_up");
+    assert!(up.contains(&(r#"gpu_tracer_probe_family_up{family="driver"}"#.to_string(), 0.0)), "{up:?}");
+    assert!(up.contains(&(r#"gpu_tracer_probe_family_up{family="lifecycle"}"#.to_string(), 1.0)), "{up:?}");
+    assert_eq!(up.len(), 2, "no series for the cuda family switched off: {up:?}");
+    let info = series(&text, "gpu_tracer_probe_family_info");
+    assert!(info.iter().any(|(l, v)| l.contains(r#"family="driver",state="failed""#) && *v == 1.0), "{info:?}");
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+
+    let out = Command::new(gpu_tracer())
+        .args(["--no-cuda", "--nvml", "off", "--log", "error", "--dev-dir", "/nonexistent/dev", "doctor", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let config = v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "config").expect("a config check");
+    assert_eq!(config["status"], "fail", "{config}");
+    assert!(config["detail"].as_str().unwrap().starts_with("invalid setting dev_dir: /nonexistent/dev"), "{config}");
+    assert!(v["checks"].as_array().unwrap().len() > 5, "doctor still looks at the rest: {v:#}");
 }

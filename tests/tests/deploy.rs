@@ -53,9 +53,10 @@ fn strings(v: &Value) -> BTreeSet<String> {
 
 fn config_of(objs: &Value) -> tracer_user::config::Config {
     let text = find(objs, "ConfigMap")["data"]["config.toml"].as_str().unwrap();
-    let (cfg, warnings) = tracer_user::config::Config::from_toml(text).expect("config.toml parses");
-    assert!(warnings.is_empty(), "config.toml has unknown keys: {warnings:?}");
-    cfg.validate().expect("config.toml is valid");
+    // An unknown key at any depth is an error naming its dotted path.
+    let (cfg, warnings) = tracer_user::config::Config::from_toml(text).unwrap_or_else(|e| panic!("config.toml: {e}"));
+    assert!(warnings.is_empty(), "config.toml: {warnings:?}");
+    cfg.validate().unwrap_or_else(|e| panic!("config.toml: {e}"));
     cfg
 }
 

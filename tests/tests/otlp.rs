@@ -208,7 +208,13 @@ fn start_agent(node: &Node, endpoint: &str, protocol: &str) -> (Child, mpsc::Rec
     let bin = locate_binary("gpu-tracer").unwrap_or_else(|e| panic!("{e}: build it first (cargo build --release)"));
     let mut child = Command::new(bin)
         .args(["--log", "info", "--no-cuda", "--config", node.config.to_str().unwrap()])
-        .args(["--dev-dir", node.driver.dev_dir().to_str().unwrap(), "--otlp-endpoint", endpoint])
+        .args([
+            "--simulated-devices",
+            "--dev-dir",
+            node.driver.dev_dir().to_str().unwrap(),
+            "--otlp-endpoint",
+            endpoint,
+        ])
         .args(["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "60"])
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env("OTEL_METRIC_EXPORT_INTERVAL", "500")

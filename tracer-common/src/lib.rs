@@ -8,7 +8,7 @@
 pub mod nv;
 
 /// Bumped whenever a record or map layout changes.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Map names, as they appear in the eBPF object.
 pub mod map_names {
@@ -24,6 +24,7 @@ pub mod map_names {
     pub const CUDA_COUNTS: &str = "CUDA_COUNTS";
     pub const CUDA_PER_EVENT: &str = "CUDA_PER_EVENT";
     pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
+    pub const SIM_DEVICES: &str = "SIM_DEVICES";
 }
 
 /// Program names, as they appear in the eBPF object.
@@ -602,6 +603,48 @@ pub struct CapturePlan {
 /// Bytes of the device-directory prefix (e.g. `/dev/nvidia`) the kernel matches opens against.
 pub const DEV_PREFIX_MAX: usize = 64;
 
+/// Character-device majors the device check accepts (195 and the driver's dynamic ones).
+pub const DEVICE_MAJORS_MAX: usize = 8;
+
+/// The NVIDIA frontend major (`nvidiactl`, `nvidiaN`, `nvidia-modeset`).
+pub const NVIDIA_MAJOR: u32 = 195;
+
+/// How the kernel side decides that an opened file is an NVIDIA device, not just a file with an
+/// NVIDIA name: the open file's inode is read through `current->files->fdt->fd[fd]->f_inode` at
+/// open exit (offsets from the kernel's BTF, found by user space) and must be a character device
+/// with an accepted major, or a simulated device listed in `SIM_DEVICES` by (device, inode).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCheck {
+    /// 1: check every matched open; 0: no kernel BTF, the path alone decides (reported by `doctor`).
+    pub enabled: u32,
+    /// Accepted majors; 0 ends the list. [`NVIDIA_MAJOR`] first, then `/proc/devices`' `nvidia*`.
+    pub majors: [u32; DEVICE_MAJORS_MAX],
+    /// Byte offsets: `task_struct.files`, `files_struct.fdt`, `fdtable.max_fds`, `fdtable.fd`,
+    /// `file.f_inode`, `inode.i_mode`, `inode.i_rdev`, `inode.i_ino`, `inode.i_sb`,
+    /// `super_block.s_dev`.
+    pub task_files: u32,
+    pub files_fdt: u32,
+    pub fdt_max_fds: u32,
+    pub fdt_fd: u32,
+    pub file_inode: u32,
+    pub inode_mode: u32,
+    pub inode_rdev: u32,
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub sb_dev: u32,
+}
+
+/// A simulated device file (`SIM_DEVICES` key): its file system's kernel `dev_t`
+/// (`major << 20 | minor`) and inode number.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SimDeviceKey {
+    pub dev: u32,
+    pub _pad: u32,
+    pub ino: u64,
+}
+
 /// `CONFIG[0]`, written by user space before attaching.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -615,11 +658,19 @@ pub struct TracerConfig {
     /// Bit set of enabled families ([`family`]).
     pub families: u32,
     pub dev_prefix: [u8; DEV_PREFIX_MAX],
+    pub device_check: DeviceCheck,
 }
 
 impl Default for TracerConfig {
     fn default() -> Self {
-        Self { agent_tgid: 0, dev_prefix_len: 0, wakeup_every: 64, families: 0, dev_prefix: [0; DEV_PREFIX_MAX] }
+        Self {
+            agent_tgid: 0,
+            dev_prefix_len: 0,
+            wakeup_every: 64,
+            families: 0,
+            dev_prefix: [0; DEV_PREFIX_MAX],
+            device_check: DeviceCheck::default(),
+        }
     }
 }
 
@@ -654,14 +705,27 @@ pub mod counter {
     pub const DROP_NO_ENTRY: u32 = 5;
     /// The in-kernel aggregation map could not take a new key.
     pub const DROP_COUNT_MAP: u32 = 6;
+    /// An open of a file named like an NVIDIA node that is not an NVIDIA device (not a character
+    /// device with an NVIDIA major, nor a simulated device): not traced. Not data loss — a spoofing
+    /// attempt or a stray file (`DeviceCheck`).
+    pub const DROP_NOT_A_DEVICE: u32 = 7;
     /// Counted in an in-kernel aggregate (`CUDA_COUNTS`) instead of a ring-buffer record.
-    pub const AGGREGATED: u32 = 7;
-    pub const SLOTS: u32 = 8;
+    pub const AGGREGATED: u32 = 8;
+    pub const SLOTS: u32 = 9;
     pub const DROP_FIRST: u32 = DROP_RINGBUF_FULL;
-    pub const DROP_LAST: u32 = DROP_COUNT_MAP;
+    pub const DROP_LAST: u32 = DROP_NOT_A_DEVICE;
     /// Names used for metric labels, by slot.
-    pub const NAMES: [&str; 8] =
-        ["seen", "emitted", "ringbuf_full", "inflight_full", "fd_map_full", "no_entry", "count_map_full", "aggregated"];
+    pub const NAMES: [&str; 9] = [
+        "seen",
+        "emitted",
+        "ringbuf_full",
+        "inflight_full",
+        "fd_map_full",
+        "no_entry",
+        "count_map_full",
+        "not_a_device",
+        "aggregated",
+    ];
 }
 
 /// Probe ids (rows of the counter table).
@@ -749,7 +813,9 @@ const _: () = {
     assert!(size_of::<UvmMapKey>() == 16);
     assert!(size_of::<CaptureKey>() == 8);
     assert!(size_of::<CapturePlan>() == 32);
-    assert!(size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX);
+    assert!(size_of::<DeviceCheck>() == 4 + 4 * DEVICE_MAJORS_MAX + 40);
+    assert!(size_of::<SimDeviceKey>() == 16);
+    assert!(size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX + size_of::<DeviceCheck>());
     assert!(size_of::<CudaCountKey>() == 16);
     assert!(size_of::<PerEventKey>() == 16);
     assert!(size_of::<CudaCount>() == 16);
@@ -782,9 +848,12 @@ mod pod {
     // SAFETY: CapturePlan is #[repr(C)] with eight u32 fields, the last the explicit `_pad` (size asserted to
     // be 32), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CapturePlan {}
-    // SAFETY: TracerConfig is #[repr(C)] with four u32 fields followed by a byte array (size asserted to be
-    // 16 + DEV_PREFIX_MAX), so it has no implicit padding and any bit pattern is valid.
+    // SAFETY: TracerConfig is #[repr(C)] with four u32 fields, a byte array and a DeviceCheck of u32s only
+    // (size asserted to be their sum), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for TracerConfig {}
+    // SAFETY: SimDeviceKey is #[repr(C)] with two u32 fields and a u64 (size asserted to be 16), so it has no
+    // implicit padding and any bit pattern is valid.
+    unsafe impl aya::Pod for SimDeviceKey {}
     // SAFETY: CudaCountKey is #[repr(C)] with a u64 and two u32 fields (size asserted to be 16), so it has no
     // implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CudaCountKey {}

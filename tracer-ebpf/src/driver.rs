@@ -2,17 +2,18 @@
 //! managed-memory mmap/munmap of UVM fds. One handler for every attach mode: the entry points in
 //! `main.rs` only extract the syscall number and arguments.
 use aya_ebpf::helpers::{
-    bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated,
+    bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+    bpf_probe_read_user_str_bytes, generated,
 };
 use tracer_common::{
-    CaptureKey, DeviceRef, FdCloseRecord, FdDupRecord, FdKey, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
-    IOCTL_TAIL_MAX, Inflight, IoctlRecord, NO_NESTED, SPACE_FRONTEND, SPACE_UVM, UvmMapKey, UvmMmapRecord,
-    UvmMunmapRecord, counter, device_kind, flags, nv, probe, sysno,
+    CaptureKey, DeviceCheck, DeviceRef, FdCloseRecord, FdDupRecord, FdKey, FdOpenRecord, IOCTL_MAIN_MAX,
+    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, Inflight, IoctlRecord, NO_NESTED, SPACE_FRONTEND, SPACE_UVM, SimDeviceKey,
+    UvmMapKey, UvmMmapRecord, UvmMunmapRecord, counter, device_kind, flags, nv, probe, sysno,
 };
 
 use crate::{
     emit,
-    maps::{ALLOC_PARAM_SIZES, CAPTURE_PLANS, CONFIG, INFLIGHT, NV_FDS, TRACKED_TGIDS, UVM_MAPS},
+    maps::{ALLOC_PARAM_SIZES, CAPTURE_PLANS, CONFIG, INFLIGHT, NV_FDS, SIM_DEVICES, TRACKED_TGIDS, UVM_MAPS},
 };
 
 /// Arguments of the syscall being entered, however the attach mode exposes them.
@@ -237,6 +238,10 @@ fn exit_open(st: &Inflight, pid_tgid: u64, ret: i64) {
         }
     }
     if ret < 0 {
+        return;
+    }
+    if !is_nvidia_device(ret as u32, dev.kind) {
+        emit::drop_event(probe::OPEN, counter::DROP_NOT_A_DEVICE);
         return;
     }
     // An id for this open file description, shared by its dups.
@@ -556,4 +561,71 @@ fn parse_minor(s: &[u8; 16], _cap: usize) -> u32 {
         k += 1;
     }
     minor
+}
+
+/// Is the file just opened as `fd` by the current task an NVIDIA device (see `DeviceCheck`)? A path
+/// alone is never enough: a regular file or a FIFO called `nvidiactl` in a user's own mount namespace
+/// is not traced. With the check off (no kernel BTF) the path decides, as `doctor` reports.
+#[inline(always)]
+fn is_nvidia_device(fd: u32, kind: u8) -> bool {
+    let Some(cfg) = CONFIG.get(0) else { return false };
+    let c = &cfg.device_check;
+    if c.enabled == 0 {
+        return true;
+    }
+    let Some((mode, rdev, sdev, ino)) = open_inode(fd, c) else { return false };
+    const S_IFMT: u16 = 0o170000;
+    const S_IFCHR: u16 = 0o020000;
+    if mode & S_IFMT == S_IFCHR {
+        let major = rdev >> 20;
+        let mut i = 0;
+        while i < tracer_common::DEVICE_MAJORS_MAX {
+            let m = c.majors[i];
+            if m == 0 {
+                break;
+            }
+            if m == major {
+                return true;
+            }
+            i += 1;
+        }
+        // nvidia-uvm and nvidia-caps get dynamic majors, and nvidia-uvm is often loaded on demand
+        // after the agent read /proc/devices (user space refreshes the list): a character device
+        // in the kernel's dynamic ranges is accepted for those names only.
+        let dynamic = (234..=254).contains(&major) || (384..=511).contains(&major);
+        return dynamic && matches!(kind, device_kind::UVM | device_kind::UVM_TOOLS | device_kind::CAPS);
+    }
+    let key = SimDeviceKey { dev: sdev, _pad: 0, ino };
+    // SAFETY: presence check only.
+    unsafe { SIM_DEVICES.get(&key) }.is_some()
+}
+
+/// `(i_mode, i_rdev, i_sb->s_dev, i_ino)` of the current task's open file `fd`, read through
+/// `current->files->fdt->fd[fd]->f_inode` with the offsets user space found in the kernel's BTF.
+#[inline(always)]
+fn open_inode(fd: u32, c: &DeviceCheck) -> Option<(u16, u32, u32, u64)> {
+    // SAFETY: every read is a bpf_probe_read_kernel of a kernel address built from the BTF offsets;
+    // a wrong address fails the helper (None), it is never dereferenced directly.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        let files: u64 = bpf_probe_read_kernel(task.add(c.task_files as usize) as *const u64).ok()?;
+        let fdt: u64 = bpf_probe_read_kernel((files as *const u8).add(c.files_fdt as usize) as *const u64).ok()?;
+        let max: u32 = bpf_probe_read_kernel((fdt as *const u8).add(c.fdt_max_fds as usize) as *const u32).ok()?;
+        if fd >= max {
+            return None;
+        }
+        let arr: u64 = bpf_probe_read_kernel((fdt as *const u8).add(c.fdt_fd as usize) as *const u64).ok()?;
+        let file: u64 = bpf_probe_read_kernel((arr as *const u64).add(fd as usize)).ok()?;
+        if file == 0 {
+            return None;
+        }
+        let inode: u64 = bpf_probe_read_kernel((file as *const u8).add(c.file_inode as usize) as *const u64).ok()?;
+        let ip = inode as *const u8;
+        let mode: u16 = bpf_probe_read_kernel(ip.add(c.inode_mode as usize) as *const u16).ok()?;
+        let rdev: u32 = bpf_probe_read_kernel(ip.add(c.inode_rdev as usize) as *const u32).ok()?;
+        let ino: u64 = bpf_probe_read_kernel(ip.add(c.inode_ino as usize) as *const u64).ok()?;
+        let sb: u64 = bpf_probe_read_kernel(ip.add(c.inode_sb as usize) as *const u64).ok()?;
+        let sdev: u32 = bpf_probe_read_kernel((sb as *const u8).add(c.sb_dev as usize) as *const u32).ok()?;
+        Some((mode, rdev, sdev, ino))
+    }
 }

@@ -42,7 +42,7 @@ pub fn exit(ctx: &TracePointContext) {
     }
 }
 
-/// `sched_process_fork` runs in the parent; `child_pid` is at offset 20.
+/// `sched_process_fork` runs in the parent, before the child first runs; `child_pid` is at offset 20.
 pub fn fork(ctx: &TracePointContext) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !tracked(tgid) {
@@ -50,6 +50,12 @@ pub fn fork(ctx: &TracePointContext) {
     }
     // SAFETY: offsets from the tracepoint's format file.
     let child: i32 = unsafe { ctx.read_at(20) }.unwrap_or(0);
+    // The child inherits the parent's NVIDIA fds: track it before it runs, so that its exit is
+    // seen even if it dies before user space has scanned it (a fork storm left ghosts otherwise).
+    // `child` may be a thread; user space clears the byte of threads when it reads this record.
+    if child > 0 {
+        set_tracked(child as u32, true);
+    }
     if let Some(mut e) = emit::reserve::<ProcForkRecord>(probe::FORK, 0) {
         let r = e.as_mut_ptr();
         // SAFETY: r points at a reserved record.

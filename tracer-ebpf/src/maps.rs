@@ -5,7 +5,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     COUNTER_ENTRIES, CaptureKey, CapturePlan, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight,
-    PerEventKey, TracerConfig, UvmMapKey, capacity,
+    PerEventKey, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
 };
 
 /// All records to user space. Written only through `emit`.
@@ -70,3 +70,9 @@ pub static CUDA_PER_EVENT: HashMap<PerEventKey, u32> = HashMap::with_max_entries
 /// libcuda allocations between entry and return, keyed by pid_tgid.
 #[map]
 pub static CUDA_INFLIGHT: HashMap<u64, CudaAllocInflight> = HashMap::with_max_entries(capacity::CUDA_INFLIGHT, 0);
+
+/// Simulated device files accepted although they are not NVIDIA character devices, by (file
+/// system `dev_t`, inode): the fake driver's files, written by user space only with
+/// `simulated_devices` on. Empty on a real node.
+#[map]
+pub static SIM_DEVICES: HashMap<SimDeviceKey, u8> = HashMap::with_max_entries(64, 0);

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use fake_nvml::{Device, MigInstance, Process, Scenario, UtilizationSample, abi};
-use tracer_user::config::{NvmlSettings, SourceMode};
+use tracer_user::config::{Config, NvmlSettings, SourceMode};
 use tracer_user::nvml::model::{
     Clocks, ComputeMode, DeviceSample, GpuProcess, MemoryInfo, Missing, ProcessUtilization, Utilization,
 };
@@ -12,8 +12,14 @@ use tracer_user::nvml::sampler::{NvmlOpen, NvmlOpenError, NvmlSource};
 
 const GIB: u64 = 1 << 30;
 
-fn required(lib: &Path) -> NvmlSettings {
-    NvmlSettings { mode: SourceMode::Required, library: Some(lib.to_path_buf()) }
+/// `nvml` on simulated devices: the fake has no NVIDIA kernel module behind it, and NVML is not
+/// initialised without one unless the library is explicit and the devices simulated.
+fn fake(nvml: NvmlSettings) -> Config {
+    Config { nvml, simulated_devices: true, ..Config::default() }
+}
+
+fn required(lib: &Path) -> Config {
+    fake(NvmlSettings { mode: SourceMode::Required, library: Some(lib.to_path_buf()) })
 }
 
 /// A fresh fake with `scenario`, opened in `required` mode.
@@ -301,7 +307,7 @@ fn unsupported_energy_is_missing_not_zero_and_energy_grows_when_supported() {
 fn modes_with_a_missing_library() {
     let dir = tempfile::tempdir().unwrap();
     let absent = dir.path().join("nowhere").join("libnvidia-ml.so.1");
-    let settings = |mode| NvmlSettings { mode, library: Some(absent.clone()) };
+    let settings = |mode| fake(NvmlSettings { mode, library: Some(absent.clone()) });
 
     let err = NvmlSource::open(&settings(SourceMode::Required)).unwrap_err();
     assert!(matches!(err, NvmlOpenError::LibraryNotFound { .. }), "{err:?}");
@@ -328,6 +334,41 @@ fn driver_not_loaded_from_the_fake_is_reported_as_such() {
     assert_eq!(source.status().driver_version.as_deref(), Some("550.54.15"));
 }
 
+/// Without the kernel module (`<proc_root>/driver/nvidia` missing) NVML is not initialised at all:
+/// NVIDIA's library, run as root, would create `/dev/nvidiactl` (tests/tests/nvml_host.rs shows both
+/// sides with the real library in a private /dev). An explicit library does not change that; an
+/// explicit library on simulated devices (a test double) does.
+#[test]
+fn without_the_driver_nvml_is_not_initialised() {
+    let proc = tempfile::tempdir().unwrap();
+    let fake_dir = tempfile::tempdir().unwrap();
+    let fake_lib = fake_nvml::install(fake_dir.path(), &two_gpus()).unwrap();
+    let cfg = |mode, library: Option<&Path>, simulated_devices| Config {
+        nvml: NvmlSettings { mode, library: library.map(Path::to_path_buf) },
+        proc_root: proc.path().to_path_buf(),
+        simulated_devices,
+        ..Config::default()
+    };
+    let missing = format!("({}/driver/nvidia missing)", proc.path().display());
+    for (library, simulated) in [(None, false), (Some(fake_lib.as_path()), false), (None, true)] {
+        let auto = NvmlSource::open(&cfg(SourceMode::Auto, library, simulated)).unwrap();
+        let reason = auto.unavailable_reason().expect("unavailable without the driver");
+        assert!(matches!(reason, NvmlOpenError::DriverAbsent { .. }), "{library:?} {simulated}: {reason:?}");
+        assert_eq!(reason.reason(), "driver_not_loaded");
+        let text = reason.to_string();
+        for needle in
+            ["NVML not initialised", "driver is not loaded", &missing, "would create /dev/nvidiactl", "nvml.mode"]
+        {
+            assert!(text.contains(needle), "{text:?} lacks {needle:?}");
+        }
+        let err = NvmlSource::open(&cfg(SourceMode::Required, library, simulated)).unwrap_err();
+        assert!(matches!(err, NvmlOpenError::DriverAbsent { .. }), "{err:?}");
+        assert!(matches!(NvmlSource::open(&cfg(SourceMode::Off, library, simulated)).unwrap(), NvmlOpen::Off));
+    }
+    let double = NvmlSource::open(&cfg(SourceMode::Required, Some(&fake_lib), true)).unwrap();
+    assert!(double.into_source().is_some(), "the fake on simulated devices is a test double, initialised");
+}
+
 /// The real `libnvidia-ml.so.1` (Debian `libnvidia-ml1`, installed by `cargo xtask setup`).
 fn real_library() -> PathBuf {
     let candidates = [
@@ -349,11 +390,12 @@ fn real_library() -> PathBuf {
         .expect("the real libnvidia-ml.so.1 is not installed: run `cargo xtask setup` (apt-get install libnvidia-ml1)")
 }
 
+/// On a node with the NVIDIA driver the real library opens; on one without, it is not initialised
+/// (which is what keeps `/dev/nvidiactl` from being created when this runs as root).
 #[test]
-fn the_real_library_without_the_kernel_module_says_driver_not_loaded() {
+fn the_real_library_is_used_only_with_the_kernel_module() {
     let lib = real_library();
-    let settings = |mode| NvmlSettings { mode, library: Some(lib.clone()) };
-    // On a node with the NVIDIA driver this is the other outcome, asserted rather than skipped.
+    let settings = |mode| Config { nvml: NvmlSettings { mode, library: Some(lib.clone()) }, ..Config::default() };
     if Path::new("/proc/driver/nvidia/version").exists() {
         let source = NvmlSource::open(&settings(SourceMode::Required))
             .expect("NVML on a node with the driver")
@@ -364,10 +406,10 @@ fn the_real_library_without_the_kernel_module_says_driver_not_loaded() {
     }
     let auto = NvmlSource::open(&settings(SourceMode::Auto)).unwrap();
     let reason = auto.unavailable_reason().expect("auto mode without the driver is unavailable");
-    assert!(matches!(reason, NvmlOpenError::DriverNotLoaded { .. }), "{reason:?}");
-    assert!(reason.to_string().contains("Driver Not Loaded"), "{reason}");
+    assert!(matches!(reason, NvmlOpenError::DriverAbsent { .. }), "{reason:?}");
+    assert!(reason.to_string().contains("(/proc/driver/nvidia missing)"), "{reason}");
 
     let err = NvmlSource::open(&settings(SourceMode::Required)).unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("Driver Not Loaded") && text.contains("modprobe nvidia"), "{text}");
+    assert!(text.contains("NVML not initialised") && text.contains("modprobe nvidia"), "{text}");
 }

@@ -499,7 +499,8 @@ impl Report<'_> {
         let _ = writeln!(
             s,
             "**Method.** A regular file named `nvidiactl` in a tmpfs directory (`{}`) stands in for the device; the agent's \
-             `dev_dir` points there, so the tracer recognises the fd by its path and every ioctl on it takes the full capture \
+             `dev_dir` points there with `simulated_devices` on, so the tracer recognises the fd by its path and its \
+             device and inode (checked once, at open) and every ioctl on it takes the full capture \
              path, while the file system answers `-ENOTTY` at once and keeps the driver's own cost out of the numbers. A child \
              pinned to CPU {} opens it (after the probes are attached) and makes {} `ioctl(fd, 0x{:08X}, &nvos64)` calls (ns/call \
              by its CPU time, as in section 1; wall clock alongside): a \

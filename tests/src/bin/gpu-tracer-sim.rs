@@ -1036,6 +1036,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     top_cmd
         .arg("--dev-dir")
         .arg(&dev_dir)
+        .arg("--simulated-devices")
         .args(["--driver-version", DRIVER_VERSION])
         .arg("--libcuda")
         .arg(&libcuda)

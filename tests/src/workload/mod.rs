@@ -100,6 +100,7 @@ pub const COMMANDS: &[&str] = &[
     "state",
     "pid",
     "sleep-ms",
+    "fork-exit",
     "repeat",
     "exit",
     "bad-null",
@@ -330,6 +331,7 @@ impl CudaLikeClient {
                 std::thread::sleep(Duration::from_millis(number(0)?));
                 Ok(String::new())
             }
+            "fork-exit" => sys::fork_exit(number(0)?).map(|n| format!("forked={n}")),
             "repeat" => {
                 let n = number(0)?;
                 let inner = words.get(2..).filter(|w| !w.is_empty()).ok_or("usage: repeat <n> <command...>")?.join(" ");

@@ -163,3 +163,25 @@ pub fn fcntl_dupfd(fd: &OwnedFd, min: RawFd, cloexec: bool) -> io::Result<OwnedF
     // SAFETY: `r` is a freshly created fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
+
+/// Fork `n` children that exit at once (inheriting every open fd, the NVIDIA ones included), then
+/// reap them all: a fork storm. Returns how many were forked.
+pub fn fork_exit(n: u64) -> Result<u64, String> {
+    let mut pids = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        // SAFETY: the child only calls _exit, which is async-signal-safe, so forking a
+        // multi-threaded process is sound.
+        match unsafe { libc::fork() } {
+            // SAFETY: _exit ends the child without running the parent's destructors or atexit hooks.
+            0 => unsafe { libc::_exit(0) },
+            -1 => return Err(format!("fork: {}", io::Error::last_os_error())),
+            pid => pids.push(pid),
+        }
+    }
+    for pid in &pids {
+        let mut status = 0;
+        // SAFETY: waits for a child this process forked above.
+        unsafe { libc::waitpid(*pid, &mut status, 0) };
+    }
+    Ok(pids.len() as u64)
+}

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gpu_tracer_proto::v1;
 use tracer_user::{
-    config::{Config, Overrides},
+    config::{Config, Overrides, parse_seconds},
     doctor,
     export::api::{
         client::{self as api_client, ConnectArgs, ConnectSettings, FilterArgs},
@@ -122,7 +122,7 @@ struct AgentArgs {
     #[arg(long, default_value = "127.0.0.1:9400")]
     listen: std::net::SocketAddr,
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_seconds)]
     duration: Option<f64>,
     /// Where to serve the gRPC API: unix:///PATH (mode 0660), tcp://IP:PORT (TLS: api.tls_cert and
     /// api.tls_key in the config), or `off` [default: api.listen, unix:///run/gpu-tracer/api.sock].
@@ -147,7 +147,7 @@ struct TopArgs {
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
     /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_seconds)]
     duration: Option<f64>,
     #[command(flatten)]
     connect: ConnectArgs,
@@ -162,7 +162,7 @@ struct EventsArgs {
     #[arg(long, short)]
     output: Option<PathBuf>,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_seconds)]
     duration: Option<f64>,
     /// Stop after this many events.
     #[arg(long)]
@@ -183,7 +183,7 @@ struct EventsArgs {
     #[command(flatten)]
     connect: ConnectArgs,
     /// With --connect: first replay the agent's recent events from the last this many seconds.
-    #[arg(long, value_name = "SECONDS", requires = "connect")]
+    #[arg(long, value_name = "SECONDS", requires = "connect", value_parser = parse_seconds)]
     since: Option<f64>,
     /// With --connect: first replay the newest N matching events the agent still holds.
     #[arg(long, value_name = "N", requires = "connect", conflicts_with = "first")]
@@ -203,7 +203,30 @@ struct DoctorArgs {
     json: bool,
 }
 
-fn build_config(c: &CommonArgs) -> Result<Config> {
+/// What a command does with the configuration, so which checks it must pass before it runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ConfigUse {
+    /// Loads probes here (`agent`, `top`, `events`): the values and the host paths must be right.
+    Local,
+    /// Reads a running agent (`--connect`, `api`): only the values are checked.
+    Remote,
+    /// `doctor`: reports what is wrong (the `config` check) instead of refusing to look.
+    Report,
+}
+
+impl ConfigUse {
+    fn of(command: &Command) -> Self {
+        match command {
+            Command::Top(a) if a.connect.connect.is_some() => ConfigUse::Remote,
+            Command::Events(a) if a.connect.connect.is_some() => ConfigUse::Remote,
+            Command::Api(_) => ConfigUse::Remote,
+            Command::Doctor(_) => ConfigUse::Report,
+            Command::Top(_) | Command::Events(_) | Command::Agent(_) => ConfigUse::Local,
+        }
+    }
+}
+
+fn build_config(c: &CommonArgs, how: ConfigUse) -> Result<Config> {
     let mut cfg = match &c.config {
         Some(p) => {
             let (cfg, warnings) = Config::from_file(p)?;
@@ -215,7 +238,14 @@ fn build_config(c: &CommonArgs) -> Result<Config> {
         None => Config::default(),
     };
     c.overrides.apply(&mut cfg);
-    cfg.validate()?;
+    match how {
+        ConfigUse::Local => {
+            cfg.validate()?;
+            cfg.check_host_paths()?;
+        }
+        ConfigUse::Remote => cfg.validate()?,
+        ConfigUse::Report => {}
+    }
     Ok(cfg)
 }
 
@@ -778,7 +808,7 @@ fn run() -> Result<()> {
         // own report of that failure would be an `eprintln!`, which panics on the same stderr.
         .log_internal_errors(false)
         .init();
-    let cfg = build_config(&cli.common)?;
+    let cfg = build_config(&cli.common, ConfigUse::of(&cli.command))?;
     let rt = match cli.command {
         // The agent serves its API from worker threads beside the loop (which stays on this one).
         Command::Agent(_) => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?,

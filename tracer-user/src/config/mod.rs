@@ -1,6 +1,12 @@
 //! The agent's configuration: one typed struct, every field defaulted, loaded from TOML and
-//! overridden by command-line flags (flags > file > defaults). Unknown keys are warned about, not
-//! fatal. Host paths are configurable so tests can point the agent at fixtures and doubles.
+//! overridden by command-line flags (flags > file > defaults). Host paths are configurable so tests
+//! can point the agent at fixtures and doubles.
+//!
+//! A setting that cannot be what was meant is an error at start, naming the key, the reason and the
+//! fix — never a silent default: an unknown key at any depth (`nvml.mod`: a typo that would leave
+//! NVML on `auto`), a value out of range ([`Config::validate`]), a host path that is not there
+//! ([`Config::check_host_paths`]). (STYLE.md suggests warning about unknown keys; issue 13 showed
+//! what a warning in a DaemonSet's log is worth: nobody reads it and the node runs misconfigured.)
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -39,7 +45,7 @@ impl AttachMode {
 /// Which probe families to load. A family that fails to load or attach is reported; the others
 /// keep running.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Families {
     /// exec/exit/fork of GPU processes, cgroup removal.
     pub lifecycle: bool,
@@ -64,11 +70,17 @@ impl Default for Families {
 
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Directory holding the NVIDIA device nodes (`nvidiactl`, `nvidia0`, `nvidia-uvm`...).
     /// Default `/dev`.
     pub dev_dir: PathBuf,
+    /// Also accept the files found in `dev_dir` at start (by device and inode) as NVIDIA devices,
+    /// although they are not the driver's character devices (major 195 / `nvidia-uvm`'s): for the
+    /// fake driver and `sim` only. Off by default: a path alone is never enough, so a file called
+    /// `nvidiactl` in someone's own mount namespace is not traced. With an explicit `nvml.library`
+    /// it also lets NVML be initialised without the driver loaded (the fake NVML).
+    pub simulated_devices: bool,
     /// procfs mount (host PID namespace). Default `/proc`.
     pub proc_root: PathBuf,
     /// cgroup v2 mount; found from `/proc/self/mountinfo` when unset.
@@ -80,15 +92,16 @@ pub struct Config {
     pub driver_version_file: PathBuf,
     pub attach_mode: AttachMode,
     pub families: Families,
-    /// Ring buffer size in bytes (a power of two, multiple of the page size). Default 8 MiB.
+    /// Ring buffer size in bytes: a power of two from the page size (4 KiB) to
+    /// [`MAX_RING_BUFFER_BYTES`] (256 MiB). Default 8 MiB.
     pub ring_buffer_bytes: u32,
     /// Wake user space every N records per CPU; between wake-ups it drains on a timer. Default 64.
     pub wakeup_every: u32,
-    /// How often the ring buffer is drained even without a wake-up, in ms. Default 10.
+    /// How often the ring buffer is drained even without a wake-up, in ms (1..=60000). Default 10.
     pub drain_interval_ms: u64,
-    /// How often a snapshot is published, in ms. Default 1000.
+    /// How often a snapshot is published, in ms (1..=86400000). Default 1000.
     pub snapshot_interval_ms: u64,
-    /// Most processes kept in the state tables. Default 16384.
+    /// Most processes kept in the state tables (1..=[`MAX_PROCESSES`]). Default 16384.
     pub max_processes: usize,
     /// libcuda.so.1 copies to probe; empty: search the usual places (`cuda::attach::SEARCH_PATHS`).
     pub cuda_libraries: Vec<PathBuf>,
@@ -120,7 +133,7 @@ pub enum SourceMode {
 
 /// NVML settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct NvmlSettings {
     pub mode: SourceMode,
     /// `libnvidia-ml.so.1` to load; default: the dynamic loader's search (`libnvidia-ml.so.1`).
@@ -161,14 +174,14 @@ pub enum UnusedCost {
 
 /// Attribution settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AttributionSettings {
-    /// Price of one GPU for one hour (any currency). Unset: cost is not computed.
+    /// Price of one GPU for one hour (any currency; finite, at least 0). Unset: cost is not computed.
     pub price_per_gpu_hour: Option<f64>,
     /// Alternatively the node's price per hour, split evenly over its GPUs.
     pub price_per_node_hour: Option<f64>,
     pub cost_policy: CostPolicy,
-    /// Weight of memory-time in the `blended` policy (0..=1).
+    /// Weight of memory-time in the `blended` policy (0..=1; anything else is an error).
     pub blend_memory_weight: f64,
     pub unused_cost: UnusedCost,
     /// A container holding GPU memory that launched nothing for this long is an idle reservation.
@@ -196,7 +209,7 @@ impl Default for AttributionSettings {
 
 /// Kubernetes settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct KubeSettings {
     pub mode: SourceMode,
     /// This node's name (the pod watch is restricted to it); default `$NODE_NAME`, else the hostname.
@@ -346,6 +359,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             dev_dir: PathBuf::from("/dev"),
+            simulated_devices: false,
             proc_root: PathBuf::from("/proc"),
             cgroup_root: None,
             driver_version: None,
@@ -367,70 +381,292 @@ impl Default for Config {
     }
 }
 
-/// Errors loading the configuration.
+/// Errors loading the configuration. Each names the key (as a dotted path, `nvml.mode`), the
+/// reason and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("config file {path} is not valid TOML for gpu-tracer: {source}")]
-    Parse { path: PathBuf, source: toml::de::Error },
+    /// An error in the file's text, said with the file's name.
+    #[error("config file {}: {error}", path.display())]
+    InFile { path: PathBuf, error: Box<ConfigError> },
+    /// Not TOML at all (the position and the text are in `source`).
+    #[error("not valid TOML: {source}")]
+    Syntax { source: toml::de::Error },
+    /// A key no part of gpu-tracer reads: a typo, or a key put in the wrong table.
+    #[error("invalid setting {key}: unknown key{}; {hint}", at_line(*line))]
+    UnknownKey {
+        /// The full dotted path, `nvml.mod`, `otlp.include[0].namespaces`.
+        key: String,
+        line: Option<usize>,
+        /// The near miss (`did you mean `mode`?`) or the keys that table has.
+        hint: String,
+    },
+    /// A known key with a value of the wrong type or an unknown name (`mode = "of"`).
+    #[error("invalid setting {key}: {why}{}", at_line(*line))]
+    Value { key: String, line: Option<usize>, why: String },
     #[error("invalid setting {key}: {why}")]
     Invalid { key: &'static str, why: String },
 }
 
+fn at_line(line: Option<usize>) -> String {
+    line.map(|l| format!(" (line {l})")).unwrap_or_default()
+}
+
+impl ConfigError {
+    /// A short reason, for a metric label or a test.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ConfigError::Read { .. } => "read",
+            ConfigError::InFile { error, .. } => error.reason(),
+            ConfigError::Syntax { .. } => "syntax",
+            ConfigError::UnknownKey { .. } => "unknown_key",
+            ConfigError::Value { .. } => "value",
+            ConfigError::Invalid { .. } => "invalid",
+        }
+    }
+
+    /// The error of deserializing `text`: the path serde was at says which key.
+    fn from_toml(text: &str, e: serde_path_to_error::Error<toml::de::Error>) -> Self {
+        let key = e.path().to_string();
+        let e = e.into_inner();
+        let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        if key == "." {
+            return ConfigError::Syntax { source: e };
+        }
+        // serde's own words: "unknown field `mod`, expected `mode` or `library`" (or "expected one
+        // of `a`, `b`, ..." / "there are no fields"): the quoted names are the key, then the known.
+        if e.message().starts_with("unknown field `") {
+            let quoted: Vec<&str> = e.message().split('`').skip(1).step_by(2).collect();
+            let (unknown, known) = quoted.split_first().map_or(("", &[][..]), |(u, k)| (*u, k));
+            return ConfigError::UnknownKey { hint: unknown_key_hint(&key, unknown, known), key, line };
+        }
+        ConfigError::Value { key, line, why: e.message().trim_end().to_string() }
+    }
+}
+
+/// "did you mean `mode`?" for a near miss, else the keys the table has.
+fn unknown_key_hint(path: &str, unknown: &str, known: &[&str]) -> String {
+    if let Some(best) = known
+        .iter()
+        .map(|k| (edit_distance(unknown, k), *k))
+        .filter(|(d, _)| *d <= 1 + unknown.len() / 4)
+        .min()
+        .map(|(_, k)| k)
+    {
+        return format!("did you mean `{best}`?");
+    }
+    let table = match path.rsplit_once('.') {
+        Some((parent, _)) => format!("the keys of `{parent}` are"),
+        None => "the top-level keys are".to_string(),
+    };
+    if known.is_empty() {
+        return "this table has no keys (docs/configuration.md)".to_string();
+    }
+    let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+    format!("{table} {} (docs/configuration.md)", list.join(", "))
+}
+
+/// Levenshtein distance (keys are short ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The largest `ring_buffer_bytes`. The ring buffer is kernel memory locked for the agent's
+/// lifetime, and user space maps its data pages twice (so a record that wraps reads as one): a
+/// 2 GiB ring costs over 4 GiB of RSS. 256 MiB is 32 times the default, far more than a burst
+/// needs when the drain runs every few milliseconds.
+pub const MAX_RING_BUFFER_BYTES: u32 = 256 << 20;
+/// The largest `max_processes`: the kernel's `PID_MAX_LIMIT` (2^22) on 64-bit, so no node can
+/// have more processes to track.
+pub const MAX_PROCESSES: usize = 1 << 22;
+
 impl Config {
-    /// Load a TOML file; unknown keys are returned as warnings.
+    /// Load a TOML file. Errors name the file, the key (a dotted path) and the line. The second
+    /// value is a list of warnings (none today: every problem is an error; kept for deprecations).
     pub fn from_file(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        Self::from_toml(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+        Self::from_toml(&text).map_err(|e| ConfigError::InFile { path: path.into(), error: Box::new(e) })
     }
 
-    /// Parse TOML text; unknown keys are returned as warnings.
-    pub fn from_toml(text: &str) -> Result<(Config, Vec<String>), toml::de::Error> {
-        let cfg: Config = toml::from_str(text)?;
-        let mut warnings = Vec::new();
-        if let Ok(toml::Value::Table(t)) = text.parse::<toml::Value>() {
-            let known = toml::Value::try_from(Config::default()).ok();
-            if let Some(toml::Value::Table(k)) = known {
-                for key in t.keys() {
-                    // Option fields that are None are not serialized; accept them explicitly.
-                    let optional = matches!(key.as_str(), "cgroup_root" | "driver_version");
-                    if !k.contains_key(key) && !optional {
-                        warnings.push(format!("unknown config key `{key}` ignored"));
-                    }
-                }
+    /// Parse TOML text. An unknown key at any depth is an error naming its dotted path
+    /// (`nvml.mod`), with the near miss it was probably meant to be; so is a value of the wrong
+    /// type. Values are range-checked by [`Config::validate`], not here.
+    pub fn from_toml(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
+        let cfg: Config = serde_path_to_error::deserialize(toml::Deserializer::new(text))
+            .map_err(|e| ConfigError::from_toml(text, e))?;
+        Ok((cfg, Vec::new()))
+    }
+
+    /// Check the values, without looking at the host: each out-of-range or unparsable value is an
+    /// error naming the key, the reason and what to write instead. [`Config::check_host_paths`]
+    /// checks the paths.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, why: String| Err(ConfigError::Invalid { key, why });
+        let rb = self.ring_buffer_bytes;
+        let min_rb = page_size().max(4096);
+        if !rb.is_power_of_two() || rb < min_rb || rb > MAX_RING_BUFFER_BYTES {
+            return invalid(
+                "ring_buffer_bytes",
+                format!(
+                    "{rb} is not a power of two between {min_rb} (the page size) and {MAX_RING_BUFFER_BYTES} \
+                     (256 MiB: the ring is locked kernel memory, mapped twice in user space); the default is {}",
+                    tracer_common::capacity::EVENTS_BYTES
+                ),
+            );
+        }
+        if self.max_processes == 0 || self.max_processes > MAX_PROCESSES {
+            return invalid(
+                "max_processes",
+                format!(
+                    "{} is outside 1..={MAX_PROCESSES} (the kernel's PID limit: no node has more processes); \
+                     the default is 16384",
+                    self.max_processes
+                ),
+            );
+        }
+        if !(1..=60_000).contains(&self.drain_interval_ms) {
+            return invalid(
+                "drain_interval_ms",
+                format!(
+                    "{} is outside 1..=60000 ms: 0 would spin, and a ring buffer not drained for a minute loses \
+                     events; the default is 10",
+                    self.drain_interval_ms
+                ),
+            );
+        }
+        if !(1..=86_400_000).contains(&self.snapshot_interval_ms) {
+            return invalid(
+                "snapshot_interval_ms",
+                format!("{} is outside 1..=86400000 ms (a day); the default is 1000", self.snapshot_interval_ms),
+            );
+        }
+        let a = &self.attribution;
+        for (key, price) in [
+            ("attribution.price_per_gpu_hour", a.price_per_gpu_hour),
+            ("attribution.price_per_node_hour", a.price_per_node_hour),
+        ] {
+            if let Some(p) = price
+                && let Err(why) = check_price(p)
+            {
+                return invalid(key, why);
             }
         }
-        Ok((cfg, warnings))
-    }
-
-    /// Check settings that would fail later in a less clear way.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let rb = self.ring_buffer_bytes;
-        if !rb.is_power_of_two() || rb < 4096 {
-            return Err(ConfigError::Invalid {
-                key: "ring_buffer_bytes",
-                why: format!("{rb} is not a power of two of at least 4096"),
-            });
+        let w = a.blend_memory_weight;
+        if !(0.0..=1.0).contains(&w) {
+            return invalid(
+                "attribution.blend_memory_weight",
+                format!("{w} is not a weight between 0 and 1 (the share of memory-time in the blended policy)"),
+            );
+        }
+        if let Some(v) = &self.driver_version
+            && (v.split_whitespace().count() != 1 || parse_driver_version(v).is_none())
+        {
+            return invalid(
+                "driver_version",
+                format!(
+                    "{v:?} is not a driver version; write it as the driver prints it, e.g. \"535.261.03\", or leave \
+                     it unset to read {}",
+                    self.driver_version_file.display()
+                ),
+            );
         }
         let prefix = self.dev_prefix();
         if prefix.len() >= tracer_common::DEV_PREFIX_MAX {
-            return Err(ConfigError::Invalid {
-                key: "dev_dir",
-                why: format!(
+            return invalid(
+                "dev_dir",
+                format!(
                     "{} is too long: the kernel matches at most {} bytes of `<dev_dir>/nvidia`",
                     self.dev_dir.display(),
                     tracer_common::DEV_PREFIX_MAX - 1
                 ),
-            });
+            );
         }
         if !self.dev_dir.is_absolute() {
-            return Err(ConfigError::Invalid { key: "dev_dir", why: "must be an absolute path".into() });
+            return invalid("dev_dir", "must be an absolute path".into());
         }
         self.api.validate()?;
         self.otlp
             .validate()
             .map_err(|e| ConfigError::Invalid { key: e.key, why: format!("{:?}: {}", e.value, e.why) })?;
+        Ok(())
+    }
+
+    /// Check the host paths the agent reads: `dev_dir` is a directory (on a node whose driver is
+    /// not loaded yet `/dev` still is), `proc_root` is a procfs, `cgroup_root` (when set) a
+    /// directory, and each `cuda_libraries` file (when the cuda family is on) an ELF file. Commands
+    /// that load no probes here (`--connect`, `api`) skip this; `doctor` reports it.
+    pub fn check_host_paths(&self) -> Result<(), ConfigError> {
+        let invalid = |key, why: String| Err(ConfigError::Invalid { key, why });
+        let dev = &self.dev_dir;
+        if !dev.is_dir() {
+            let what = if dev.exists() { "is not a directory" } else { "does not exist" };
+            return invalid(
+                "dev_dir",
+                format!(
+                    "{} {what}; point dev_dir (--dev-dir) at the directory that holds nvidiactl (the host's /dev)",
+                    dev.display()
+                ),
+            );
+        }
+        let proc = &self.proc_root;
+        if !proc.is_dir() {
+            let what = if proc.exists() { "is not a directory" } else { "does not exist" };
+            return invalid(
+                "proc_root",
+                format!("{} {what}; point proc_root (--proc-root) at the host's procfs (/proc)", proc.display()),
+            );
+        }
+        if !proc.join("self").exists() && !proc.join("1").exists() {
+            return invalid(
+                "proc_root",
+                format!(
+                    "{} is not a procfs mount (it has neither `self` nor `1`); point proc_root (--proc-root) at the \
+                     host's procfs (/proc, or its mount in the pod with hostPID)",
+                    proc.display()
+                ),
+            );
+        }
+        if let Some(cg) = &self.cgroup_root
+            && !cg.is_dir()
+        {
+            let what = if cg.exists() { "is not a directory" } else { "does not exist" };
+            return invalid(
+                "cgroup_root",
+                format!(
+                    "{} {what}; set it to the cgroup v2 mount (e.g. /sys/fs/cgroup), or leave it unset to find it in \
+                     {}/self/mountinfo",
+                    cg.display(),
+                    proc.display()
+                ),
+            );
+        }
+        if self.families.cuda {
+            // A library that is not there is the cuda family's "nothing to probe" (a node without
+            // the driver's user-space libraries still runs; the chart names one path for every
+            // node); a file that is there but is not a shared object is a mistake.
+            for lib in self.cuda_libraries.iter().filter(|l| l.exists()) {
+                if let Err(why) = check_elf(lib) {
+                    return invalid(
+                        "cuda_libraries",
+                        format!(
+                            "{}: {why}; give the path of libcuda.so.1 (--libcuda), leave cuda_libraries empty to \
+                             search the usual places, or turn the cuda family off (--no-cuda)",
+                            lib.display()
+                        ),
+                    );
+                }
+            }
+        }
         Ok(())
     }
 
@@ -441,6 +677,59 @@ impl Config {
     }
 }
 
+/// The kernel's page size (a ring buffer is a whole number of pages).
+fn page_size() -> u32 {
+    // SAFETY: sysconf reads a constant of the system.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n).unwrap_or(4096)
+}
+
+/// A price is a finite amount, not negative.
+fn check_price(p: f64) -> Result<(), String> {
+    if !p.is_finite() || p < 0.0 {
+        return Err(format!("{p} is not a price: write a finite amount of at least 0 (e.g. 2.5), or leave it unset"));
+    }
+    Ok(())
+}
+
+/// Is `path` an ELF file? (A library to put uprobes on: a missing file, a directory or a linker
+/// script named `.so` would only show up later as a cuda family that failed.)
+fn check_elf(path: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open it ({e})"))?;
+    if !f.metadata().map_err(|e| format!("cannot examine it ({e})"))?.is_file() {
+        return Err("is not a regular file".into());
+    }
+    match f.read_exact(&mut magic) {
+        Ok(()) if magic == *b"\x7fELF" => Ok(()),
+        Ok(()) | Err(_) => Err("is not an ELF file (no \\x7fELF magic)".into()),
+    }
+}
+
+/// A command-line duration in seconds (`--duration`, `--since`): a finite number of at least 0.
+/// NaN or `inf` would mean "never stop" by accident; leave the flag out for that.
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number of seconds (e.g. 30 or 0.5)"))?;
+    if v.is_nan() || v.is_infinite() {
+        return Err(format!("`{s}` is not a number of seconds; leave the flag out to run until stopped"));
+    }
+    if v < 0.0 {
+        return Err(format!("`{s}` is negative; give a number of seconds of at least 0"));
+    }
+    if std::time::Duration::try_from_secs_f64(v).is_err() {
+        return Err(format!("`{s}` seconds is too long; leave the flag out to run until stopped"));
+    }
+    Ok(v)
+}
+
+/// A command-line price (`--price-per-gpu-hour`, `--price-per-node-hour`): finite, at least 0.
+pub fn parse_price(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a price (e.g. 2.5)"))?;
+    check_price(v)?;
+    Ok(v)
+}
+
 /// Command-line overrides of a [`Config`] (flags > file > defaults): every field is "not given"
 /// by default, and [`Overrides::apply`] changes only what was given. The binary flattens it into its
 /// global flags, so the doc comments below are the `--help` text.
@@ -449,6 +738,10 @@ pub struct Overrides {
     /// Directory with the NVIDIA device nodes [default: /dev].
     #[arg(long, global = true)]
     pub dev_dir: Option<PathBuf>,
+    /// Also trust the files in --dev-dir at start as devices although they are not NVIDIA
+    /// character devices (the fake driver, `sim`); never on a real node.
+    #[arg(long, global = true)]
+    pub simulated_devices: bool,
     /// procfs of the host PID namespace [default: /proc].
     #[arg(long, global = true)]
     pub proc_root: Option<PathBuf>,
@@ -467,7 +760,8 @@ pub struct Overrides {
     /// Do not load the cuda probe family (uprobes on libcuda.so.1).
     #[arg(long, global = true)]
     pub no_cuda: bool,
-    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths).
+    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths). A path given
+    /// must be an ELF file: a missing one is an error, not a cuda family that failed.
     #[arg(long = "libcuda", global = true)]
     pub libcuda: Vec<PathBuf>,
     /// NVML use: auto (use it when there; say why not otherwise), required (exit when it cannot be
@@ -482,10 +776,10 @@ pub struct Overrides {
     #[arg(long, global = true)]
     pub nvml_only: bool,
     /// Price of one GPU-hour (any currency): turns on the cost split.
-    #[arg(long, global = true, value_name = "PRICE")]
+    #[arg(long, global = true, value_name = "PRICE", value_parser = parse_price)]
     pub price_per_gpu_hour: Option<f64>,
     /// Price of the node per hour, split evenly over its GPUs (instead of --price-per-gpu-hour).
-    #[arg(long, global = true, value_name = "PRICE")]
+    #[arg(long, global = true, value_name = "PRICE", value_parser = parse_price)]
     pub price_per_node_hour: Option<f64>,
     /// How cost is split between containers [default: memory-time].
     #[arg(long, global = true, value_enum)]
@@ -511,6 +805,9 @@ impl Overrides {
     pub fn apply(&self, cfg: &mut Config) {
         if let Some(d) = &self.dev_dir {
             cfg.dev_dir = d.clone();
+        }
+        if self.simulated_devices {
+            cfg.simulated_devices = true;
         }
         if let Some(p) = &self.proc_root {
             cfg.proc_root = p.clone();

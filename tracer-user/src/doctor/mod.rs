@@ -153,10 +153,23 @@ pub fn effective_caps() -> u64 {
     std::fs::read_to_string("/proc/self/status").ok().and_then(|s| privileges::parse_cap_eff(&s)).unwrap_or(0)
 }
 
+/// `config`: the values and host paths the other commands refuse to start with
+/// ([`Config::validate`], [`Config::check_host_paths`]); `doctor` reports them and looks further.
+pub fn config_check(cfg: &Config) -> Check {
+    match cfg.validate().and_then(|()| cfg.check_host_paths()) {
+        Ok(()) => Check::with(
+            "config",
+            CheckStatus::Ok,
+            format!("valid (dev_dir {}, proc_root {})", cfg.dev_dir.display(), cfg.proc_root.display()),
+        ),
+        Err(e) => Check::with("config", CheckStatus::Fail, format!("{e} (the agent would refuse to start)")),
+    }
+}
+
 /// Static checks (no programs loaded).
 pub fn static_checks(cfg: &Config) -> Vec<Check> {
     let f = KernelFeatures::detect();
-    let mut out = vec![Check::new("kernel", true, false, format!("Linux {}", f.release))];
+    let mut out = vec![config_check(cfg), Check::new("kernel", true, false, format!("Linux {}", f.release))];
     out.push(Check::new(
         "btf",
         f.btf,

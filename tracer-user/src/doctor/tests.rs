@@ -18,6 +18,18 @@ fn a_regular_file_is_not_the_driver() {
     assert!(c.detail.contains("the driver is not loaded here"), "{}", c.detail);
 }
 
+/// `doctor` reports a configuration the agent would refuse, instead of refusing to look.
+#[test]
+fn the_config_check_reports_what_the_agent_would_refuse() {
+    let ok = config_check(&Config::default());
+    assert_eq!(ok.status, CheckStatus::Ok, "{ok:?}");
+    let bad = config_check(&Config { dev_dir: "/nonexistent/dev".into(), ..Default::default() });
+    assert_eq!(bad.status, CheckStatus::Fail, "{bad:?}");
+    assert!(bad.detail.starts_with("invalid setting dev_dir: /nonexistent/dev does not exist"), "{bad:?}");
+    let bad = config_check(&Config { max_processes: 0, ..Default::default() });
+    assert!(bad.detail.starts_with("invalid setting max_processes: 0"), "{bad:?}");
+}
+
 #[test]
 fn a_missing_node_says_how_to_fix_it() {
     let c = device_node_check("/nonexistent/nvidiactl");

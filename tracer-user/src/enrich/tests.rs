@@ -18,5 +18,51 @@ fn reads_own_process_and_cgroup_root() {
         let ino = std::fs::metadata(&root).unwrap().ino();
         let mut r = CgroupResolver::new(Some(root));
         assert_eq!(r.resolve(ino).as_deref(), Some("/"));
+        // By id (root: CAP_DAC_READ_SEARCH) or, where refused, by the walk; counted either way.
+        let l = r.lookups;
+        assert_eq!((l.by_id + l.by_walk, l.unresolved), (1, 0), "{l:?}");
+        assert_eq!(r.resolve(ino).as_deref(), Some("/"));
+        assert_eq!(r.lookups, l, "a known id is not looked up again");
+        assert_eq!(r.resolve(0), None, "cgroup id 0 means unknown");
     }
+}
+
+#[test]
+fn kernel_paths_are_made_relative_to_the_mount() {
+    let m = "/sys/fs/cgroup";
+    assert_eq!(relative_cgroup_path(m, "/sys/fs/cgroup").as_deref(), Some("/"));
+    assert_eq!(relative_cgroup_path(m, "/sys/fs/cgroup/a.slice/b.scope").as_deref(), Some("/a.slice/b.scope"));
+    assert_eq!(relative_cgroup_path(m, "/sys/fs/cgroupx/a"), None, "a sibling mount is not under it");
+    assert_eq!(relative_cgroup_path(m, "/other/a"), None);
+    assert_eq!(relative_cgroup_path(m, "/sys/fs/cgroup/gone (deleted)"), None);
+    assert_eq!(relative_cgroup_path("/", "/a/b").as_deref(), Some("/a/b"));
+    assert_eq!(relative_cgroup_path("/", "/").as_deref(), Some("/"));
+}
+
+#[test]
+fn a_directory_that_is_not_cgroup2_is_refused_for_lookups_by_id() {
+    let dir = std::env::temp_dir();
+    let e = open_cgroup2_mount(&dir).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
+}
+
+/// Without lookups by id (here: the "mount" is a plain directory) a miss walks the tree, at most
+/// every 200 ms: a directory made just after a walk is unknown until the next one is due. (With
+/// lookups by id, tests/tests/cgroup_paths.rs shows it named at once.)
+#[test]
+fn without_lookups_by_id_a_miss_walks_at_most_every_200_ms() {
+    let root = std::env::temp_dir().join(format!("gpu-tracer-walk-test.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("a/b")).unwrap();
+    let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
+    let mut r = CgroupResolver::new(Some(root.clone()));
+    assert_eq!(r.resolve(ino("a/b")).as_deref(), Some("/a/b"));
+    assert_eq!((r.lookups.walks, r.lookups.by_walk, r.lookups.by_id), (1, 1, 0), "{:?}", r.lookups);
+    std::fs::create_dir(root.join("c")).unwrap();
+    assert_eq!(r.resolve(ino("c")), None, "a walk is not due yet");
+    assert_eq!((r.lookups.walks, r.lookups.unresolved), (1, 1), "{:?}", r.lookups);
+    std::thread::sleep(Duration::from_millis(210));
+    assert_eq!(r.resolve(ino("c")).as_deref(), Some("/c"));
+    assert_eq!((r.lookups.walks, r.lookups.by_walk), (2, 2), "{:?}", r.lookups);
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -16,6 +16,10 @@ pub struct PipelineStats {
     pub seeded_fds: u64,
     /// Processes whose `/proc/PID/fd` could not be read during a scan.
     pub scan_unreadable: u64,
+    /// Tracked processes found gone (or their PID reused) without an exit record, and forgotten.
+    pub processes_reconciled: u64,
+    /// Fds a scan found under an NVIDIA name whose file is not an NVIDIA device (not tracked).
+    pub scan_not_devices: u64,
     /// Kernel `NV_FDS` entries removed after process exit.
     pub fd_map_cleanups: u64,
     /// Failed kernel map updates from user space (seeding, cleanup).
@@ -28,6 +32,14 @@ pub struct PipelineStats {
     pub cuda_library_errors: u64,
     /// Such copies detached after the last process known to map them exited.
     pub cuda_libraries_detached: u64,
+    /// cgroup ids first seen whose path the kernel gave by id (at once, no walk).
+    pub cgroup_paths_by_id: u64,
+    /// cgroup ids first seen whose path a walk of the hierarchy found (lookups by id refused).
+    pub cgroup_paths_by_walk: u64,
+    /// cgroup path lookups that found nothing (removed, or a walk not due yet).
+    pub cgroup_paths_unresolved: u64,
+    /// Full walks of the cgroup hierarchy.
+    pub cgroup_walks: u64,
 }
 
 /// `seen = received + aggregated + dropped`, per probe and in total.

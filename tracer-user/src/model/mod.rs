@@ -14,6 +14,7 @@ mod event;
 mod kubernetes;
 mod nvml;
 mod otlp;
+mod probes;
 
 pub use accounting::{Accounting, LedgerCheck, PipelineStats};
 pub use api::ApiStats;
@@ -21,6 +22,7 @@ pub use event::EventContext;
 pub use kubernetes::{AllocationUse, KubeView, KubernetesStatus};
 pub use nvml::{NvmlStatus, NvmlView};
 pub use otlp::{OtlpDrop, OtlpStats};
+pub use probes::ProbeFamilyState;
 
 use crate::{
     attribution::AttributionSnapshot,
@@ -49,6 +51,9 @@ pub struct AgentSnapshot {
     pub accounting: Accounting,
     /// Where the driver probes attached (or NVML-only).
     pub attach_mode: ProbeMode,
+    /// How each probe family fared (`driver`, `lifecycle`, `cuda`); empty in a snapshot read back
+    /// from the API.
+    pub probe_families: Vec<ProbeFamilyState>,
     /// The driver version whose struct layouts are used.
     pub driver_version: String,
     /// NVML: in use or why not, and the latest sample.

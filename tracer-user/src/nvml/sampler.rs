@@ -1,5 +1,6 @@
-//! The NVML sampler: opens `libnvidia-ml.so.1` through nvml-wrapper as `NvmlSettings` says, and turns
-//! one pass over every GPU into an [`NvmlSample`].
+//! The NVML sampler: opens `libnvidia-ml.so.1` through nvml-wrapper as `NvmlSettings` says (not where
+//! the NVIDIA driver is not loaded: [`NvmlOpenError::DriverAbsent`]), and turns one pass over every
+//! GPU into an [`NvmlSample`].
 //!
 //! A reading NVML refuses is recorded in `missing` (NotSupported = the feature is absent, not an
 //! error) and counted by reason; a lost GPU is marked `lost` and the pass goes on with the others;
@@ -16,7 +17,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
-use crate::config::{NvmlSettings, SourceMode};
+use crate::config::{Config, SourceMode};
 use crate::nvml::model::{
     Clocks, ComputeMode, DeviceSample, GpuProcess, MemoryInfo, MigInstance, Missing, NvmlSample, ProcessUtilization,
     Utilization,
@@ -28,6 +29,19 @@ pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 /// Why NVML cannot be used on this node. Each message names the cause and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlOpenError {
+    /// Not even tried: NVIDIA's `nvmlInit`, run as root without the kernel module, creates
+    /// `/dev/nvidiactl` (c 195:255, mode 0666; measured with the 535 library; its strings also name
+    /// `/usr/bin/nvidia-modprobe`, which loads the module).
+    #[error(
+        "NVML not initialised: the NVIDIA driver is not loaded ({} missing); initialising it would create \
+         /dev/nvidiactl. Load the driver (`modprobe nvidia`; `nvidia-smi` must work), or set nvml.mode = \"off\" \
+         to run without NVML",
+        proc_dir.display()
+    )]
+    DriverAbsent {
+        /// `<proc_root>/driver/nvidia`, which the loaded driver provides.
+        proc_dir: PathBuf,
+    },
     #[error(
         "cannot load the NVML library {library}: {detail}. Install the NVIDIA driver's user-space \
          library (Debian/Ubuntu package libnvidia-ml1, or the driver installer), set nvml.library to \
@@ -83,7 +97,7 @@ impl NvmlOpenError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::LibraryNotFound { .. } => "library_not_found",
-            Self::DriverNotLoaded { .. } => "driver_not_loaded",
+            Self::DriverAbsent { .. } | Self::DriverNotLoaded { .. } => "driver_not_loaded",
             Self::SymbolMissing { .. } => "symbol_missing",
             Self::NoPermission { .. } => "no_permission",
             Self::Init { .. } => "init_failed",
@@ -156,13 +170,24 @@ impl std::fmt::Debug for NvmlSource {
 }
 
 impl NvmlSource {
-    /// Opens NVML as `settings` say: `off` -> [`NvmlOpen::Off`]; `auto` -> [`NvmlOpen::Unavailable`]
+    /// Opens NVML as `cfg.nvml` says: `off` -> [`NvmlOpen::Off`]; `auto` -> [`NvmlOpen::Unavailable`]
     /// with the reason when it cannot be used; `required` -> `Err` naming the cause and the fix.
-    pub fn open(settings: &NvmlSettings) -> Result<NvmlOpen, NvmlOpenError> {
+    ///
+    /// NVML is not initialised where the NVIDIA driver is not loaded (`<proc_root>/driver/nvidia`
+    /// missing): NVIDIA's library would change the host ([`NvmlOpenError::DriverAbsent`]). The one
+    /// exception is a test double: an explicit `nvml.library` with `simulated_devices` (the fake
+    /// driver has no kernel module; the fake NVML is loaded that way).
+    pub fn open(cfg: &Config) -> Result<NvmlOpen, NvmlOpenError> {
+        let settings = &cfg.nvml;
         if settings.mode == SourceMode::Off {
             return Ok(NvmlOpen::Off);
         }
-        match Self::open_library(settings.library.as_deref()) {
+        let double = settings.library.is_some() && cfg.simulated_devices;
+        let opened = match driver_absent(&cfg.proc_root) {
+            Some(e) if !double => Err(e),
+            _ => Self::open_library(settings.library.as_deref()),
+        };
+        match opened {
             Ok(source) => Ok(NvmlOpen::Ready(Box::new(source))),
             Err(e) if settings.mode == SourceMode::Auto => Ok(NvmlOpen::Unavailable(e)),
             Err(e) => Err(e),
@@ -236,6 +261,14 @@ impl NvmlSource {
             cost_ns: started.elapsed().as_nanos() as u64,
         }
     }
+}
+
+/// Why NVML must not be initialised: `<proc_root>/driver/nvidia`, which the loaded driver makes, is
+/// missing. Only NotFound counts: another error (EACCES on a restricted procfs) proves nothing.
+fn driver_absent(proc_root: &Path) -> Option<NvmlOpenError> {
+    let proc_dir = proc_root.join("driver/nvidia");
+    let missing = matches!(proc_dir.symlink_metadata(), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    missing.then_some(NvmlOpenError::DriverAbsent { proc_dir })
 }
 
 /// The path of the library nvml-wrapper loaded, from the address of one of its functions.

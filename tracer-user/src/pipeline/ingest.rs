@@ -121,8 +121,14 @@ impl Agent {
         match ev {
             Event::ProcessExit { header, .. } => self.process_exited(header.tgid),
             // A new process (not a thread) inherits the parent's NVIDIA fds: register them.
-            Event::ProcessFork { child_pid, .. } if self.enrich.is_process(*child_pid) => {
-                self.seed_from_proc(Some(*child_pid), sink)
+            Event::ProcessFork { child_pid, .. } => {
+                if self.enrich.is_process(*child_pid) {
+                    self.seed_from_proc(Some(*child_pid), sink)
+                } else if let Some(k) = self.kernel.as_mut() {
+                    // A thread (or a child already gone, whose exit the kernel has seen): the
+                    // kernel marked it at fork; only processes stay marked.
+                    k.untrack(*child_pid);
+                }
             }
             Event::CgroupRemoved { cgroup_id, .. } => self.enrich.cgroups.forget(*cgroup_id),
             _ => {}
@@ -151,11 +157,20 @@ impl Agent {
             return;
         }
         let prefix = self.cfg.dev_prefix();
-        let (found, unreadable) = match only {
-            None => procscan::scan(&self.cfg.proc_root, &prefix, std::process::id()),
-            Some(pid) => procscan::scan_one(&self.cfg.proc_root, &prefix, pid),
+        let Some(accepted) = self.kernel.as_ref().map(|k| &k.probes.accepted) else { return };
+        let procscan::Scan { found, unreadable, not_devices } = match only {
+            None => procscan::scan(&self.cfg.proc_root, &prefix, accepted, std::process::id()),
+            Some(pid) => procscan::scan_one(&self.cfg.proc_root, &prefix, accepted, pid),
         };
         self.stats.scan_unreadable += unreadable;
+        if not_devices > 0 {
+            tracing::warn!(
+                fds = not_devices,
+                "fds named like NVIDIA device nodes that are not NVIDIA devices: not traced \
+                 (a file in a process's own mount namespace, or a test double without simulated_devices)"
+            );
+        }
+        self.stats.scan_not_devices += not_devices;
         if found.is_empty() {
             return;
         }

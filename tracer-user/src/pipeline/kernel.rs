@@ -70,6 +70,12 @@ impl KernelSide {
         Ok(())
     }
 
+    /// Clear `pid`'s byte in the tracked-process map: the kernel marks every forked child, threads
+    /// included, and only processes should stay marked.
+    pub(super) fn untrack(&mut self, pid: u32) {
+        self.tracked.set(pid, false);
+    }
+
     /// The probes put `fd` of `tgid` in `NV_FDS` (an open or a dup of an NVIDIA fd).
     pub(super) fn fd_opened(&mut self, tgid: u32, fd: u32) {
         self.fds.entry(tgid).or_default().insert(fd);

@@ -38,6 +38,7 @@ mod kernel;
 mod kubernetes;
 mod late_libcuda;
 mod nvml;
+mod reconcile;
 
 pub use ingest::EventSink;
 
@@ -171,6 +172,8 @@ impl Agent {
         }
         if self.kernel.as_ref().is_some_and(|k| k.sweep_due()) {
             self.sweep_inflight();
+            self.refresh_device_majors();
+            self.reconcile_processes(sink);
         }
         self.drain(sink)
     }
@@ -200,6 +203,15 @@ impl Agent {
         let n = k.sweep_dead_threads(&self.cfg.proc_root);
         self.stats.inflight_swept += n;
         n
+    }
+
+    /// Give the kernel's device check the NVIDIA majors `/proc/devices` lists now (`nvidia-uvm` is
+    /// often loaded after the agent started).
+    pub fn refresh_device_majors(&mut self) {
+        let Some(k) = self.kernel.as_mut() else { return };
+        if let Err(e) = k.probes.refresh_majors(&self.cfg.proc_root) {
+            tracing::warn!(error = %e, "cannot update the device check's majors");
+        }
     }
 
     /// Launch counts since the previous call, per (cgroup, tgid, entry point), read fresh from the
@@ -290,13 +302,22 @@ impl Agent {
         self.attribute(&state, &cuda);
     }
 
+    /// The cgroup resolver's counters into the pipeline's.
+    fn note_cgroup_lookups(&mut self) {
+        let l = self.enrich.cgroups.lookups;
+        self.stats.cgroup_paths_by_id = l.by_id;
+        self.stats.cgroup_paths_by_walk = l.by_walk;
+        self.stats.cgroup_paths_unresolved = l.unresolved;
+        self.stats.cgroup_walks = l.walks;
+    }
+
     /// The immutable snapshot of this moment, built once: the ledgers are read once, and when a
     /// snapshot interval has passed since the previous NVML sample, NVML is sampled and the
     /// interval attributed from those same readings.
     pub fn snapshot(&mut self) -> AgentSnapshot {
         let (kernel, accounting) = self.accounting();
         self.refresh_cuda_counts();
-        let state = self.state.snapshot();
+        let mut state = self.state.snapshot();
         let cuda = self.cuda.snapshot(&mut |id| self.enrich.cgroups.resolve(id));
         if self.nvml.due(self.cfg.snapshot_interval_ms) {
             self.nvml.sample();
@@ -308,6 +329,15 @@ impl Agent {
             ids.extend(a.containers.iter().map(|c| c.container.0));
         }
         let containers = self.identities.refresh(ids, &mut self.enrich.cgroups, &self.kube);
+        // A cgroup row gets its path from the record that created it; when that lookup found none
+        // (the cgroup was new and, without lookups by id, no walk was due), it takes the one found since.
+        for row in state.cgroups.iter_mut().filter(|r| r.path.is_none()) {
+            if let Some(p) = containers.get(&row.cgroup_id).and_then(|c| c.cgroup_path.as_deref()) {
+                self.state.set_cgroup_path(row.cgroup_id, p);
+                row.path = Some(p.to_owned());
+            }
+        }
+        self.note_cgroup_lookups();
         AgentSnapshot {
             state,
             cuda,
@@ -316,6 +346,7 @@ impl Agent {
             pipeline: self.stats.clone(),
             accounting,
             attach_mode: self.report.attach_mode,
+            probe_families: crate::model::ProbeFamilyState::of_report(&self.report),
             driver_version: self.driver_version.version_string(),
             nvml: self.nvml.view(),
             attribution: self.join.attribution.clone(),

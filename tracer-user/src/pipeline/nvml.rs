@@ -26,7 +26,7 @@ impl NvmlSide {
     /// Open NVML as the configuration says (`required` and missing is an error).
     pub(super) fn open(cfg: &Config) -> Result<NvmlSide, StartError> {
         let side = |source, status, reason| NvmlSide { source, status, reason, last: None, prev: None };
-        Ok(match NvmlSource::open(&cfg.nvml)? {
+        Ok(match NvmlSource::open(cfg)? {
             NvmlOpen::Ready(s) => side(Some(*s), NvmlStatus::Ready, None),
             NvmlOpen::Unavailable(e) => {
                 tracing::warn!(reason = e.reason(), "NVML not used: {e}");

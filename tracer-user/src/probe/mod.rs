@@ -8,9 +8,13 @@ use aya::{
     programs::{BtfTracePoint, RawTracePoint, TracePoint},
 };
 use serde::Serialize;
-use tracer_common::{CaptureKey, CapturePlan, TracerConfig, map_names, nv::DriverAbi, prog_names, sysno};
+use tracer_common::{
+    CaptureKey, CapturePlan, DeviceCheck, SimDeviceKey, TracerConfig, map_names, nv::DriverAbi, prog_names, sysno,
+};
 
 use crate::config::{AttachMode, Config};
+
+pub mod devcheck;
 
 /// The compiled kernel programs, embedded at build time.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
@@ -149,6 +153,18 @@ pub struct ProbeReport {
     pub cuda: FamilyStatus,
     /// Per libcuda copy: which entry points are probed, and where.
     pub cuda_libraries: Vec<crate::cuda::attach::LibraryReport>,
+    /// How opened files are recognised as NVIDIA devices (`devcheck`).
+    pub device_check: DeviceCheckReport,
+}
+
+/// How opened files are recognised as NVIDIA devices.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceCheckReport {
+    /// False without kernel BTF: the path alone decides.
+    pub enabled: bool,
+    /// Files accepted as simulated devices (`simulated_devices`).
+    pub simulated_files: u32,
+    pub detail: String,
 }
 
 impl ProbeReport {
@@ -163,6 +179,7 @@ impl ProbeReport {
             lifecycle: FamilyStatus::Disabled,
             cuda: FamilyStatus::Disabled,
             cuda_libraries: Vec::new(),
+            device_check: DeviceCheckReport { detail: "no probes".into(), ..Default::default() },
         }
     }
 }
@@ -198,11 +215,13 @@ impl ProbeError {
 pub struct Probes {
     pub ebpf: Ebpf,
     pub report: ProbeReport,
+    /// The kernel's device rule, for the `/proc` scan (and refreshed majors).
+    pub accepted: devcheck::Accepted,
     /// Entries `TRACKED_TGIDS` was created with (from `pid_max`).
     pub tracked_entries: u32,
 }
 
-/// Kernel config for the programs.
+/// Kernel config for the programs (the device check off; [`Probes::load`] turns it on).
 pub fn tracer_config(cfg: &Config) -> TracerConfig {
     let prefix = cfg.dev_prefix();
     let mut tc = TracerConfig {
@@ -214,6 +233,40 @@ pub fn tracer_config(cfg: &Config) -> TracerConfig {
     };
     tc.dev_prefix[..prefix.len()].copy_from_slice(prefix.as_bytes());
     tc
+}
+
+/// The device check for `cfg`: offsets from the kernel's BTF, majors from `/proc/devices`, and the
+/// simulated files when asked for; with the description for `doctor` and the report.
+pub fn device_check(cfg: &Config) -> (DeviceCheck, devcheck::Accepted, Vec<SimDeviceKey>, DeviceCheckReport) {
+    let majors = devcheck::read_majors(&cfg.proc_root);
+    let simulated = if cfg.simulated_devices { devcheck::simulated_files(&cfg.dev_dir) } else { Vec::new() };
+    let (check, mut words) = match devcheck::offsets_from_btf(Path::new(devcheck::VMLINUX_BTF)) {
+        Ok(mut c) => {
+            devcheck::set_majors(&mut c, &majors);
+            (c, format!("opened files must be character devices with an NVIDIA major {majors:?}"))
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "no device check: files under {} are taken as NVIDIA devices by name alone, so any user \
+                 who can create such a file in their own mount namespace can feed the tracer",
+                cfg.dev_dir.display()
+            );
+            (DeviceCheck::default(), format!("OFF, the path alone decides ({e})"))
+        }
+    };
+    if cfg.simulated_devices {
+        words.push_str(&format!(
+            ", or one of the {} simulated device files in {} (simulated_devices)",
+            simulated.len(),
+            cfg.dev_dir.display()
+        ));
+    }
+    let report =
+        DeviceCheckReport { enabled: check.enabled != 0, simulated_files: simulated.len() as u32, detail: words };
+    let accepted =
+        devcheck::Accepted { enabled: check.enabled != 0, majors, simulated: simulated.iter().copied().collect() };
+    (check, accepted, simulated, report)
 }
 
 impl Probes {
@@ -233,11 +286,21 @@ impl Probes {
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 
+        let (check, accepted, simulated, device_check) = device_check(cfg);
+        let kernel_config = TracerConfig { device_check: check, ..tracer_config(cfg) };
         {
             let m = ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
             let mut a: Array<&mut MapData, TracerConfig> =
                 Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
-            a.set(0, tracer_config(cfg), 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+            a.set(0, kernel_config, 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        }
+        {
+            let m = ebpf.map_mut(map_names::SIM_DEVICES).ok_or(ProbeError::MissingMap(map_names::SIM_DEVICES))?;
+            let mut h: BpfHashMap<&mut MapData, SimDeviceKey, u8> =
+                BpfHashMap::try_from(m).map_err(|source| ProbeError::Map { map: map_names::SIM_DEVICES, source })?;
+            for k in &simulated {
+                h.insert(k, 1, 0).map_err(|source| ProbeError::Map { map: map_names::SIM_DEVICES, source })?;
+            }
         }
         {
             let m = ebpf.map_mut(map_names::CAPTURE_PLANS).ok_or(ProbeError::MissingMap(map_names::CAPTURE_PLANS))?;
@@ -299,6 +362,7 @@ impl Probes {
             lifecycle,
             cuda,
             cuda_libraries,
+            device_check,
         };
         if !matches!(report.driver, FamilyStatus::Attached { .. })
             && !matches!(report.lifecycle, FamilyStatus::Attached { .. })
@@ -315,7 +379,29 @@ impl Probes {
                 cuda: s(&report.cuda),
             });
         }
-        Ok(Probes { ebpf, report, tracked_entries })
+        Ok(Probes { ebpf, report, accepted, tracked_entries })
+    }
+
+    /// Re-read `/proc/devices` and give the kernel any NVIDIA major that appeared since start
+    /// (`nvidia-uvm` is often loaded on demand, after the agent). Returns whether it changed.
+    pub fn refresh_majors(&mut self, proc_root: &Path) -> Result<bool, ProbeError> {
+        if !self.accepted.enabled {
+            return Ok(false);
+        }
+        let majors = devcheck::read_majors(proc_root);
+        if majors == self.accepted.majors {
+            return Ok(false);
+        }
+        let m = self.ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
+        let mut a: Array<&mut MapData, TracerConfig> =
+            Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        // Read-modify-write: the per-event switch lives in the same value.
+        let mut kc = a.get(&0, 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        devcheck::set_majors(&mut kc.device_check, &majors);
+        a.set(0, kc, 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        tracing::info!(?majors, "NVIDIA device majors changed");
+        self.accepted.majors = majors;
+        Ok(true)
     }
 }
 

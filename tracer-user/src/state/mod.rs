@@ -344,6 +344,12 @@ impl TracerState {
         }
     }
 
+    /// Every tracked process: its incarnation, cgroup and command name (for reconciliation against
+    /// `/proc`).
+    pub fn process_list(&self) -> Vec<(ProcessKey, u64, Option<String>)> {
+        self.processes.values().map(|p| (p.key, p.cgroup_id, p.comm.clone())).collect()
+    }
+
     /// Live usage of a process, if it is tracked.
     pub fn process_usage(&self, tgid: u32) -> Option<Usage> {
         self.processes.get(&tgid).map(|p| p.usage)

@@ -13,6 +13,15 @@ use crate::{
 pub async fn run(cfg: &Config) -> DoctorReport {
     let mut checks = static_checks(cfg);
     checks.extend(super::exporter_checks(cfg, |k| std::env::var(k).ok()));
+    // Values the agent cannot start with are already the `config` check's failure.
+    if cfg.validate().is_err() {
+        checks.push(Check::with(
+            "probes",
+            CheckStatus::Fail,
+            "not loaded: the configuration is invalid (see `config`)",
+        ));
+        return DoctorReport { checks, probes: None };
+    }
     let probes = match Agent::start(cfg.clone()) {
         Ok(mut agent) => {
             checks.push(nvml_check(&agent.snapshot().nvml));
@@ -73,10 +82,28 @@ pub fn kubernetes_checks(k: &KubeView) -> Vec<Check> {
 /// `attach mode`, then one check per probe family.
 pub fn probe_checks(r: &ProbeReport) -> Vec<Check> {
     let mut out = vec![Check::with("attach mode", CheckStatus::Ok, format!("{} ({})", r.attach_mode, r.attach_reason))];
+    if !matches!(r.attach_mode, crate::probe::ProbeMode::NvmlOnly) {
+        out.push(device_check(&r.device_check));
+    }
     for (name, st) in [("driver family", &r.driver), ("lifecycle family", &r.lifecycle), ("cuda family", &r.cuda)] {
         out.push(family_check(name, st));
     }
     out
+}
+
+/// How NVIDIA fds are recognised: by the device (ok), with simulated files trusted (warn: never on
+/// a real node), or by path alone (warn: anyone can feed the tracer a file with an NVIDIA name).
+pub fn device_check(d: &crate::probe::DeviceCheckReport) -> Check {
+    let status = if !d.enabled || d.simulated_files > 0 { CheckStatus::Warn } else { CheckStatus::Ok };
+    let mut detail = d.detail.clone();
+    if !d.enabled {
+        detail.push_str(
+            "; any user who can create a file with an NVIDIA name in their own mount namespace can feed the              tracer. Fix: run on a kernel with BTF (CONFIG_DEBUG_INFO_BTF)",
+        );
+    } else if d.simulated_files > 0 {
+        detail.push_str("; simulated devices are for the fake driver and sim only, never a real node");
+    }
+    Check::with("device check", status, detail)
 }
 
 /// One probe family: attached (ok), disabled (warn), nothing to probe (warn) or failed (fail).

@@ -8,6 +8,11 @@ fn report(cuda: FamilyStatus) -> ProbeReport {
         driver: FamilyStatus::Attached { programs: vec!["raw_tracepoint/sys_enter".into()] },
         lifecycle: FamilyStatus::Disabled,
         cuda,
+        device_check: crate::probe::DeviceCheckReport {
+            enabled: true,
+            simulated_files: 0,
+            detail: "character devices with an NVIDIA major".into(),
+        },
         ..ProbeReport::nvml_only()
     }
 }
@@ -22,6 +27,7 @@ fn families_map_to_statuses() {
         got,
         vec![
             ("attach mode", CheckStatus::Ok, "raw-tracepoint (no BTF)"),
+            ("device check", CheckStatus::Ok, "character devices with an NVIDIA major"),
             ("driver family", CheckStatus::Ok, "attached: raw_tracepoint/sys_enter"),
             ("lifecycle family", CheckStatus::Warn, "disabled by configuration"),
             ("cuda family", CheckStatus::Warn, no_lib.as_str()),

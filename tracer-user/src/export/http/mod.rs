@@ -10,7 +10,8 @@
 //! - `/healthz` (liveness): 200 while the loop's heartbeat is fresher than
 //!   [`HealthSettings::stale_after`]; 503 when the loop is stuck, so the kubelet restarts the pod.
 //! - `/readyz` (readiness): 200 once the probes are attached ([`ServeState::mark_attached`]) and
-//!   the first snapshot is published, and while the loop is alive; otherwise 503 with the reason.
+//!   the first snapshot is published, and while the loop is alive and no probe family that is
+//!   switched on failed to attach; otherwise 503 with the reason (`driver family failed: ...`).
 //!
 //! The server is built for a node where anything may connect ([`ServeLimits`]): at most
 //! `max_connections` at once (more are closed at accept, counted and logged), request headers
@@ -82,9 +83,18 @@ pub enum NotReady {
     /// No snapshot published yet.
     #[error("no snapshot published yet (the first comes after one interval)")]
     NoSnapshot,
+    /// Probe families that are switched on but did not attach: `(family, why)`. The agent runs
+    /// on without them, but not as configured, so a rollout should stop here.
+    #[error("{}", families_failed(.0))]
+    FamiliesFailed(Vec<(&'static str, String)>),
     /// The loop stopped stepping.
     #[error(transparent)]
     Stalled(#[from] Unhealthy),
+}
+
+fn families_failed(failed: &[(&'static str, String)]) -> String {
+    let each: Vec<String> = failed.iter().map(|(family, why)| format!("{family} family failed: {why}")).collect();
+    each.join("; ")
 }
 
 /// Why `/healthz` says no.
@@ -162,12 +172,15 @@ impl ServeState {
         }
     }
 
-    /// Is the agent ready to be scraped? `Ok` carries the attach mode.
+    /// Is the agent ready to be scraped, and running as configured? `Ok` carries the attach mode.
     pub fn readiness(&self) -> Result<String, NotReady> {
         self.health()?;
         let attached = self.attached.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or(NotReady::NotAttached)?;
-        if self.snapshot.read().unwrap_or_else(|p| p.into_inner()).is_none() {
-            return Err(NotReady::NoSnapshot);
+        let snapshot = self.latest().ok_or(NotReady::NoSnapshot)?;
+        let failed: Vec<(&'static str, String)> =
+            snapshot.probe_families.iter().filter_map(|f| f.failure().map(|why| (f.family, why.to_owned()))).collect();
+        if !failed.is_empty() {
+            return Err(NotReady::FamiliesFailed(failed));
         }
         Ok(attached)
     }

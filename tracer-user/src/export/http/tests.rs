@@ -28,6 +28,35 @@ fn state(stale_after: Duration) -> Arc<ServeState> {
 
 const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
 
+/// Issue 13 item 6: a probe family that is switched on but failed to attach is not "probes
+/// attached": /readyz answers 503 naming the family and why. Nothing to probe (no libcuda) and a
+/// family switched off are ready.
+#[tokio::test]
+async fn readiness_names_a_family_that_failed_to_attach() {
+    use crate::probe::FamilyStatus;
+    let st = state(Duration::from_secs(30));
+    let srv = serve("127.0.0.1:0".parse().unwrap(), st.clone()).await.unwrap();
+    st.mark_attached("driver-entry");
+    let mut snap = sample_snapshot();
+    snap.probe_families[0].status =
+        FamilyStatus::Failed { error: "attach mode driver-entry is not implemented yet (it needs kprobes)".into() };
+    st.publish(Arc::new(snap.clone()));
+    let (code, _, body) = get(srv.local_addr, "/readyz", None).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (503, "not ready: driver family failed: attach mode driver-entry is not implemented yet (it needs kprobes)\n")
+    );
+    snap.probe_families[1].status = FamilyStatus::Failed { error: "attaching tracepoint/sched/x: EPERM".into() };
+    st.publish(Arc::new(snap.clone()));
+    let (_, _, body) = get(srv.local_addr, "/readyz", None).await;
+    assert!(body.contains("driver family failed: ") && body.contains("; lifecycle family failed: attaching"), "{body}");
+    // Still alive: the kubelet must not restart an agent for its configuration.
+    assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200);
+    st.publish(Arc::new(sample_snapshot()));
+    assert_eq!(get(srv.local_addr, "/readyz", None).await.0, 200);
+    srv.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn readiness_follows_attach_and_first_snapshot() {
     let st = state(Duration::from_secs(30));

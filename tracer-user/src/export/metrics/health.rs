@@ -94,6 +94,20 @@ pub fn pipeline_stats(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Res
         None,
         p.scan_unreadable,
     )?;
+    counter(
+        e,
+        "processes_reconciled",
+        "Tracked processes found gone (or their PID reused) without an exit record, and forgotten.",
+        None,
+        p.processes_reconciled,
+    )?;
+    counter(
+        e,
+        "proc_scan_not_devices",
+        "Fds a /proc scan found under an NVIDIA device name whose file is not an NVIDIA device (not traced).",
+        None,
+        p.scan_not_devices,
+    )?;
     counter(e, "fd_map_cleanups", "Kernel NV_FDS entries removed after process exit.", None, p.fd_map_cleanups)?;
     counter(
         e,
@@ -123,5 +137,18 @@ pub fn pipeline_stats(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Res
         "libcuda copies detached after the last process mapping them exited.",
         None,
         p.cuda_libraries_detached,
-    )
+    )?;
+    counter_family(
+        e,
+        "cgroup_path_lookups",
+        "cgroup id to path lookups of ids not known yet, by result: by_id (the kernel, at once), by_walk \
+         (a walk of the hierarchy, where lookups by id are refused), unresolved (removed, or a walk not due).",
+        None,
+        [
+            ([("result", "by_id")], p.cgroup_paths_by_id),
+            ([("result", "by_walk")], p.cgroup_paths_by_walk),
+            ([("result", "unresolved")], p.cgroup_paths_unresolved),
+        ],
+    )?;
+    counter(e, "cgroup_walks", "Full walks of the cgroup hierarchy.", None, p.cgroup_walks)
 }

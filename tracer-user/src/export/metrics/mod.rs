@@ -16,6 +16,7 @@
 //!
 //! One file per family of what is exported ([`BUILTIN`] fixes the order of the exposition):
 //!
+//! - `probes.rs`: each probe family's state (`probe_family_up`, `probe_family_info`).
 //! - `health.rs`: `build_info`, the kernel's per-probe accounting (`probe_events_*`, `records_*`,
 //!   `accounting_exact`), decode errors and the user-space stages' counters.
 //! - `driver.rs`: the driver ledger per cgroup (`cgroup_*` memory and ioctls) and per GPU
@@ -42,6 +43,7 @@ mod kubernetes;
 mod labels;
 mod nvml;
 mod otlp;
+mod probes;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -65,6 +67,7 @@ pub use self::{
     labels::{CgroupOnly, ContainerLabels, ContainerResolver, GpuIdLabels},
     nvml::nvml_devices,
     otlp::otlp,
+    probes::probe_families,
 };
 use crate::{attribution::gpu::FULL, model::AgentSnapshot};
 
@@ -133,6 +136,7 @@ pub type BuiltinSource = (&'static str, fn(&Scrape<'_>, &mut DescriptorEncoder<'
 /// The built-in sources, in exposition order.
 pub const BUILTIN: &[BuiltinSource] = &[
     ("build_info", build_info),
+    ("probe_families", probe_families),
     ("cgroup_memory", cgroup_memory),
     ("gpu_memory", gpu_memory),
     ("cgroup_cuda", cgroup_cuda),

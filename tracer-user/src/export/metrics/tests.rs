@@ -103,6 +103,7 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
         },
         accounting: Accounting { seen: 105, received: 102, aggregated: 0, dropped: 3, in_flight: 0, exact: true },
         attach_mode: ProbeMode::Attached(AttachMode::SyscallTracepoint),
+        probe_families: sample_families(),
         driver_version: "570.86.15".into(),
         attribution: Some(Arc::new(sample_attribution())),
         containers: [(
@@ -154,6 +155,16 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
         api: Some(crate::model::ApiStats { published: 900, subscribers: 2, subscriptions: 3, refused: 1, lost: 40 }),
         ..Default::default()
     }
+}
+
+/// Driver attached, lifecycle switched off, cuda with no libcuda to probe: ready.
+pub(crate) fn sample_families() -> Vec<crate::model::ProbeFamilyState> {
+    use crate::{model::ProbeFamilyState, probe::FamilyStatus};
+    vec![
+        ProbeFamilyState { family: "driver", status: FamilyStatus::Attached { programs: vec!["tp/x".into()] } },
+        ProbeFamilyState { family: "lifecycle", status: FamilyStatus::Disabled },
+        ProbeFamilyState { family: "cuda", status: FamilyStatus::NothingToProbe { error: "no libcuda.so.1".into() } },
+    ]
 }
 
 const GIB: u64 = 1 << 30;
@@ -536,6 +547,27 @@ fn every_family_is_prefixed_and_documented() {
             || d.strip_suffix("_total").is_some_and(|f| p.families.contains_key(&format!("gpu_tracer_{f}")));
         assert!(exposed, "docs/metrics.md lists gpu_tracer_{d}, which the exposition does not have");
     }
+}
+
+/// Issue 13 item 6: each family's state. `up` is 1 attached, 0 failed or nothing to probe, and
+/// absent for a family switched off (so `== 0` alerts only on what was meant to run).
+#[test]
+fn probe_family_up_and_info_say_each_familys_state() {
+    use crate::probe::FamilyStatus;
+    let mut snap = sample_snapshot();
+    let text = MetricsRegistry::new().encode(&Arc::new(snap.clone()), ExpositionFormat::OpenMetrics).unwrap();
+    let p = parse(&text);
+    assert_eq!(value(&p, "gpu_tracer_probe_family_up", &[("family", "driver")]), 1.0);
+    assert_eq!(value(&p, "gpu_tracer_probe_family_up", &[("family", "cuda")]), 0.0);
+    assert_eq!(samples(&p, "gpu_tracer_probe_family_up").len(), 2, "no series for the family switched off");
+    assert_eq!(value(&p, "gpu_tracer_probe_family_info", &[("family", "lifecycle"), ("state", "disabled")]), 1.0);
+    assert_eq!(value(&p, "gpu_tracer_probe_family_info", &[("family", "cuda"), ("state", "nothing_to_probe")]), 1.0);
+    snap.probe_families[0].status =
+        FamilyStatus::Failed { error: "attach mode driver-entry is not implemented".into() };
+    let text = MetricsRegistry::new().encode(&Arc::new(snap), ExpositionFormat::Prometheus).unwrap();
+    assert!(text.contains("gpu_tracer_probe_family_up{family=\"driver\"} 0\n"), "{text}");
+    assert!(text.contains("gpu_tracer_probe_family_info{family=\"driver\",state=\"failed\"} 1\n"), "{text}");
+    assert!(!text.contains("driver-entry"), "free text stays out of the labels");
 }
 
 #[test]

@@ -16,7 +16,14 @@ fn drops_are_named_and_summed_by_reason() {
     let drops: Vec<_> = c.drops().collect();
     assert_eq!(
         drops,
-        [("ringbuf_full", 3), ("inflight_full", 0), ("fd_map_full", 0), ("no_entry", 1), ("count_map_full", 2)]
+        [
+            ("ringbuf_full", 3),
+            ("inflight_full", 0),
+            ("fd_map_full", 0),
+            ("no_entry", 1),
+            ("count_map_full", 2),
+            ("not_a_device", 0)
+        ]
     );
     let mut t = ProbeCounters::default();
     t += &c;
@@ -34,7 +41,7 @@ fn json_names_every_reason_as_a_field() {
     let j = serde_json::to_string(&sample()).unwrap();
     assert_eq!(
         j,
-        r#"{"seen":20,"emitted":10,"dropped_ringbuf_full":3,"dropped_inflight_full":0,"dropped_fd_map_full":0,"dropped_no_entry":1,"dropped_count_map_full":2,"aggregated":4}"#
+        r#"{"seen":20,"emitted":10,"dropped_ringbuf_full":3,"dropped_inflight_full":0,"dropped_fd_map_full":0,"dropped_no_entry":1,"dropped_count_map_full":2,"dropped_not_a_device":0,"aggregated":4}"#
     );
 }
 

@@ -7,6 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::probe::devcheck::Accepted;
 use tracer_common::{DeviceRef, EventHeader, FdKey, FdOpenRecord, device_kind, flags, kind};
 
 /// Classify `path` against the device prefix (`<dev_dir>/nvidia`), like the kernel side does.
@@ -40,38 +41,66 @@ pub struct SeededFd {
     pub dev: DeviceRef,
 }
 
+/// What a scan found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub found: Vec<SeededFd>,
+    /// Processes that vanished or could not be read during the scan.
+    pub unreadable: u64,
+    /// Fds whose path names an NVIDIA node but whose file is not an NVIDIA device
+    /// ([`Accepted`](crate::probe::devcheck::Accepted)): not tracked.
+    pub not_devices: u64,
+}
+
+impl Scan {
+    fn add(&mut self, other: Scan) {
+        self.found.extend(other.found);
+        self.unreadable += other.unreadable;
+        self.not_devices += other.not_devices;
+    }
+}
+
 /// Scan `proc_root` for NVIDIA fds, skipping `skip_tgid` (the agent itself). Processes that vanish
-/// or cannot be read during the scan are skipped and counted in the second value.
-pub fn scan(proc_root: &Path, prefix: &str, skip_tgid: u32) -> (Vec<SeededFd>, u64) {
-    let mut out = Vec::new();
-    let mut unreadable = 0;
-    let Ok(rd) = std::fs::read_dir(proc_root) else { return (out, 1) };
+/// or cannot be read during the scan are skipped and counted.
+pub fn scan(proc_root: &Path, prefix: &str, accepted: &Accepted, skip_tgid: u32) -> Scan {
+    let mut out = Scan::default();
+    let Ok(rd) = std::fs::read_dir(proc_root) else {
+        out.unreadable = 1;
+        return out;
+    };
     for ent in rd.flatten() {
         let Some(tgid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         if tgid == skip_tgid {
             continue;
         }
-        let (found, bad) = scan_one(proc_root, prefix, tgid);
-        unreadable += bad;
-        out.extend(found);
+        out.add(scan_one(proc_root, prefix, accepted, tgid));
     }
-    (out, unreadable)
+    out
 }
 
-/// Scan one process's fds (e.g. a freshly forked child).
-pub fn scan_one(proc_root: &Path, prefix: &str, tgid: u32) -> (Vec<SeededFd>, u64) {
+/// Scan one process's fds (e.g. a freshly forked child). An fd counts when its link names a node
+/// under `prefix` **and** the file it refers to is an NVIDIA device by `accepted`'s rule (the same
+/// as the kernel's at open).
+pub fn scan_one(proc_root: &Path, prefix: &str, accepted: &Accepted, tgid: u32) -> Scan {
+    let mut out = Scan::default();
     let fd_dir = proc_root.join(tgid.to_string()).join("fd");
-    let Ok(fds) = std::fs::read_dir(&fd_dir) else { return (Vec::new(), 1) };
-    let mut found: Vec<SeededFd> = Vec::new();
+    let Ok(fds) = std::fs::read_dir(&fd_dir) else {
+        out.unreadable = 1;
+        return out;
+    };
     for f in fds.flatten() {
         let Some(fd) = f.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(target) = std::fs::read_link(f.path()) else { continue };
-        if let Some(dev) = classify_device_path(prefix, &target.to_string_lossy()) {
-            found.push(SeededFd { tgid, fd, dev });
+        let Some(dev) = classify_device_path(prefix, &target.to_string_lossy()) else { continue };
+        // metadata() follows the magic link to the file itself, in the process's mount namespace.
+        match std::fs::metadata(f.path()) {
+            Ok(m) if accepted.accepts(dev.kind, &m) => out.found.push(SeededFd { tgid, fd, dev }),
+            Ok(_) => out.not_devices += 1,
+            Err(_) => continue,
         }
     }
-    assign_file_ids(tgid, &mut found);
-    (found, 0)
+    assign_file_ids(tgid, &mut out.found);
+    out
 }
 
 /// Give fds of one process that share an open file description (dups) the same `file_id`.

@@ -37,7 +37,13 @@ fn scan_finds_our_own_dup_as_one_file() {
     // SAFETY: dup on an fd this test owns (f is open until the end of the test).
     let dupfd = unsafe { libc::dup(f.as_raw_fd()) };
     let prefix = format!("{}/nvidia", dir.display());
-    let (found, _) = scan(Path::new("/proc"), &prefix, 0);
+    // A regular file is an NVIDIA device only when it is listed as simulated.
+    let mut accepted = Accepted { enabled: true, majors: vec![195], ..Default::default() };
+    let refused = scan_one(Path::new("/proc"), &prefix, &accepted, std::process::id());
+    assert!(refused.found.is_empty(), "{refused:?}");
+    assert_eq!(refused.not_devices, 2);
+    accepted.simulated.extend(crate::probe::devcheck::simulated_files(&dir));
+    let found = scan(Path::new("/proc"), &prefix, &accepted, 0).found;
     let me = std::process::id();
     let mine: Vec<_> = found.iter().filter(|s| s.tgid == me).collect();
     assert_eq!(mine.len(), 2, "{found:?}");

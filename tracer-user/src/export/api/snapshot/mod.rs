@@ -258,6 +258,11 @@ pub fn status_to_proto(
             lost: a.lost,
         }),
         otlp: s.otlp.as_ref().map(otlp_to_proto),
+        device_check: Some(v1::DeviceCheck {
+            enabled: report.device_check.enabled,
+            simulated_files: report.device_check.simulated_files,
+            detail: report.device_check.detail.clone(),
+        }),
     }
 }
 
@@ -722,12 +727,18 @@ fn pipeline_to_proto(p: &PipelineStats) -> v1::PipelineStats {
         decode_errors: counts_to_proto(&p.decode_errors),
         seeded_fds: p.seeded_fds,
         scan_unreadable: p.scan_unreadable,
+        scan_not_devices: p.scan_not_devices,
+        processes_reconciled: p.processes_reconciled,
         fd_map_cleanups: p.fd_map_cleanups,
         fd_map_errors: p.fd_map_errors,
         inflight_swept: p.inflight_swept,
         cuda_libraries_found: p.cuda_libraries_found,
         cuda_library_errors: p.cuda_library_errors,
         cuda_libraries_detached: p.cuda_libraries_detached,
+        cgroup_paths_by_id: p.cgroup_paths_by_id,
+        cgroup_paths_by_walk: p.cgroup_paths_by_walk,
+        cgroup_paths_unresolved: p.cgroup_paths_unresolved,
+        cgroup_walks: p.cgroup_walks,
     }
 }
 
@@ -738,12 +749,18 @@ fn pipeline_from_proto(p: v1::PipelineStats) -> PipelineStats {
         decode_errors: counts_from_proto(p.decode_errors, DECODE_ERROR_REASONS),
         seeded_fds: p.seeded_fds,
         scan_unreadable: p.scan_unreadable,
+        scan_not_devices: p.scan_not_devices,
+        processes_reconciled: p.processes_reconciled,
         fd_map_cleanups: p.fd_map_cleanups,
         fd_map_errors: p.fd_map_errors,
         inflight_swept: p.inflight_swept,
         cuda_libraries_found: p.cuda_libraries_found,
         cuda_library_errors: p.cuda_library_errors,
         cuda_libraries_detached: p.cuda_libraries_detached,
+        cgroup_paths_by_id: p.cgroup_paths_by_id,
+        cgroup_paths_by_walk: p.cgroup_paths_by_walk,
+        cgroup_paths_unresolved: p.cgroup_paths_unresolved,
+        cgroup_walks: p.cgroup_walks,
     }
 }
 

@@ -633,6 +633,7 @@ fn report(cuda: FamilyStatus) -> ProbeReport {
                 EntryReport { symbol: "cuMemCreate", status: "missing", detail: String::new() },
             ],
         }],
+        device_check: Default::default(),
     }
 }
 
