@@ -171,6 +171,21 @@ fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
     let row = s0.state.processes.iter().find(|p| p.tgid == w.pid()).expect("seeded process listed");
     assert_eq!(row.fds, 3);
     assert_eq!(row.cgroup_id, pod.id());
+    // ... and the ledger says so (issue 13, item 8): the 1 GiB from before is not known, so the
+    // process, its cgroup, its GPU and the totals are marked, never shown as exact zeros.
+    assert_eq!(row.completeness.from_before_agent, 1, "{:?}", row.completeness);
+    let cg = cgroup(&s0, pod.id()).expect("the pod's row");
+    assert!(!cg.completeness.exact() && cg.completeness.from_before_agent == 1, "{:?}", cg.completeness);
+    let gpu0 = s0.state.gpus.iter().find(|g| g.minor == Some(0)).expect("gpu0 row");
+    assert_eq!(gpu0.completeness.from_before_agent, 1);
+    assert_eq!(s0.state.totals.completeness.from_before_agent, 1);
+    let text = tracer_user::export::metrics::MetricsRegistry::new()
+        .encode(&std::sync::Arc::new(s0.clone()), tracer_user::export::metrics::ExpositionFormat::Prometheus)
+        .unwrap();
+    let line = text.lines().find(|l| l.starts_with("gpu_tracer_cgroup_processes_from_before_agent{")).unwrap_or("");
+    assert!(line.ends_with(" 1"), "{text}");
+    let line = text.lines().find(|l| l.starts_with("gpu_tracer_cgroup_ledger_exact{")).unwrap_or("");
+    assert!(line.ends_with(" 0"), "{text}");
 
     // Ioctls on the seeded fds are traced from now on and land in the pod's cgroup.
     let h = handle(&mut w, "alloc-vidheap 536870912");
@@ -386,4 +401,41 @@ fn a_process_whose_exit_record_was_lost_is_reconciled() {
     assert_eq!(s.pipeline.processes_reconciled, 1);
     assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 0, "the ghost's memory is released");
     assert!(cgroup(&s, pod.id()).is_none_or(|r| r.processes == 0));
+}
+
+/// Records lost to a full ring buffer (issue 13, item 4): the processes that lost them, and their
+/// cgroup, GPU and the totals, say since when their ledger may be wrong; nothing else does.
+#[test]
+fn lost_records_mark_the_ledgers_they_belong_to_inexact() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(Config { ring_buffer_bytes: 64 * 1024, ..config_for(&driver) });
+    let (flooder_pod, quiet_pod) = (PodCgroup::new().unwrap(), PodCgroup::new().unwrap());
+    let mut flooder = Workload::spawn(driver.dev_dir(), Some(&flooder_pod)).unwrap();
+    let mut quiet = Workload::spawn(driver.dev_dir(), Some(&quiet_pod)).unwrap();
+    ok(&mut flooder, "init 0");
+    ok(&mut quiet, "init 0");
+    let s = t.settle();
+    assert!(s.state.totals.completeness.exact(), "{:?}", s.state.totals.completeness);
+    // Not drained: the ring fills, and the flooder's allocations beyond it are lost.
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    ok(&mut flooder, "repeat 500 alloc-rm 1M");
+    let s = t.settle();
+    let ioctl = s.kernel.probes.iter().find(|(n, _)| n == "ioctl").map(|(_, c)| *c).unwrap_or_default();
+    assert!(ioctl.dropped_at(tracer_common::counter::DROP_RINGBUF_FULL) > 0, "the ring was full: {ioctl:?}");
+    let lost = cgroup(&s, flooder_pod.id()).expect("flooder row").completeness;
+    let since = lost.records_lost_since_unix_ns.expect("the flooder's cgroup is marked");
+    assert!(since >= before, "marked at the loss: {since} < {before}");
+    assert!(cgroup(&s, quiet_pod.id()).expect("quiet row").completeness.exact(), "the quiet pod is not marked");
+    let p = s.state.processes.iter().find(|p| p.tgid == flooder.pid()).unwrap();
+    assert_eq!(p.completeness.records_lost_since_unix_ns, Some(since));
+    assert_eq!(s.state.totals.completeness.records_lost_since_unix_ns, Some(since));
+    assert_eq!(s.pipeline.lost_records_untracked, 0);
+    // When the process is gone, so is what it held: the cgroup is exact again.
+    let gone = flooder.pid();
+    drop(flooder);
+    let s = t.wait_for("the flooder's exit", |s| s.state.processes.iter().all(|p| p.tgid != gone));
+    assert!(cgroup(&s, flooder_pod.id()).is_none_or(|r| r.completeness.exact()));
+    assert!(s.state.totals.completeness.exact(), "{:?}", s.state.totals.completeness);
 }

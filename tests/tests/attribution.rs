@@ -508,6 +508,48 @@ fn a_process_outside_any_pod_is_unattributed() {
     drop((hw, pw));
 }
 
+/// A restart under running workloads (issue 13, item 8): memory allocated before the agent started
+/// never reaches the ledger, so the ledger rows say "from before the agent" instead of passing for
+/// exact zeros, and the attribution takes each process's memory from NVML (memory_source nvml), so
+/// the pods' memory and bill are right from the first interval.
+#[test]
+fn workloads_running_before_the_agent_get_their_memory_from_nvml_and_are_marked() {
+    let _s = serial();
+    let driver = FakeDriver::start(1).unwrap();
+    let dir = TempDir::new("restart");
+    let mut model = NvmlModel::install(&dir.0, &driver.stats().unwrap(), RESERVED).unwrap();
+    let (pa, pb) = (PodCgroup::new().unwrap(), PodCgroup::new().unwrap());
+    let mut wa = Workload::spawn(driver.dev_dir(), Some(&pa)).unwrap();
+    let mut wb = Workload::spawn(driver.dev_dir(), Some(&pb)).unwrap();
+    ok(&mut wa, "init 0");
+    ok(&mut wa, "alloc-rm 1610612736");
+    ok(&mut wb, "init 0");
+    ok(&mut wb, "alloc-rm 2147483648");
+    // The agent starts only now.
+    let mut t = Tracer::start(config(&driver, &model));
+    let busy: BTreeMap<u32, Busy> =
+        [(wa.pid(), Busy { sm_pct: 10, mem_pct: 0 }), (wb.pid(), Busy { sm_pct: 10, mem_pct: 0 })].into();
+    let (_, _, s) = interval(&mut t, &mut model, &driver, &busy);
+    for (pod, w) in [(&pa, &wa), (&pb, &wb)] {
+        // The ledger cannot know the 1.5 / 2 GiB, and says so.
+        assert_eq!(cg_vidmem(&s, pod.id()), 0);
+        let row = s.state.cgroups.iter().find(|c| c.cgroup_id == pod.id()).expect("cgroup row");
+        assert_eq!(row.completeness.from_before_agent, 1, "{:?}", row.completeness);
+        assert!(s.state.processes.iter().any(|p| p.tgid == w.pid() && p.completeness.from_before_agent == 1));
+    }
+    let a = attribution(&s);
+    let g = gpu(a, &gpu_uuid(0));
+    assert_lines_add_up(g);
+    assert_bill(a);
+    for (pod, bytes) in [(&pa, 1536 * MIB), (&pb, 2 * GIB)] {
+        let l = line(g, pod.id());
+        assert_eq!(l.memory_bytes, bytes, "{l:?}");
+        assert_eq!(l.memory_source, MemorySource::Nvml);
+        assert!(l.cost_nano.unwrap_or(0) > 0, "{l:?}");
+    }
+    drop((wa, wb));
+}
+
 /// NVML failing mid-run (every call on the GPU answers GPU_IS_LOST) does not stop the agent or the
 /// eBPF side; the sample marks the GPU lost and the attribution has no per-container numbers for
 /// it; when NVML answers again, so do the numbers.

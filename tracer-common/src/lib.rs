@@ -25,6 +25,7 @@ pub mod map_names {
     pub const CUDA_PER_EVENT: &str = "CUDA_PER_EVENT";
     pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
     pub const SIM_DEVICES: &str = "SIM_DEVICES";
+    pub const LOST_RECORDS: &str = "LOST_RECORDS";
 }
 
 /// Program names, as they appear in the eBPF object.

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{EventHeader, Record, counter};
 
-use crate::maps::{CONFIG, COUNTERS, EVENTS, WAKEUP_SEQ};
+use crate::maps::{CONFIG, COUNTERS, EVENTS, LOST_RECORDS, WAKEUP_SEQ};
 
 /// Add one to `COUNTERS[probe][slot]` on this CPU.
 #[inline(always)]
@@ -23,6 +23,34 @@ pub fn count(probe: u32, slot: u32) {
 pub fn drop_event(probe: u32, reason: u32) {
     count(probe, counter::SEEN);
     count(probe, reason);
+    if reason != counter::DROP_NOT_A_DEVICE {
+        mark_lost(probe);
+    }
+}
+
+/// Remember that the current process lost a record of a probe its ledgers are built from (the
+/// first loss's time is kept). Lifecycle records are not among them: a lost exit is found by the
+/// reconciliation against `/proc`.
+#[inline(always)]
+fn mark_lost(probe: u32) {
+    if !matches!(
+        probe,
+        tracer_common::probe::OPEN
+            | tracer_common::probe::CLOSE
+            | tracer_common::probe::DUP
+            | tracer_common::probe::IOCTL
+            | tracer_common::probe::MMAP
+            | tracer_common::probe::MUNMAP
+            | tracer_common::probe::CUDA_ALLOC
+            | tracer_common::probe::CUDA_FREE
+    ) {
+        return;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // BPF_NOEXIST: the first loss's time stays; a full map is covered by the global counters.
+    let _ = LOST_RECORDS.insert(&tgid, &now, aya_ebpf::bindings::BPF_NOEXIST as u64);
 }
 
 /// Reserve a record of type `R` and fill its header. Counts `seen`, and `drop_ringbuf_full` when the
@@ -32,6 +60,7 @@ pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEnt
     count(probe, counter::SEEN);
     let Some(mut entry) = EVENTS.reserve::<R>(0) else {
         count(probe, counter::DROP_RINGBUF_FULL);
+        mark_lost(probe);
         return None;
     };
     let pid_tgid = bpf_get_current_pid_tgid();

@@ -71,6 +71,13 @@ pub static CUDA_PER_EVENT: HashMap<PerEventKey, u32> = HashMap::with_max_entries
 #[map]
 pub static CUDA_INFLIGHT: HashMap<u64, CudaAllocInflight> = HashMap::with_max_entries(capacity::CUDA_INFLIGHT, 0);
 
+/// Processes that lost a record their ledger needed (ring buffer full, entry state or fd map
+/// full): tgid → `bpf_ktime_get_ns()` of the first loss. User space takes the entries every tick
+/// and marks those processes' ledgers (and their cgroups' and GPUs') inexact since then. Only
+/// written on the loss path. When full, the global drop counters still say so.
+#[map]
+pub static LOST_RECORDS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
+
 /// Simulated device files accepted although they are not NVIDIA character devices, by (file
 /// system `dev_t`, inode): the fake driver's files, written by user space only with
 /// `simulated_devices` on. Empty on a real node.

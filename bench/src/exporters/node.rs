@@ -212,7 +212,14 @@ fn ledger(gpus: &[GpuInput], t: u64) -> Snapshot {
             on_gpu.frees += u.frees;
             on_gpu.ioctls += u.ioctls;
             let (_, _, path) = cgroup_of(k);
-            s.cgroups.push(CgroupRow { cgroup_id: k.0, path: Some(path), processes: 1, removed: false, usage: u });
+            s.cgroups.push(CgroupRow {
+                cgroup_id: k.0,
+                path: Some(path),
+                processes: 1,
+                removed: false,
+                usage: u,
+                completeness: Default::default(),
+            });
             s.processes.push(ProcessRow {
                 tgid: p.pid,
                 start_time_ticks: 1_000 + p.pid as u64,
@@ -223,6 +230,7 @@ fn ledger(gpus: &[GpuInput], t: u64) -> Snapshot {
                 clients: 1,
                 handles: 64,
                 usage: u,
+                completeness: Default::default(),
             });
         }
         s.totals.usage.vidmem_bytes += on_gpu.vidmem_bytes;
@@ -232,7 +240,7 @@ fn ledger(gpus: &[GpuInput], t: u64) -> Snapshot {
         s.totals.usage.allocations += on_gpu.allocations;
         s.totals.usage.frees += on_gpu.frees;
         s.totals.usage.ioctls += on_gpu.ioctls;
-        s.gpus.push(GpuRow { minor: gpu.minor, usage: on_gpu });
+        s.gpus.push(GpuRow { minor: gpu.minor, usage: on_gpu, completeness: Default::default() });
     }
     s.cgroups.sort_by_key(|c| c.cgroup_id);
     s.processes.sort_by_key(|p| p.tgid);
@@ -241,6 +249,7 @@ fn ledger(gpus: &[GpuInput], t: u64) -> Snapshot {
         processes: s.processes.len(),
         cgroups: s.cgroups.len(),
         live_allocations: s.totals.usage.live_allocations as usize,
+        completeness: Default::default(),
     };
     for (op, n) in [("rm_alloc", 40), ("rm_free", 1), ("rm_control", 400), ("map_memory", 20)] {
         s.counters.ioctls_by_op.insert(op, n * 800 * (t + 1));

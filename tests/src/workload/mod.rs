@@ -59,6 +59,7 @@ fds                              -> ok ctl=N gpu=N uvm=N (-1 when closed)
 state                            -> ok client=0x.. device=0x.. subdevice=0x.. gpu=N
 pid                              -> ok pid=N
 sleep-ms <n>                     -> ok
+fork-exit <n>                    fork n children that exit at once (a fork storm) -> ok forked=n
 repeat <n> <command...>          run a command n times, answer once -> ok repeat=n <last answer>
 exit                             exit(0) at once without freeing or closing anything -> ok bye
 bad-null                         RM_ALLOC with a NULL argument -> ok ret=R [errno=E]

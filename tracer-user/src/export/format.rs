@@ -71,3 +71,23 @@ pub fn compact_table<T: Into<comfy_table::Row>>(width: u16, header: T) -> Table 
     }
     table
 }
+
+/// A Unix time in nanoseconds as UTC, `2026-12-02T02:10:05Z`.
+pub fn unix_time(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as libc::time_t;
+    // SAFETY: gmtime_r writes only into `tm`, which lives on this stack frame.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call.
+    if unsafe { libc::gmtime_r(&secs, &mut tm) }.is_null() {
+        return format!("@{secs}");
+    }
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}

@@ -18,6 +18,9 @@ pub struct PipelineStats {
     pub scan_unreadable: u64,
     /// Tracked processes found gone (or their PID reused) without an exit record, and forgotten.
     pub processes_reconciled: u64,
+    /// Processes that lost a ledger record but were not tracked (their open record was lost too,
+    /// or they had exited): the global drop counters cover them.
+    pub lost_records_untracked: u64,
     /// Fds a scan found under an NVIDIA name whose file is not an NVIDIA device (not tracked).
     pub scan_not_devices: u64,
     /// Kernel `NV_FDS` entries removed after process exit.

@@ -186,6 +186,12 @@ impl Agent {
             self.stats.seeded_fds += 1;
             self.ingest(record_as_bytes(&rec), sink);
         }
+        if only.is_none() {
+            // Running before the agent: what they allocated until now never reached the ledger.
+            for tgid in procscan::per_process(&found).keys() {
+                self.state.mark_from_before_agent(*tgid);
+            }
+        }
         tracing::info!(
             fds = found.len(),
             processes = procscan::per_process(&found).len(),

@@ -70,6 +70,18 @@ impl KernelSide {
         Ok(())
     }
 
+    /// Take the processes that lost a ledger record since the last call: (tgid, ktime of the first
+    /// loss). Entries are removed as they are read.
+    pub(super) fn take_lost_records(&mut self) -> Vec<(u32, u64)> {
+        let Some(m) = self.probes.ebpf.map_mut(map_names::LOST_RECORDS) else { return Vec::new() };
+        let Ok(mut h) = BpfHashMap::<&mut MapData, u32, u64>::try_from(m) else { return Vec::new() };
+        let found: Vec<(u32, u64)> = h.iter().filter_map(Result::ok).collect();
+        for (tgid, _) in &found {
+            let _ = h.remove(tgid);
+        }
+        found
+    }
+
     /// Clear `pid`'s byte in the tracked-process map: the kernel marks every forked child, threads
     /// included, and only processes should stay marked.
     pub(super) fn untrack(&mut self, pid: u32) {

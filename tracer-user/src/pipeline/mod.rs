@@ -302,6 +302,18 @@ impl Agent {
         self.attribute(&state, &cuda);
     }
 
+    /// Mark the ledgers of processes whose records the kernel could not deliver (a full ring
+    /// buffer, a full entry or fd map) inexact from the first loss on.
+    fn note_lost_records(&mut self) {
+        let Some(k) = self.kernel.as_mut() else { return };
+        for (tgid, ktime) in k.take_lost_records() {
+            let unix_ns = self.wall_clock.wall_ns(ktime);
+            if !self.state.mark_records_lost(tgid, unix_ns) {
+                self.stats.lost_records_untracked += 1;
+            }
+        }
+    }
+
     /// The cgroup resolver's counters into the pipeline's.
     fn note_cgroup_lookups(&mut self) {
         let l = self.enrich.cgroups.lookups;
@@ -315,6 +327,7 @@ impl Agent {
     /// snapshot interval has passed since the previous NVML sample, NVML is sampled and the
     /// interval attributed from those same readings.
     pub fn snapshot(&mut self) -> AgentSnapshot {
+        self.note_lost_records();
         let (kernel, accounting) = self.accounting();
         self.refresh_cuda_counts();
         let mut state = self.state.snapshot();

@@ -74,6 +74,8 @@ pub(super) struct Process {
     pub handles: usize,
     pub managed: HashMap<u64, ManagedMapping>,
     pub usage: Usage,
+    /// How complete this process's ledger is (found running at start; records lost).
+    pub completeness: super::snapshot::Completeness,
 }
 
 impl Process {
@@ -89,6 +91,7 @@ impl Process {
             handles: 0,
             managed: HashMap::new(),
             usage: Usage::default(),
+            completeness: Default::default(),
         }
     }
 

@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use tracer_common::nv::class;
 
-pub use snapshot::{CgroupRow, GpuRow, ProcessRow, Snapshot, StateCounters, Totals, Usage};
+pub use snapshot::{CgroupRow, Completeness, GpuRow, ProcessRow, Snapshot, StateCounters, Totals, Usage};
 
 use crate::decode::{Device, DeviceKind, Event, Header, IoctlEvent, IoctlOp, Location, MemoryAlloc, MemoryKind};
 use ledger::{AllocId, FdEntry, ManagedMapping, Object, Process};
@@ -350,6 +350,22 @@ impl TracerState {
         self.processes.values().map(|p| (p.key, p.cgroup_id, p.comm.clone())).collect()
     }
 
+    /// `tgid` was found running by the start-up scan: what it allocated before is unknown.
+    pub fn mark_from_before_agent(&mut self, tgid: u32) {
+        if let Some(p) = self.processes.get_mut(&tgid) {
+            p.completeness.from_before_agent = 1;
+        }
+    }
+
+    /// `tgid` lost a ledger record at `unix_ns` (the first loss is kept). Returns false when the
+    /// process is not tracked.
+    pub fn mark_records_lost(&mut self, tgid: u32, unix_ns: u64) -> bool {
+        let Some(p) = self.processes.get_mut(&tgid) else { return false };
+        let c = &mut p.completeness;
+        c.records_lost_since_unix_ns = Some(c.records_lost_since_unix_ns.map_or(unix_ns, |t| t.min(unix_ns)));
+        true
+    }
+
     /// Live usage of a process, if it is tracked.
     pub fn process_usage(&self, tgid: u32) -> Option<Usage> {
         self.processes.get(&tgid).map(|p| p.usage)
@@ -370,9 +386,22 @@ impl TracerState {
                 clients: p.clients.len(),
                 handles: p.handles,
                 usage: p.usage,
+                completeness: p.completeness,
             })
             .collect();
         processes.sort_by_key(|p| p.tgid);
+        // Completeness of cgroups, GPUs and the totals: over their live processes.
+        let mut by_cgroup: HashMap<u64, Completeness> = HashMap::new();
+        let mut by_gpu: HashMap<Option<u32>, Completeness> = HashMap::new();
+        let mut total = Completeness::default();
+        for p in &processes {
+            by_cgroup.entry(p.cgroup_id).or_default().merge(&p.completeness);
+            for m in &p.gpu_minors {
+                by_gpu.entry(Some(*m)).or_default().merge(&p.completeness);
+            }
+            total.merge(&p.completeness);
+        }
+        by_gpu.insert(None, total);
         let mut cgroups: Vec<CgroupRow> = self
             .cgroups
             .iter()
@@ -382,10 +411,26 @@ impl TracerState {
                 processes: c.processes,
                 removed: c.removed,
                 usage: c.usage,
+                completeness: by_cgroup.get(&id).copied().unwrap_or_default(),
             })
             .collect();
         cgroups.sort_by_key(|c| c.cgroup_id);
-        let mut gpus: Vec<GpuRow> = self.gpus.iter().map(|(&minor, &usage)| GpuRow { minor, usage }).collect();
+        let mut gpus: Vec<GpuRow> = self
+            .gpus
+            .iter()
+            .map(|(&minor, &usage)| GpuRow {
+                minor,
+                usage,
+                completeness: by_gpu.get(&minor).copied().unwrap_or_default(),
+            })
+            .collect();
+        // A GPU whose ledger holds nothing yet, used by a process whose ledger is incomplete,
+        // still gets a row: its zero is not known to be a zero.
+        for (minor, c) in &by_gpu {
+            if !c.exact() && !self.gpus.contains_key(minor) {
+                gpus.push(GpuRow { minor: *minor, usage: Usage::default(), completeness: *c });
+            }
+        }
         // Minors in order, the unknown bucket last.
         gpus.sort_by_key(|g| (g.minor.is_none(), g.minor));
         Snapshot {
@@ -394,6 +439,7 @@ impl TracerState {
                 processes: self.processes.len(),
                 cgroups: self.cgroups.len(),
                 live_allocations: self.allocs.len(),
+                completeness: total,
             },
             cgroups,
             processes,

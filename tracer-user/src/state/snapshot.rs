@@ -80,6 +80,49 @@ impl std::ops::AddAssign<&Usage> for Usage {
     }
 }
 
+/// Whether a ledger row holds every byte its live processes hold: the ledger is built from
+/// records, so it cannot know allocations made before the agent started, nor ones whose record was
+/// lost (a full ring buffer). A row says which, so that a figure that may be short is never shown
+/// as exact. For a process: itself; for a cgroup, a GPU or the totals: its live processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Completeness {
+    /// Live processes that were already running when the agent started (found by the start-up
+    /// `/proc` scan): what they allocated before is unknown to the ledger. NVML's per-process
+    /// memory (the attribution's `memory_source`) still counts it.
+    pub from_before_agent: u32,
+    /// The earliest time (Unix ns) a live process here lost a record its ledger needed; `None`
+    /// when none did.
+    pub records_lost_since_unix_ns: Option<u64>,
+}
+
+impl Completeness {
+    /// Nothing is known to be missing.
+    pub fn exact(&self) -> bool {
+        self.from_before_agent == 0 && self.records_lost_since_unix_ns.is_none()
+    }
+
+    /// Add another process's (or row's) completeness to this one.
+    pub fn merge(&mut self, o: &Completeness) {
+        self.from_before_agent += o.from_before_agent;
+        self.records_lost_since_unix_ns = match (self.records_lost_since_unix_ns, o.records_lost_since_unix_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// In words, for tables: `exact`, `2 from before the agent`, `records lost since <time>`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.from_before_agent > 0 {
+            parts.push(format!("{} from before the agent", self.from_before_agent));
+        }
+        if let Some(t) = self.records_lost_since_unix_ns {
+            parts.push(format!("records lost since {}", crate::export::format::unix_time(t)));
+        }
+        if parts.is_empty() { "exact".into() } else { parts.join(", ") }
+    }
+}
+
 /// One live process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessRow {
@@ -98,6 +141,7 @@ pub struct ProcessRow {
     pub clients: usize,
     pub handles: usize,
     pub usage: Usage,
+    pub completeness: Completeness,
 }
 
 /// One cgroup with live processes or live memory (or recent activity).
@@ -111,6 +155,8 @@ pub struct CgroupRow {
     /// The cgroup directory was removed (the row stays until its memory is gone).
     pub removed: bool,
     pub usage: Usage,
+    /// Over its live processes.
+    pub completeness: Completeness,
 }
 
 /// One GPU bucket: a `/dev/nvidiaN` minor, or `None` for memory whose GPU is unknown (and all
@@ -119,6 +165,8 @@ pub struct CgroupRow {
 pub struct GpuRow {
     pub minor: Option<u32>,
     pub usage: Usage,
+    /// Over the live processes with this GPU open (the unknown bucket: all live processes).
+    pub completeness: Completeness,
 }
 
 /// Counters of the state stage (cumulative since start).
@@ -192,6 +240,8 @@ pub struct Totals {
     pub processes: usize,
     pub cgroups: usize,
     pub live_allocations: usize,
+    /// Over every live process.
+    pub completeness: Completeness,
 }
 
 /// The state at one moment: per-cgroup, per-process and per-GPU rows, totals and counters.

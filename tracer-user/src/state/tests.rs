@@ -832,3 +832,18 @@ fn implausible_sizes_are_counted_and_charged_as_zero() {
     assert_eq!(w.totals().vidmem_bytes, 4 * MIB);
     w.st.check_invariants().unwrap();
 }
+
+#[test]
+fn completeness_merges_counts_and_keeps_the_earliest_loss() {
+    use super::snapshot::Completeness;
+    let mut c = Completeness::default();
+    assert!(c.exact());
+    assert_eq!(c.describe(), "exact");
+    c.merge(&Completeness { from_before_agent: 1, records_lost_since_unix_ns: None });
+    c.merge(&Completeness { from_before_agent: 0, records_lost_since_unix_ns: Some(1_764_640_205_000_000_000) });
+    c.merge(&Completeness { from_before_agent: 1, records_lost_since_unix_ns: Some(1_764_640_300_000_000_000) });
+    assert!(!c.exact());
+    assert_eq!(c.from_before_agent, 2);
+    assert_eq!(c.records_lost_since_unix_ns, Some(1_764_640_205_000_000_000));
+    assert_eq!(c.describe(), "2 from before the agent, records lost since 2025-12-02T01:50:05Z");
+}

@@ -8,7 +8,7 @@ use prometheus_client::{
 };
 
 use super::{Scrape, by_container, counter_family, gauge, gauge_family};
-use crate::state::snapshot::Usage;
+use crate::state::snapshot::{Completeness, Usage};
 
 /// Live memory and counts per cgroup (driver ledger), and table sizes.
 pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
@@ -17,17 +17,18 @@ pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resu
         s,
         &st.cgroups,
         |c| (c.cgroup_id, c.path.as_deref()),
-        |a: &mut (Usage, u64), c| {
+        |a: &mut (Usage, u64, Completeness), c| {
             a.0 += &c.usage;
             a.1 += c.processes as u64;
+            a.2.merge(&c.completeness);
         },
     );
     let bytes = Some(&Unit::Bytes);
     let g = |e: &mut DescriptorEncoder<'_>, name, help, unit, f: fn(&Usage) -> u64| {
-        gauge_family(e, name, help, unit, rows.iter().map(|(l, (u, _))| (l, f(u))))
+        gauge_family(e, name, help, unit, rows.iter().map(|(l, (u, _, _))| (l, f(u))))
     };
     let c = |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&Usage) -> u64| {
-        counter_family(e, name, help, None, rows.iter().map(|(l, (u, _))| (l, f(u))))
+        counter_family(e, name, help, None, rows.iter().map(|(l, (u, _, _))| (l, f(u))))
     };
     g(e, "cgroup_vidmem", "Live device (video) memory allocated through the driver, per cgroup.", bytes, |u| {
         u.vidmem_bytes
@@ -61,7 +62,30 @@ pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resu
         "cgroup_processes",
         "Live GPU processes whose latest event came from the cgroup.",
         None,
-        rows.iter().map(|(l, (_, p))| (l, *p)),
+        rows.iter().map(|(l, (_, p, _))| (l, *p)),
+    )?;
+    gauge_family(
+        e,
+        "cgroup_ledger_exact",
+        "1 when the cgroup's ledger figures hold every byte of its live processes; 0 when some ran before \
+         the agent started or lost records (see the next two series).",
+        None,
+        rows.iter().map(|(l, (_, _, c))| (l, u64::from(c.exact()))),
+    )?;
+    gauge_family(
+        e,
+        "cgroup_processes_from_before_agent",
+        "Live processes of the cgroup already running when the agent started: their earlier allocations \
+         are unknown to the ledger (NVML's per-process memory still counts them).",
+        None,
+        rows.iter().map(|(l, (_, _, c))| (l, u64::from(c.from_before_agent))),
+    )?;
+    gauge_family(
+        e,
+        "cgroup_ledger_records_lost_since",
+        "When (Unix seconds) a live process of the cgroup first lost a ledger record; only for such cgroups.",
+        Some(&Unit::Seconds),
+        rows.iter().filter_map(|(l, (_, _, c))| c.records_lost_since_unix_ns.map(|t| (l, t / 1_000_000_000))),
     )?;
     gauge(e, "processes", "Live GPU processes tracked.", None, st.totals.processes as u64)?;
     gauge(
@@ -101,6 +125,16 @@ pub fn gpu_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result 
             (l, g.usage)
         })
         .collect();
+    let exact: Vec<(&GpuLabels, u64)> =
+        rows.iter().zip(&s.snapshot.state.gpus).map(|((l, _), g)| (l, u64::from(g.completeness.exact()))).collect();
+    gauge_family(
+        e,
+        "gpu_ledger_exact",
+        "1 when the GPU's ledger figures hold every byte of the live processes using it; 0 when some ran \
+         before the agent started or lost records.",
+        None,
+        exact,
+    )?;
     let bytes = Some(&Unit::Bytes);
     let g = |e: &mut DescriptorEncoder<'_>, name, help, unit, f: fn(&Usage) -> u64| {
         gauge_family(e, name, help, unit, rows.iter().map(|(l, u)| (l, f(u))))

@@ -103,6 +103,13 @@ pub fn pipeline_stats(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Res
     )?;
     counter(
         e,
+        "lost_records_untracked",
+        "Processes that lost a ledger record but were not tracked (the drop counters cover them).",
+        None,
+        p.lost_records_untracked,
+    )?;
+    counter(
+        e,
         "proc_scan_not_devices",
         "Fds a /proc scan found under an NVIDIA device name whose file is not an NVIDIA device (not traced).",
         None,

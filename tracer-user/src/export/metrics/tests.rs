@@ -48,9 +48,10 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
         processes,
         removed: false,
         usage: u,
+        completeness: Default::default(),
     };
     let mut state = Snapshot {
-        totals: Totals { usage: Usage::default(), processes: 3, cgroups: 3, live_allocations: 6 },
+        totals: Totals { usage: Usage::default(), processes: 3, cgroups: 3, live_allocations: 6, ..Default::default() },
         cgroups: vec![
             cg(11, Some(POD_A), 2, usage(3 << 30, 1 << 20, 0)),
             cg(12, Some(POD_B), 1, usage(1 << 30, 0, 64 << 20)),
@@ -58,9 +59,9 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
         ],
         processes: Vec::new(),
         gpus: vec![
-            GpuRow { minor: Some(0), usage: usage(3 << 30, 0, 0) },
-            GpuRow { minor: Some(1), usage: usage((1 << 30) + 4096, 1 << 20, 0) },
-            GpuRow { minor: None, usage: usage(0, 0, 64 << 20) },
+            GpuRow { minor: Some(0), usage: usage(3 << 30, 0, 0), completeness: Default::default() },
+            GpuRow { minor: Some(1), usage: usage((1 << 30) + 4096, 1 << 20, 0), completeness: Default::default() },
+            GpuRow { minor: None, usage: usage(0, 0, 64 << 20), completeness: Default::default() },
         ],
         ..Default::default()
     };

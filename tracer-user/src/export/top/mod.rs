@@ -108,10 +108,15 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     );
     let mut cgroups: Vec<&CgroupRow> = s.state.cgroups.iter().collect();
     cgroups.sort_by_key(|c| cgroup_sort_key(c));
+    let mut incomplete = Vec::new();
     for c in cgroups {
         let mut name = name_of(s, c.cgroup_id, c.path.as_deref());
         if c.removed {
             name.push_str(" (removed)");
+        }
+        if !c.completeness.exact() {
+            incomplete.push(format!("* {name}: {}", c.completeness.describe()));
+            name.push_str(" *");
         }
         let mut row = vec![Cell::new(name), Cell::new(c.processes).set_alignment(CellAlignment::Right)];
         row.extend(usage_cells(&c.usage));
@@ -138,6 +143,12 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     }
     out.push_str(&table.to_string());
     out.push('\n');
+    if !incomplete.is_empty() {
+        out.push_str("* the ledger may be short here (NVML's per-process memory in the attribution is not):\n");
+        for l in incomplete {
+            out.push_str(&format!("  {l}\n"));
+        }
+    }
 
     if !s.cuda.cgroups.is_empty() {
         out.push_str(&render_cuda(s, o));

@@ -24,6 +24,7 @@ fn snapshot(pods: usize) -> AgentSnapshot {
             processes: 1,
             removed: false,
             usage,
+            completeness: Default::default(),
         });
         state.processes.push(ProcessRow {
             tgid: 4_000_000 + i as u32,
@@ -35,6 +36,7 @@ fn snapshot(pods: usize) -> AgentSnapshot {
             clients: 1,
             handles: 10,
             usage,
+            completeness: Default::default(),
         });
     }
     AgentSnapshot {

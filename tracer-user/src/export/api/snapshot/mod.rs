@@ -57,7 +57,9 @@ use crate::{
     nvml::model::{DeviceSample, MemoryInfo, MigInstance, Missing, NvmlSample, Utilization},
     probe::{FamilyStatus, KernelFeatures, ProbeMode, ProbeReport},
     source::counters::{KernelCounters, ProbeCounters, drop_reasons},
-    state::snapshot::{CgroupRow, GpuRow, ProcessRow, Snapshot as DriverSnapshot, StateCounters, Totals, Usage},
+    state::snapshot::{
+        CgroupRow, Completeness, GpuRow, ProcessRow, Snapshot as DriverSnapshot, StateCounters, Totals, Usage,
+    },
 };
 
 /// Why a `gputracer.v1.Snapshot` could not be turned back into an [`AgentSnapshot`]. Each variant
@@ -417,10 +419,19 @@ fn driver_to_proto(s: &DriverSnapshot) -> v1::DriverLedger {
             processes: s.totals.processes as u64,
             cgroups: s.totals.cgroups as u64,
             live_allocations: s.totals.live_allocations as u64,
+            completeness: Some(completeness_to_proto(&s.totals.completeness)),
         }),
         cgroups: s.cgroups.iter().map(driver_cgroup_to_proto).collect(),
         processes: s.processes.iter().map(driver_process_to_proto).collect(),
-        gpus: s.gpus.iter().map(|g| v1::DriverGpu { minor: g.minor, usage: Some(usage_to_proto(&g.usage)) }).collect(),
+        gpus: s
+            .gpus
+            .iter()
+            .map(|g| v1::DriverGpu {
+                minor: g.minor,
+                usage: Some(usage_to_proto(&g.usage)),
+                completeness: Some(completeness_to_proto(&g.completeness)),
+            })
+            .collect(),
         counters: Some(state_counters_to_proto(&s.counters)),
     }
 }
@@ -433,16 +444,39 @@ fn driver_from_proto(p: v1::DriverLedger) -> Result<DriverSnapshot> {
             processes: to_usize(t.processes),
             cgroups: to_usize(t.cgroups),
             live_allocations: to_usize(t.live_allocations),
+            completeness: completeness_from_proto(t.completeness),
         },
         cgroups: p.cgroups.into_iter().map(driver_cgroup_from_proto).collect::<Result<_>>()?,
         processes: p.processes.into_iter().map(driver_process_from_proto).collect::<Result<_>>()?,
         gpus: p
             .gpus
             .into_iter()
-            .map(|g| Ok(GpuRow { minor: g.minor, usage: usage_from_proto(g.usage, "DriverGpu.usage")? }))
+            .map(|g| {
+                Ok(GpuRow {
+                    minor: g.minor,
+                    usage: usage_from_proto(g.usage, "DriverGpu.usage")?,
+                    completeness: completeness_from_proto(g.completeness),
+                })
+            })
             .collect::<Result<_>>()?,
         counters: state_counters_from_proto(required(p.counters, "DriverLedger.counters")?),
     })
+}
+
+fn completeness_to_proto(c: &Completeness) -> v1::LedgerCompleteness {
+    v1::LedgerCompleteness {
+        from_before_agent: c.from_before_agent,
+        records_lost_since_unix_ns: c.records_lost_since_unix_ns,
+    }
+}
+
+/// Absent (an older agent): nothing known to be missing.
+fn completeness_from_proto(c: Option<v1::LedgerCompleteness>) -> Completeness {
+    c.map(|c| Completeness {
+        from_before_agent: c.from_before_agent,
+        records_lost_since_unix_ns: c.records_lost_since_unix_ns,
+    })
+    .unwrap_or_default()
 }
 
 fn driver_cgroup_to_proto(c: &CgroupRow) -> v1::DriverCgroup {
@@ -452,6 +486,7 @@ fn driver_cgroup_to_proto(c: &CgroupRow) -> v1::DriverCgroup {
         processes: c.processes as u64,
         removed: c.removed,
         usage: Some(usage_to_proto(&c.usage)),
+        completeness: Some(completeness_to_proto(&c.completeness)),
     }
 }
 
@@ -462,6 +497,7 @@ fn driver_cgroup_from_proto(c: v1::DriverCgroup) -> Result<CgroupRow> {
         processes: to_usize(c.processes),
         removed: c.removed,
         usage: usage_from_proto(c.usage, "DriverCgroup.usage")?,
+        completeness: completeness_from_proto(c.completeness),
     })
 }
 
@@ -476,6 +512,7 @@ fn driver_process_to_proto(p: &ProcessRow) -> v1::DriverProcess {
         clients: p.clients as u64,
         handles: p.handles as u64,
         usage: Some(usage_to_proto(&p.usage)),
+        completeness: Some(completeness_to_proto(&p.completeness)),
     }
 }
 
@@ -490,6 +527,7 @@ fn driver_process_from_proto(p: v1::DriverProcess) -> Result<ProcessRow> {
         clients: to_usize(p.clients),
         handles: to_usize(p.handles),
         usage: usage_from_proto(p.usage, "DriverProcess.usage")?,
+        completeness: completeness_from_proto(p.completeness),
     })
 }
 
@@ -729,6 +767,7 @@ fn pipeline_to_proto(p: &PipelineStats) -> v1::PipelineStats {
         scan_unreadable: p.scan_unreadable,
         scan_not_devices: p.scan_not_devices,
         processes_reconciled: p.processes_reconciled,
+        lost_records_untracked: p.lost_records_untracked,
         fd_map_cleanups: p.fd_map_cleanups,
         fd_map_errors: p.fd_map_errors,
         inflight_swept: p.inflight_swept,
@@ -751,6 +790,7 @@ fn pipeline_from_proto(p: v1::PipelineStats) -> PipelineStats {
         scan_unreadable: p.scan_unreadable,
         scan_not_devices: p.scan_not_devices,
         processes_reconciled: p.processes_reconciled,
+        lost_records_untracked: p.lost_records_untracked,
         fd_map_cleanups: p.fd_map_cleanups,
         fd_map_errors: p.fd_map_errors,
         inflight_swept: p.inflight_swept,

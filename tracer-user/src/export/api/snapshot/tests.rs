@@ -138,7 +138,14 @@ fn driver_ledger() -> DriverSnapshot {
     let mut s = DriverSnapshot::default();
     for (i, id) in [1001u64, 1002, 1003].into_iter().enumerate() {
         let u = usage(20 - 5 * i as u64, 1000 + i as u64);
-        s.cgroups.push(CgroupRow { cgroup_id: id, path: Some(pod_path(id)), processes: 1, removed: false, usage: u });
+        s.cgroups.push(CgroupRow {
+            cgroup_id: id,
+            path: Some(pod_path(id)),
+            processes: 1,
+            removed: false,
+            usage: u,
+            completeness: Completeness { from_before_agent: i as u32 % 2, records_lost_since_unix_ns: None },
+        });
         s.processes.push(ProcessRow {
             tgid: 101 + 100 * i as u32,
             start_time_ticks: 4242,
@@ -149,6 +156,10 @@ fn driver_ledger() -> DriverSnapshot {
             clients: 1,
             handles: 17,
             usage: u,
+            completeness: Completeness {
+                from_before_agent: i as u32 % 2,
+                records_lost_since_unix_ns: (i == 2).then_some(1_764_640_000_000_000_000),
+            },
         });
     }
     let host = usage(1, 77);
@@ -158,6 +169,7 @@ fn driver_ledger() -> DriverSnapshot {
         processes: 0,
         removed: true,
         usage: host,
+        completeness: Default::default(),
     });
     s.processes.push(ProcessRow {
         tgid: 9,
@@ -169,13 +181,23 @@ fn driver_ledger() -> DriverSnapshot {
         clients: 1,
         handles: 3,
         usage: host,
+        completeness: Default::default(),
     });
     s.gpus = vec![
-        GpuRow { minor: Some(0), usage: usage(30, 2000) },
-        GpuRow { minor: Some(1), usage: usage(10, 1000) },
-        GpuRow { minor: None, usage: usage(1, 77) },
+        GpuRow { minor: Some(0), usage: usage(30, 2000), completeness: Default::default() },
+        GpuRow { minor: Some(1), usage: usage(10, 1000), completeness: Default::default() },
+        GpuRow { minor: None, usage: usage(1, 77), completeness: Default::default() },
     ];
-    s.totals = Totals { usage: usage(41, 3077), processes: 4, cgroups: 4, live_allocations: 48 };
+    s.totals = Totals {
+        usage: usage(41, 3077),
+        processes: 4,
+        cgroups: 4,
+        live_allocations: 48,
+        completeness: Completeness {
+            from_before_agent: 1,
+            records_lost_since_unix_ns: Some(1_764_640_000_000_000_000),
+        },
+    };
     let c = &mut s.counters;
     c.events = [("ioctl", 3077), ("fd_opened", 14), ("process_exit", 2)].into_iter().collect();
     c.ioctls_by_op = [("rm_alloc", 160), ("rm_control", 2900), ("malformed", 2)].into_iter().collect();
