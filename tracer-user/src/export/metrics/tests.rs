@@ -65,6 +65,11 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
         ],
         ..Default::default()
     };
+    // POD_B's process ran before the agent and later lost records: its ledger rows say so.
+    state.cgroups[1].completeness = crate::state::Completeness {
+        from_before_agent: 1,
+        records_lost_since_unix_ns: Some(1_764_640_205_000_000_000),
+    };
     state.counters.events.insert("ioctl", 9);
     state.counters.ioctls_by_op.insert("rm_alloc", 9);
     state.counters.failed_by_op.insert("rm_alloc", 1);
@@ -548,6 +553,23 @@ fn every_family_is_prefixed_and_documented() {
             || d.strip_suffix("_total").is_some_and(|f| p.families.contains_key(&format!("gpu_tracer_{f}")));
         assert!(exposed, "docs/metrics.md lists gpu_tracer_{d}, which the exposition does not have");
     }
+}
+
+/// Issues 13 items 4 and 8: the ledger rows say whether they may be short.
+#[test]
+fn ledger_exactness_is_exposed_per_cgroup_and_gpu() {
+    let text = MetricsRegistry::new().encode(&Arc::new(sample_snapshot()), ExpositionFormat::Prometheus).unwrap();
+    let lines =
+        |prefix: &str| -> Vec<String> { text.lines().filter(|l| l.starts_with(prefix)).map(str::to_owned).collect() };
+    let exact = lines("gpu_tracer_cgroup_ledger_exact{");
+    assert_eq!(exact.len(), 3, "{text}");
+    assert_eq!(exact.iter().filter(|l| l.ends_with(" 0")).count(), 1, "{exact:?}");
+    let since = lines("gpu_tracer_cgroup_ledger_records_lost_since_seconds{");
+    assert_eq!(since.len(), 1, "only the cgroup that lost records: {since:?}");
+    assert!(since[0].ends_with(" 1764640205"), "{since:?}");
+    let before = lines("gpu_tracer_cgroup_processes_from_before_agent{");
+    assert_eq!(before.iter().filter(|l| l.ends_with(" 1")).count(), 1, "{before:?}");
+    assert_eq!(lines("gpu_tracer_gpu_ledger_exact{").len(), 3, "{text}");
 }
 
 /// Issue 13 item 6: each family's state. `up` is 1 attached, 0 failed or nothing to probe, and
