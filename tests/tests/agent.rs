@@ -166,6 +166,10 @@ fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
 
     let mut t = tracer(&driver, AttachMode::Auto);
     let s0 = t.settle();
+    println!(
+        "reliability: allocated_before_agent=1GiB seeded_fds={} totals_from_before_agent={}",
+        s0.pipeline.seeded_fds, s0.state.totals.completeness.from_before_agent
+    );
     // ctl, gpu and uvm fds were seeded; the memory allocated before start is unknowable.
     assert_eq!(s0.pipeline.seeded_fds, 3, "fds: {fds:?}");
     let row = s0.state.processes.iter().find(|p| p.tgid == w.pid()).expect("seeded process listed");
@@ -193,6 +197,11 @@ fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
     assert_eq!(cg_usage(&s1, pod.id()).vidmem_bytes, 512 * MIB);
     ok(&mut w, &format!("free-vidheap {h:#x}"));
     let s2 = t.settle();
+    println!(
+        "reliability: traced_after_scan_mib={} lost={}",
+        s1.state.totals.usage.vidmem_bytes / MIB,
+        s2.accounting.dropped
+    );
     assert_eq!(cg_usage(&s2, pod.id()).vidmem_bytes, 0);
     assert_accounting(&s2);
 }
@@ -203,10 +212,16 @@ fn a_process_killed_without_freeing_releases_its_memory_at_exit() {
     handle(&mut w, "alloc-rm 2147483648");
     handle(&mut w, "alloc-vidheap 1073741824");
     let s = t.settle();
+    println!("reliability: held_at_kill_mib={}", cg_usage(&s, pod.id()).vidmem_bytes / MIB);
     assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 3 * GIB);
     let pid = w.pid();
     drop(w); // SIGKILL: no frees, no closes
     let s = t.wait_for("process exit", |s| !s.state.processes.iter().any(|p| p.tgid == pid));
+    println!(
+        "reliability: left_after_kill_mib={} released_by_exit={}",
+        s.state.totals.usage.vidmem_bytes / MIB,
+        s.state.counters.released_by.get("process_exit").copied().unwrap_or(0)
+    );
     assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 0);
     assert_eq!(s.state.totals.usage.vidmem_bytes, 0);
     assert_eq!(s.state.counters.released_by.get("process_exit"), Some(&2), "{:?}", s.state.counters.released_by);
@@ -286,6 +301,12 @@ fn bad_ioctl_arguments_become_malformed_events_not_crashes() {
     let m = &s.state.counters.malformed_by_reason;
     let total_malformed: u64 = m.values().sum();
     let before: u64 = s0.state.counters.malformed_by_reason.values().sum();
+    println!(
+        "reliability: bad_call_kinds=7 malformed={} decode_errors={} dropped={}",
+        total_malformed.saturating_sub(before),
+        s.pipeline.decode_errors.len(),
+        s.accounting.dropped
+    );
     // NULL, unmapped and guard-page arguments fault; a NULL nested pointer is flagged; a wrong size
     // is rejected by the decoder as the driver rejects it.
     assert!(total_malformed - before >= 4, "malformed by reason: {m:?}");
@@ -361,8 +382,14 @@ fn a_fork_storm_leaves_no_ghost_processes() {
     assert_eq!(forked, 3000);
     let s = t.settle();
     let exits = s.kernel.probes.iter().find(|(n, _)| n == "exit").map(|(_, c)| c.emitted).unwrap_or(0);
-    assert!(exits >= 3000, "every child's exit is recorded: {exits}");
     let tracked: Vec<u32> = s.state.processes.iter().map(|p| p.tgid).collect();
+    println!(
+        "reliability: forked={forked} exit_records={exits} tracked_after={} pod_processes={} reconciled={}",
+        tracked.len(),
+        cgroup(&s, pod.id()).map_or(0, |r| r.processes),
+        s.pipeline.processes_reconciled
+    );
+    assert!(exits >= 3000, "every child's exit is recorded: {exits}");
     assert_eq!(tracked, vec![w.pid()], "only the parent is tracked");
     let row = cgroup(&s, pod.id()).expect("the pod's row");
     assert_eq!(row.processes, 1, "{row:?}");
@@ -392,11 +419,21 @@ fn a_process_whose_exit_record_was_lost_is_reconciled() {
     w.finish().unwrap();
     let s = t.settle();
     let exit = s.kernel.probes.iter().find(|(n, _)| n == "exit").map(|(_, c)| *c).unwrap_or_default();
+    println!(
+        "reliability: ring_kib=64 children=3000 exit_records_lost={} ghosts_before={}",
+        exit.dropped_at(tracer_common::counter::DROP_RINGBUF_FULL),
+        s.state.processes.iter().filter(|p| p.tgid == pid).count()
+    );
     assert!(exit.dropped_at(tracer_common::counter::DROP_RINGBUF_FULL) > 0, "exit records were lost: {exit:?}");
     assert!(s.state.processes.iter().any(|p| p.tgid == pid), "a ghost before reconciliation");
     let reconciled = t.agent.reconcile_processes(&mut |_, _| {});
     assert_eq!(reconciled, 1);
     let s = t.settle();
+    println!(
+        "reliability: reconciled={reconciled} tracked_after={} ghost_mib_after={}",
+        s.state.processes.len(),
+        cg_usage(&s, pod.id()).vidmem_bytes / MIB
+    );
     assert!(s.state.processes.is_empty(), "{:?}", s.state.processes);
     assert_eq!(s.pipeline.processes_reconciled, 1);
     assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, 0, "the ghost's memory is released");
@@ -423,6 +460,12 @@ fn lost_records_mark_the_ledgers_they_belong_to_inexact() {
     ok(&mut flooder, "repeat 500 alloc-rm 1M");
     let s = t.settle();
     let ioctl = s.kernel.probes.iter().find(|(n, _)| n == "ioctl").map(|(_, c)| *c).unwrap_or_default();
+    println!(
+        "reliability: ring_kib=64 consumer=stopped allocs=500 ioctl_records_lost={} flooder_marked={} quiet_marked={}",
+        ioctl.dropped_at(tracer_common::counter::DROP_RINGBUF_FULL),
+        cgroup(&s, flooder_pod.id()).is_some_and(|r| r.completeness.records_lost_since_unix_ns.is_some()),
+        cgroup(&s, quiet_pod.id()).is_some_and(|r| !r.completeness.exact())
+    );
     assert!(ioctl.dropped_at(tracer_common::counter::DROP_RINGBUF_FULL) > 0, "the ring was full: {ioctl:?}");
     let lost = cgroup(&s, flooder_pod.id()).expect("flooder row").completeness;
     let since = lost.records_lost_since_unix_ns.expect("the flooder's cgroup is marked");
@@ -436,6 +479,7 @@ fn lost_records_mark_the_ledgers_they_belong_to_inexact() {
     let gone = flooder.pid();
     drop(flooder);
     let s = t.wait_for("the flooder's exit", |s| s.state.processes.iter().all(|p| p.tgid != gone));
+    println!("reliability: exact_after_exit={}", s.state.totals.completeness.exact());
     assert!(cgroup(&s, flooder_pod.id()).is_none_or(|r| r.completeness.exact()));
     assert!(s.state.totals.completeness.exact(), "{:?}", s.state.totals.completeness);
 }

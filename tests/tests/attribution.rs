@@ -543,6 +543,14 @@ fn workloads_running_before_the_agent_get_their_memory_from_nvml_and_are_marked(
     assert_bill(a);
     for (pod, bytes) in [(&pa, 1536 * MIB), (&pb, 2 * GIB)] {
         let l = line(g, pod.id());
+        println!(
+            "reliability: allocated_before_agent_mib={} ledger_mib={} attributed_mib={} source={:?} cost_nano={}",
+            bytes / MIB,
+            cg_vidmem(&s, pod.id()) / MIB,
+            l.memory_bytes / MIB,
+            l.memory_source,
+            l.cost_nano.unwrap_or(0)
+        );
         assert_eq!(l.memory_bytes, bytes, "{l:?}");
         assert_eq!(l.memory_source, MemorySource::Nvml);
         assert!(l.cost_nano.unwrap_or(0) > 0, "{l:?}");

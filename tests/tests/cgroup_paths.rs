@@ -88,6 +88,12 @@ fn a_cgroup_made_after_a_walk_is_resolved_by_id_at_once() {
         assert_eq!(p.as_deref(), Some(format!("/{top}/a b.scope").as_str()));
     }
     eprintln!("cgroup path by id: {:.2} us per lookup", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    println!(
+        "reliability: lookup_us={:.2} by_id={} walks={}",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64,
+        r.lookups.by_id,
+        r.lookups.walks
+    );
     let root_id = {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(&mount).unwrap().ino()
@@ -127,6 +133,13 @@ fn a_container_started_right_after_a_scan_is_named_by_path_at_once() {
     let elapsed = started.elapsed();
 
     let row = s.state.cgroups.iter().find(|c| c.cgroup_id == pod.id()).unwrap();
+    println!(
+        "reliability: named_after_ms={} named_by_path={} paths_by_id={} walks={}",
+        elapsed.as_millis(),
+        row.path.as_deref() == Some(pod.relative_path()),
+        s.pipeline.cgroup_paths_by_id,
+        s.pipeline.cgroup_walks
+    );
     assert_eq!(row.path.as_deref(), Some(pod.relative_path()), "the ledger's row, {elapsed:?} after mkdir");
     let ident = s.containers.get(&pod.id()).expect("the container's identity");
     assert_eq!(ident.cgroup_path.as_deref(), Some(pod.relative_path()));

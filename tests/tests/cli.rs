@@ -339,15 +339,18 @@ fn a_full_output_is_an_error_message_not_a_panic() {
     };
     let out = run(&["--no-cuda", "--log", "error", "doctor"], full().into(), Stdio::piped());
     let err = String::from_utf8_lossy(&out.stderr);
+    println!("reliability: doctor_stdout_full_exit={}", out.status.code().unwrap_or(-1));
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("writing the report to stdout") && err.contains("No space left"), "{err}");
     let out = run(&["--no-cuda", "--log", "info", "doctor"], Stdio::null(), full().into());
+    println!("reliability: doctor_stderr_full_exit={}", out.status.code().unwrap_or(-1));
     assert_ne!(out.status.code(), Some(101), "doctor panicked on a full stderr");
     let driver = FakeDriver::start(1).unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let args =
         ["--no-cuda", "--log", "info", "--dev-dir", &dev, "--simulated-devices", "agent", "--listen", "127.0.0.1:0"];
     let out = run(&[&args[..], &["--grpc-listen", "off", "--duration", "3"]].concat(), Stdio::null(), full().into());
+    println!("reliability: agent_stderr_full_exit={}", out.status.code().unwrap_or(-1));
     assert_eq!(out.status.code(), Some(0), "the agent with stderr on /dev/full");
 }
 
@@ -591,6 +594,8 @@ fn a_misconfiguration_is_refused_naming_the_key_and_the_fix() {
         std::fs::write(&p, text).unwrap();
         p.to_str().unwrap().to_string()
     };
+    // Figures for `cargo xtask reliability`: how many refusals were checked, by exit code.
+    let (mut refused_exit_1, mut refused_exit_2) = (0, 0);
     // An unknown key below the top level: the file, the dotted path, the line and the near miss.
     let typo = file("typo.toml", "[nvml]\nmod = \"off\"\n");
     for cmd in [&["top", "--once"][..], &["agent", "--duration", "1"], &["doctor"]] {
@@ -601,6 +606,7 @@ fn a_misconfiguration_is_refused_naming_the_key_and_the_fix() {
             format!("error: config file {typo}: invalid setting nvml.mod: unknown key (line 2); did you mean `mode`?"),
             "{cmd:?}"
         );
+        refused_exit_1 += 1;
     }
     // Values out of range, in the file and from flags.
     let cases: &[(&[&str], &str)] = &[
@@ -623,16 +629,20 @@ fn a_misconfiguration_is_refused_naming_the_key_and_the_fix() {
         let (code, err) = refused(&[flags, &["agent", "--listen", "127.0.0.1:0", "--duration", "1"][..]].concat());
         assert_eq!(code, Some(1), "{flags:?}: {err}");
         assert!(err.starts_with("error: ") && err.contains(want), "{flags:?}: want {want:?} in {err}");
+        refused_exit_1 += 1;
     }
     // Durations: NaN, infinite and negative are clap errors (exit 2) on every command.
     for (cmd, value) in [("agent", "nan"), ("agent", "inf"), ("top", "NaN"), ("events", "-1"), ("events", "infinity")] {
         let (code, err) = refused(&[cmd, &format!("--duration={value}")]);
         assert_eq!(code, Some(2), "{cmd} --duration {value}: {err}");
         assert!(err.contains(&format!("invalid value '{value}' for '--duration <DURATION>'")), "{err}");
+        refused_exit_2 += 1;
     }
     let (code, err) = refused(&["--price-per-gpu-hour", "inf", "top", "--once"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("is not a price"), "{err}");
+    refused_exit_2 += 1;
+    println!("reliability: refused_naming_key_exit_1={refused_exit_1} refused_as_bad_flag_exit_2={refused_exit_2}");
     // Commands that load nothing here do not need the host paths.
     let (code, err) =
         refused(&["--dev-dir", "/nonexistent/dev", "api", "get-status", "--connect", "unix:///nonexistent/api.sock"]);
@@ -674,6 +684,10 @@ fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
     let (status, text) = http_get(&addr, "/metrics");
     assert_eq!(status, 200);
     let up = series(&text, "gpu_tracer_probe_family_up");
+    println!(
+        "reliability: readyz=503 healthz=200 family_up={}",
+        up.iter().map(|(l, v)| format!("{}:{v}", l.split('"').nth(1).unwrap_or(l))).collect::<Vec<_>>().join(",")
+    );
     assert!(up.contains(&(r#"gpu_tracer_probe_family_up{family="driver"}"#.to_string(), 0.0)), "{up:?}");
     assert!(up.contains(&(r#"gpu_tracer_probe_family_up{family="lifecycle"}"#.to_string(), 1.0)), "{up:?}");
     assert_eq!(up.len(), 2, "no series for the cuda family switched off: {up:?}");
@@ -687,6 +701,7 @@ fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
         .args(["--no-cuda", "--nvml", "off", "--log", "error", "--dev-dir", "/nonexistent/dev", "doctor", "--json"])
         .output()
         .unwrap();
+    println!("reliability: doctor_bad_dev_dir_exit={}", out.status.code().unwrap_or(-1));
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let config = v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "config").expect("a config check");

@@ -113,12 +113,18 @@ fn nvml_without_the_driver_creates_no_device_node() {
 
     // Control: the test-double path initialises the real library regardless of the driver.
     let (out, dev) = in_private_dev(&[&["--simulated-devices", "--nvml-library", REAL_NVML][..], &doctor].concat());
+    println!("reliability: control_created={dev:?}");
     assert_eq!(dev, ["nvidiactl"], "the real nvmlInit as root creates /dev/nvidiactl here: {}", stderr(&out));
     let (_, detail) = check(&out, "nvml");
     assert!(detail.contains("Driver Not Loaded"), "{detail}");
 
     for explicit in [&[][..], &["--nvml-library", REAL_NVML][..]] {
         let (out, dev) = in_private_dev(&[explicit, &doctor].concat());
+        println!(
+            "reliability: doctor{}_created={}",
+            if explicit.is_empty() { "" } else { "_explicit_library" },
+            dev.len()
+        );
         assert!(dev.is_empty(), "doctor {explicit:?} created {dev:?} in /dev: {}", stderr(&out));
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let (status, detail) = check(&out, "nvml");
@@ -129,11 +135,13 @@ fn nvml_without_the_driver_creates_no_device_node() {
 
     let agent = ["--log", "info", "--nvml-only", "agent", "--duration", "2", "--listen", "127.0.0.1:0"];
     let (out, dev) = in_private_dev(&[&agent[..], &["--grpc-listen", "off"]].concat());
+    println!("reliability: agent_created={}", dev.len());
     assert!(dev.is_empty(), "the agent created {dev:?} in /dev: {}", stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains(NOT_INITIALISED), "{}", stderr(&out));
 
     let (out, dev) = in_private_dev(&["--nvml-only", "--nvml", "required", "doctor", "--json"]);
+    println!("reliability: nvml_required_created={}", dev.len());
     assert!(dev.is_empty(), "doctor --nvml required created {dev:?} in /dev: {}", stderr(&out));
     let (status, detail) = check(&out, "probes");
     assert_eq!(status, "fail", "{detail}");

@@ -123,12 +123,19 @@ fn an_unprivileged_users_own_nvidiactl_is_not_traced() {
     // Control: the trusted file is traced, every call.
     root_caller(dir.path()).run();
     let s = t.settle();
+    let trusted_traced = probe(&s, "ioctl").seen;
+    println!("reliability: trusted_ioctls={IOCTLS} trusted_traced={trusted_traced}");
     assert_eq!(probe(&s, "ioctl").seen, IOCTLS, "the trusted file's ioctls are traced");
     assert_eq!(probe(&s, "open").dropped_at(counter::DROP_NOT_A_DEVICE), 0);
 
     // The spoofer: same path, its own file. Nothing traced; the refused open is counted.
     spoofer(dir.path()).run();
     let s = t.settle();
+    println!(
+        "reliability: spoofer_ioctls={IOCTLS} spoofer_traced={} refused_opens={}",
+        probe(&s, "ioctl").seen.saturating_sub(trusted_traced),
+        probe(&s, "open").dropped_at(counter::DROP_NOT_A_DEVICE)
+    );
     assert_eq!(probe(&s, "ioctl").seen, IOCTLS, "not one of the spoofer's ioctls may be traced");
     // Two refused opens: the shell creating the file (`: >`) and Python opening it.
     assert_eq!(probe(&s, "open").dropped_at(counter::DROP_NOT_A_DEVICE), 2, "the refused opens are counted");
@@ -150,6 +157,13 @@ fn without_simulated_devices_only_nvidia_character_devices_count() {
     cmd.arg("-c").arg(ioctl_program(&null));
     Caller::spawn(cmd).run();
     let s = t.settle();
+    println!(
+        "reliability: ioctls_made={} traced={} refused_opens={} processes_tracked={}",
+        2 * IOCTLS,
+        probe(&s, "ioctl").seen,
+        probe(&s, "open").dropped_at(counter::DROP_NOT_A_DEVICE),
+        s.state.processes.len()
+    );
     assert_eq!(probe(&s, "ioctl").seen, 0, "a regular file and a 1:3 device are not NVIDIA devices");
     assert_eq!(probe(&s, "open").dropped_at(counter::DROP_NOT_A_DEVICE), 2);
     assert!(s.state.processes.is_empty(), "{:?}", s.state.processes);
@@ -165,10 +179,12 @@ fn a_spoofed_fd_opened_before_the_agent_is_not_seeded() {
     let spoof = spoofer(dir.path());
     let mut t = Tracer::start(config(dir.path(), true));
     let s = t.settle();
+    println!("reliability: seeded_fds={} scan_refused={}", s.pipeline.seeded_fds, s.pipeline.scan_not_devices);
     assert_eq!(s.pipeline.seeded_fds, 1, "the trusted file is seeded");
     assert_eq!(s.pipeline.scan_not_devices, 1, "the spoofed fd is found by path and refused");
     trusted.run();
     spoof.run();
     let s = t.settle();
+    println!("reliability: ioctls_made={} traced={}", 2 * IOCTLS, probe(&s, "ioctl").seen);
     assert_eq!(probe(&s, "ioctl").seen, IOCTLS, "only the trusted file's ioctls are traced");
 }
