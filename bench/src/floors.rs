@@ -17,6 +17,7 @@ fn load_object() -> Result<Ebpf> {
     // The noop programs use no map; keep the object's ring buffer at its smallest.
     EbpfLoader::new()
         .map_max_entries(map_names::EVENTS, 4096)
+        .map_max_entries(map_names::BULK_EVENTS, 4096)
         .load(tracer_user::probe::EBPF_OBJECT)
         .context("loading the eBPF object")
 }

@@ -483,3 +483,47 @@ fn lost_records_mark_the_ledgers_they_belong_to_inexact() {
     assert!(cgroup(&s, flooder_pod.id()).is_none_or(|r| r.completeness.exact()));
     assert!(s.state.totals.completeness.exact(), "{:?}", s.state.totals.completeness);
 }
+
+/// Issue 13 item 4: a flood of records that only count (RM_CONTROL, half of a real workload's
+/// calls) fills the bulk ring, never the ledger ring, so the allocations of another pod made
+/// meanwhile all arrive, nobody's ledger is marked inexact, and the loss is counted as
+/// `bulk_ringbuf_full`.
+#[test]
+fn a_flood_of_count_only_records_does_not_crowd_out_the_ledger() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(Config { ring_buffer_bytes: 64 * 1024, ..config_for(&driver) });
+    let (flooder_pod, allocator_pod) = (PodCgroup::new().unwrap(), PodCgroup::new().unwrap());
+    let mut flooder = Workload::spawn(driver.dev_dir(), Some(&flooder_pod)).unwrap();
+    let mut allocator = Workload::spawn(driver.dev_dir(), Some(&allocator_pod)).unwrap();
+    ok(&mut flooder, "init 0");
+    ok(&mut allocator, "init 0");
+    t.settle();
+    // Not drained while both run: 5,000 RM_CONTROL records (528 bytes each) are forty times
+    // what a 64 KiB ring holds; 100 allocations fit the ledger ring.
+    ok(&mut flooder, "repeat 5000 control");
+    ok(&mut allocator, "repeat 100 alloc-rm 1M");
+    let s = t.settle();
+    let ioctl = s.kernel.probes.iter().find(|(n, _)| n == "ioctl").map(|(_, c)| *c).unwrap_or_default();
+    let bulk_lost = ioctl.dropped_at(tracer_common::counter::DROP_BULK_RINGBUF_FULL);
+    let ledger_lost = ioctl.dropped_at(tracer_common::counter::DROP_RINGBUF_FULL);
+    let row = cgroup(&s, allocator_pod.id()).expect("allocator row");
+    let flood_row = cgroup(&s, flooder_pod.id()).expect("flooder row");
+    println!(
+        "reliability: ring_kib=64 consumer=stopped controls=5000 count_only_lost={bulk_lost} ledger_lost={ledger_lost} \
+         allocs=100 allocated_mib={} flooder_ioctls_counted={} marked_inexact={}",
+        row.usage.vidmem_bytes / MIB,
+        flood_row.usage.ioctls,
+        !s.state.totals.completeness.exact()
+    );
+    assert!(bulk_lost > 0, "the flood filled the bulk ring: {ioctl:?}");
+    assert_eq!(ledger_lost, 0, "the ledger ring lost nothing: {ioctl:?}");
+    assert_eq!(row.usage.vidmem_bytes, 100 * MIB, "every allocation arrived");
+    assert_eq!(row.usage.allocations, 100);
+    assert!(s.state.totals.completeness.exact(), "count-only losses mark no ledger: {:?}", s.state.totals.completeness);
+    assert!(flood_row.completeness.exact() && row.completeness.exact());
+    assert_eq!(s.pipeline.lost_records_untracked, 0);
+    let a = &s.accounting;
+    assert!(a.exact, "seen {} != received {} + dropped {} ({:?})", a.seen, a.received, a.dropped, s.kernel);
+}

@@ -554,7 +554,17 @@ fn workloads_running_before_the_agent_get_their_memory_from_nvml_and_are_marked(
         assert_eq!(l.memory_bytes, bytes, "{l:?}");
         assert_eq!(l.memory_source, MemorySource::Nvml);
         assert!(l.cost_nano.unwrap_or(0) > 0, "{l:?}");
+        // The ledger rows carry NVML's figure beside their own zero (and `top` prints it).
+        let row = s.state.cgroups.iter().find(|c| c.cgroup_id == pod.id()).expect("cgroup row");
+        println!(
+            "reliability: ledger_row_nvml_mib={:?}",
+            row.completeness.nvml_bytes_from_before_agent.map(|b| b / MIB)
+        );
+        assert_eq!(row.completeness.nvml_bytes_from_before_agent, Some(bytes), "{:?}", row.completeness);
+        assert!(row.completeness.describe().contains("(NVML: "), "{}", row.completeness.describe());
     }
+    let total = s.state.totals.completeness.nvml_bytes_from_before_agent;
+    assert_eq!(total, Some(1536 * MIB + 2 * GIB), "{:?}", s.state.totals.completeness);
     drop((wa, wb));
 }
 

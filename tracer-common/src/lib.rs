@@ -8,11 +8,15 @@
 pub mod nv;
 
 /// Bumped whenever a record or map layout changes.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Map names, as they appear in the eBPF object.
 pub mod map_names {
+    /// The ledger ring: every record a ledger is built from (fds, lifecycle, allocations, frees).
     pub const EVENTS: &str = "EVENTS";
+    /// The bulk ring: high-rate records that only count (RM_CONTROL and other count-only ioctls,
+    /// per-event launches, function lookups), so a flood of them never crowds out the ledger's.
+    pub const BULK_EVENTS: &str = "BULK_EVENTS";
     pub const COUNTERS: &str = "COUNTERS";
     pub const NV_FDS: &str = "NV_FDS";
     pub const TRACKED_TGIDS: &str = "TRACKED_TGIDS";
@@ -598,7 +602,10 @@ pub struct CapturePlan {
     pub nested_len: u32,
     pub nested_by_class: u32,
     pub class_off: u32,
-    pub _pad: u32,
+    /// 1: the command's records feed the memory ledger (allocations, frees, duplicates) and go
+    /// through the ledger ring (`EVENTS`); 0: they only count and go through the bulk ring
+    /// (`BULK_EVENTS`). Commands without a plan only count.
+    pub ledger: u32,
 }
 
 /// Bytes of the device-directory prefix (e.g. `/dev/nvidia`) the kernel matches opens against.
@@ -609,6 +616,14 @@ pub const DEVICE_MAJORS_MAX: usize = 8;
 
 /// The NVIDIA frontend major (`nvidiactl`, `nvidiaN`, `nvidia-modeset`).
 pub const NVIDIA_MAJOR: u32 = 195;
+
+/// Whether `major` is one the kernel hands out dynamically (`alloc_chrdev_region`: 254 down to
+/// 234, then 511 down to 384), as `nvidia-uvm` and `nvidia-caps` get. One definition for the kernel
+/// side's device check and user space's `/proc` scan.
+#[inline(always)]
+pub const fn is_dynamic_major(major: u32) -> bool {
+    (major >= 234 && major <= 254) || (major >= 384 && major <= 511)
+}
 
 /// How the kernel side decides that an opened file is an NVIDIA device, not just a file with an
 /// NVIDIA name: the open file's inode is read through `current->files->fdt->fd[fd]->f_inode` at
@@ -696,7 +711,8 @@ pub mod family {
 pub mod counter {
     pub const SEEN: u32 = 0;
     pub const EMITTED: u32 = 1;
-    /// `bpf_ringbuf_reserve` failed: the ring buffer was full.
+    /// `bpf_ringbuf_reserve` failed on the ledger ring: the ring buffer was full (the process's
+    /// ledgers are marked "records lost since").
     pub const DROP_RINGBUF_FULL: u32 = 2;
     /// The entry→exit map was full: the exit could not be matched.
     pub const DROP_INFLIGHT_FULL: u32 = 3;
@@ -710,13 +726,16 @@ pub mod counter {
     /// device with an NVIDIA major, nor a simulated device): not traced. Not data loss — a spoofing
     /// attempt or a stray file (`DeviceCheck`).
     pub const DROP_NOT_A_DEVICE: u32 = 7;
+    /// `bpf_ringbuf_reserve` failed on the bulk ring (count-only records): counts are short, no
+    /// ledger is affected.
+    pub const DROP_BULK_RINGBUF_FULL: u32 = 8;
     /// Counted in an in-kernel aggregate (`CUDA_COUNTS`) instead of a ring-buffer record.
-    pub const AGGREGATED: u32 = 8;
-    pub const SLOTS: u32 = 9;
+    pub const AGGREGATED: u32 = 9;
+    pub const SLOTS: u32 = 10;
     pub const DROP_FIRST: u32 = DROP_RINGBUF_FULL;
-    pub const DROP_LAST: u32 = DROP_NOT_A_DEVICE;
+    pub const DROP_LAST: u32 = DROP_BULK_RINGBUF_FULL;
     /// Names used for metric labels, by slot.
-    pub const NAMES: [&str; 9] = [
+    pub const NAMES: [&str; 10] = [
         "seen",
         "emitted",
         "ringbuf_full",
@@ -725,6 +744,7 @@ pub mod counter {
         "no_entry",
         "count_map_full",
         "not_a_device",
+        "bulk_ringbuf_full",
         "aggregated",
     ];
 }
@@ -769,6 +789,18 @@ pub mod probe {
         "cuda_function",
         "cuda_launch",
     ];
+
+    /// The probes whose records a ledger is built from: a loss of one of them (a full ledger ring,
+    /// a full entry or fd map) marks the process's ledgers "records lost since". Lifecycle records
+    /// are not among them (a lost exit is found by the reconciliation against `/proc`), nor are
+    /// the count-only ones.
+    pub const LEDGER: [u32; 8] = [OPEN, CLOSE, DUP, IOCTL, MMAP, MUNMAP, CUDA_ALLOC, CUDA_FREE];
+
+    /// Whether `probe` is one of [`LEDGER`] (a `match`, so the kernel side needs no loop).
+    #[inline(always)]
+    pub const fn is_ledger(probe: u32) -> bool {
+        matches!(probe, OPEN | CLOSE | DUP | IOCTL | MMAP | MUNMAP | CUDA_ALLOC | CUDA_FREE)
+    }
 }
 
 /// Entries of the `COUNTERS` per-CPU array.
@@ -792,7 +824,7 @@ pub mod capacity {
     pub const ALLOC_PARAM_SIZES: u32 = 64;
     pub const CUDA_COUNTS: u32 = 65536;
     pub const CUDA_INFLIGHT: u32 = 16384;
-    /// Default ring buffer size (bytes, power of two).
+    /// Default size of each ring buffer, the ledger ring and the bulk ring (bytes, power of two).
     pub const EVENTS_BYTES: u32 = 8 << 20;
 }
 
@@ -985,4 +1017,16 @@ pub fn record_as_bytes<R: Record>(r: &R) -> &[u8] {
     // (tied to `r`), and u8 has alignment 1. R: Record promises no implicit padding (every layout's size is
     // asserted to be the sum of its fields), so every byte is initialised.
     unsafe { core::slice::from_raw_parts(r as *const R as *const u8, size_of::<R>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe;
+
+    #[test]
+    fn the_ledger_probe_list_and_its_match_agree() {
+        for p in 0..probe::COUNT {
+            assert_eq!(probe::is_ledger(p), probe::LEDGER.contains(&p), "probe {}", probe::NAMES[p as usize]);
+        }
+    }
 }

@@ -94,7 +94,7 @@ fn stack_arg(ctx: &ProbeContext, n: u64) -> u64 {
 }
 
 fn send_launch(ctx: &ProbeContext, entry: u32) {
-    let Some(mut e) = emit::reserve::<CudaLaunchRecord>(probe::CUDA_LAUNCH, 0) else { return };
+    let Some(mut e) = emit::reserve_in::<CudaLaunchRecord>(emit::Ring::Bulk, probe::CUDA_LAUNCH, 0) else { return };
     let r = e.as_mut_ptr();
     let a = |i: usize| -> u64 { ctx.arg(i).unwrap_or(0) };
     // SAFETY: r points at a reserved record.
@@ -156,7 +156,7 @@ pub fn on_lookup_return(ctx: &RetProbeContext) {
     let Some(st) = (unsafe { CUDA_INFLIGHT.get(&key) }).copied() else { return };
     let _ = CUDA_INFLIGHT.remove(&key);
     let result: u64 = ctx.ret();
-    let Some(mut e) = emit::reserve::<CudaFunctionRecord>(probe::CUDA_FUNCTION, 0) else { return };
+    let Some(mut e) = emit::reserve_in::<CudaFunctionRecord>(emit::Ring::Bulk, probe::CUDA_FUNCTION, 0) else { return };
     let r = e.as_mut_ptr();
     // SAFETY: r points at a reserved record; user reads fault safely.
     unsafe {

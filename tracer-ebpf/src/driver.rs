@@ -379,7 +379,13 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
         fl |= flags::TRUNCATED;
     }
 
-    let Some(mut e) = emit::reserve::<IoctlRecord>(probe::IOCTL, 0) else { return };
+    // Records the memory ledger needs go through the ledger ring; count-only ones (RM_CONTROL,
+    // most of a workload's calls) through the bulk ring, where a flood cannot crowd them out.
+    let ring = match plan {
+        Some(p) if p.ledger != 0 => emit::Ring::Ledger,
+        _ => emit::Ring::Bulk,
+    };
+    let Some(mut e) = emit::reserve_in::<IoctlRecord>(ring, probe::IOCTL, 0) else { return };
     let r = e.as_mut_ptr();
     // SAFETY: r points at a reserved IoctlRecord; every write stays inside it.
     unsafe {
@@ -592,7 +598,7 @@ fn is_nvidia_device(fd: u32, kind: u8) -> bool {
         // nvidia-uvm and nvidia-caps get dynamic majors, and nvidia-uvm is often loaded on demand
         // after the agent read /proc/devices (user space refreshes the list): a character device
         // in the kernel's dynamic ranges is accepted for those names only.
-        let dynamic = (234..=254).contains(&major) || (384..=511).contains(&major);
+        let dynamic = tracer_common::is_dynamic_major(major);
         return dynamic && matches!(kind, device_kind::UVM | device_kind::UVM_TOOLS | device_kind::CAPS);
     }
     let key = SimDeviceKey { dev: sdev, _pad: 0, ino };

@@ -1,4 +1,4 @@
-//! The only module that writes to the ring buffer or touches the counters: every record that is
+//! The only module that writes to the ring buffers or touches the counters: every record that is
 //! not delivered is counted, so `seen == emitted + Σ dropped` holds per probe.
 use aya_ebpf::{
     bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{EventHeader, Record, counter};
 
-use crate::maps::{CONFIG, COUNTERS, EVENTS, LOST_RECORDS, WAKEUP_SEQ};
+use crate::maps::{BULK_EVENTS, CONFIG, COUNTERS, EVENTS, LOST_RECORDS, WAKEUP_SEQ};
 
 /// Add one to `COUNTERS[probe][slot]` on this CPU.
 #[inline(always)]
@@ -28,22 +28,11 @@ pub fn drop_event(probe: u32, reason: u32) {
     }
 }
 
-/// Remember that the current process lost a record of a probe its ledgers are built from (the
-/// first loss's time is kept). Lifecycle records are not among them: a lost exit is found by the
-/// reconciliation against `/proc`.
+/// Remember that the current process lost a record of a probe its ledgers are built from
+/// (`probe::LEDGER`; the first loss's time is kept).
 #[inline(always)]
 fn mark_lost(probe: u32) {
-    if !matches!(
-        probe,
-        tracer_common::probe::OPEN
-            | tracer_common::probe::CLOSE
-            | tracer_common::probe::DUP
-            | tracer_common::probe::IOCTL
-            | tracer_common::probe::MMAP
-            | tracer_common::probe::MUNMAP
-            | tracer_common::probe::CUDA_ALLOC
-            | tracer_common::probe::CUDA_FREE
-    ) {
+    if !tracer_common::probe::is_ledger(probe) {
         return;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
@@ -53,14 +42,39 @@ fn mark_lost(probe: u32) {
     let _ = LOST_RECORDS.insert(&tgid, &now, aya_ebpf::bindings::BPF_NOEXIST as u64);
 }
 
-/// Reserve a record of type `R` and fill its header. Counts `seen`, and `drop_ringbuf_full` when the
-/// ring buffer is full. The caller fills the body and calls [`submit`].
+/// Which ring buffer a record goes through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    /// `EVENTS`: records a ledger is built from. A loss marks the process's ledgers.
+    Ledger,
+    /// `BULK_EVENTS`: high-rate records that only count. A flood of them fills this ring, never
+    /// the ledger's; a loss is counted (`bulk_ringbuf_full`) and marks no ledger.
+    Bulk,
+}
+
+/// Reserve a record of type `R` on the ledger ring and fill its header (see [`reserve_in`]).
 #[inline(always)]
 pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEntry<R>> {
+    reserve_in::<R>(Ring::Ledger, probe, flags)
+}
+
+/// Reserve a record of type `R` on `ring` and fill its header. Counts `seen`, and
+/// `ringbuf_full` (ledger ring) or `bulk_ringbuf_full` when the ring buffer is full. The caller
+/// fills the body and calls [`submit`].
+#[inline(always)]
+pub fn reserve_in<R: Record + 'static>(ring: Ring, probe: u32, flags: u16) -> Option<RingBufEntry<R>> {
     count(probe, counter::SEEN);
-    let Some(mut entry) = EVENTS.reserve::<R>(0) else {
-        count(probe, counter::DROP_RINGBUF_FULL);
-        mark_lost(probe);
+    let reserved = match ring {
+        Ring::Ledger => EVENTS.reserve::<R>(0),
+        Ring::Bulk => BULK_EVENTS.reserve::<R>(0),
+    };
+    let Some(mut entry) = reserved else {
+        if ring == Ring::Ledger {
+            count(probe, counter::DROP_RINGBUF_FULL);
+            mark_lost(probe);
+        } else {
+            count(probe, counter::DROP_BULK_RINGBUF_FULL);
+        }
         return None;
     };
     let pid_tgid = bpf_get_current_pid_tgid();

@@ -8,9 +8,16 @@ use tracer_common::{
     PerEventKey, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
 };
 
-/// All records to user space. Written only through `emit`.
+/// The ledger ring: records a ledger is built from (fds, lifecycle, allocations, frees). Written
+/// only through `emit`.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(capacity::EVENTS_BYTES, 0);
+
+/// The bulk ring: high-rate records that only count (count-only ioctls, per-event launches,
+/// function lookups), apart so that a flood of them cannot crowd out the ledger's records.
+/// Written only through `emit`.
+#[map]
+pub static BULK_EVENTS: RingBuf = RingBuf::with_byte_size(capacity::EVENTS_BYTES, 0);
 
 /// Per-CPU `seen`/`emitted`/`drop_*` counters per probe (see `tracer_common::counter`).
 #[map]

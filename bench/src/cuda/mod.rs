@@ -278,6 +278,7 @@ fn symbol_probe(lib: &Path) -> Result<Ebpf> {
     let mut ebpf = EbpfLoader::new()
         // cuda_count writes no record: keep the ring buffer at its smallest.
         .map_max_entries(map_names::EVENTS, 4096)
+        .map_max_entries(map_names::BULK_EVENTS, 4096)
         .map_max_entries(map_names::TRACKED_TGIDS, tracer_user::source::tracked::entries_for_pid_max())
         .load(tracer_user::probe::EBPF_OBJECT)
         .context("loading the eBPF object")?;

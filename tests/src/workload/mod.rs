@@ -43,6 +43,7 @@ dup-object <handle>              RM_DUP_OBJECT of <handle> within the client -> 
 free <handle>                    RM_FREE -> ok
 free-vidheap <handle>            RM_VID_HEAP_CONTROL FREE -> ok
 free-client                      RM_FREE hObjectOld=hRoot -> ok
+control                          one RM_CONTROL (GPU_GET_ATTACHED_IDS), a call that only counts -> ok
 uvm-map-external <handle> <bytes>     UVM_CREATE_EXTERNAL_RANGE + UVM_MAP_EXTERNAL_ALLOCATION -> ok base=0x..
 uvm-free <base>                  UVM_FREE -> ok
 managed-mmap <bytes>             PROT_NONE reservation, then mmap(MAP_SHARED|MAP_FIXED) of nvidia-uvm at
@@ -86,6 +87,7 @@ pub const COMMANDS: &[&str] = &[
     "free",
     "free-vidheap",
     "free-client",
+    "control",
     "uvm-map-external",
     "uvm-free",
     "managed-mmap",
@@ -303,6 +305,7 @@ impl CudaLikeClient {
             "free" => self.free(handle(0)?),
             "free-vidheap" => self.free_vidheap(handle(0)?),
             "free-client" => self.free_client(),
+            "control" => self.attached_ids(),
             "uvm-map-external" => self.uvm_map_external(handle(0)?, bytes(1)?),
             "uvm-free" => self.uvm_free(number(0)?),
             "managed-mmap" => self.managed_mmap(bytes(0)?),
@@ -577,6 +580,13 @@ impl CudaLikeClient {
         self.uvm_call(uvm::REGISTER_GPU, &mut reg, uvm::REGISTER_GPU_STATUS, "UVM_REGISTER_GPU")?;
 
         Ok(format!("client={client:#x} device={device:#x} subdevice={subdevice:#x}"))
+    }
+
+    fn attached_ids(&mut self) -> Outcome {
+        let ctl = self.need_client()?;
+        let mut ids = [0u8; 128];
+        self.control(ctl, self.client, ctrl::NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS, &mut ids, "RM_CONTROL")?;
+        Ok(String::new())
     }
 
     fn alloc_rm(&mut self, bytes: u64, loc: MemLocation, short: bool) -> Outcome {

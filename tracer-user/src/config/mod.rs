@@ -92,8 +92,9 @@ pub struct Config {
     pub driver_version_file: PathBuf,
     pub attach_mode: AttachMode,
     pub families: Families,
-    /// Ring buffer size in bytes: a power of two from the page size (4 KiB) to
-    /// [`MAX_RING_BUFFER_BYTES`] (256 MiB). Default 8 MiB.
+    /// Size of each of the two ring buffers in bytes (the ledger ring, for records the memory
+    /// ledger is built from, and the bulk ring, for count-only records): a power of two from the
+    /// page size (4 KiB) to [`MAX_RING_BUFFER_BYTES`] (256 MiB). Default 8 MiB each.
     pub ring_buffer_bytes: u32,
     /// Wake user space every N records per CPU; between wake-ups it drains on a timer. Default 64.
     pub wakeup_every: u32,

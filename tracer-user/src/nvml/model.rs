@@ -139,3 +139,20 @@ pub struct NvmlSample {
     /// How long the pass took, ns (the NVML sampling cost per interval).
     pub cost_ns: u64,
 }
+
+impl NvmlSample {
+    /// NVML's memory of process `pid` (a host PID) on the GPU with `minor` (`None`: summed over
+    /// every GPU); `None` when no device lists the process with a figure. A process is counted
+    /// once per device (the device's list first, then its MIG instances').
+    pub fn process_used_bytes(&self, pid: u32, minor: Option<u32>) -> Option<u64> {
+        let mut total = None;
+        for d in self.devices.iter().filter(|d| minor.is_none() || d.minor == minor) {
+            // The device's list, or on MIG its instances' lists.
+            let listed = d.processes.iter().chain(d.mig_instances.iter().flat_map(|m| m.processes.iter()));
+            if let Some(b) = listed.filter(|p| p.pid == pid).find_map(|p| p.used_bytes) {
+                total = Some(total.unwrap_or(0) + b);
+            }
+        }
+        total
+    }
+}

@@ -81,7 +81,11 @@ impl Agent {
         let start_time = process.map_or(0, |p| p.start_time_ticks);
         let mut applied = Applied { released_bytes: self.state.apply(ev, start_time), kernel_name: None };
         match ev {
-            Event::CudaFunction { result, handle, source, name, .. } if *result == 0 => {
+            // A lookup read after its process's exit (the bulk ring is not ordered with the
+            // ledger ring) would leave a name behind for a process that is gone.
+            Event::CudaFunction { result, handle, source, name, .. }
+                if *result == 0 && !self.state.is_after_exit(h.tgid, h.ktime_ns) =>
+            {
                 self.cuda.function(h.tgid, *handle, *source, name)
             }
             Event::CudaLaunch { function, .. } => applied.kernel_name = self.cuda.name_of(h.tgid, *function),

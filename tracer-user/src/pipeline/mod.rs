@@ -336,6 +336,11 @@ impl Agent {
             self.nvml.sample();
             self.attribute(&state, &cuda);
         }
+        // Rows of processes from before the agent: NVML's figure beside the ledger's (which
+        // cannot know what they allocated before).
+        if let Some(sample) = &self.nvml.last {
+            state.add_nvml_memory(|pid, minor| sample.process_used_bytes(pid, minor));
+        }
         let ledger_check = ledger_check(&state, &cuda);
         let mut ids: BTreeSet<u64> = state.cgroups.iter().map(|c| c.cgroup_id).collect();
         if let Some(a) = &self.join.attribution {

@@ -140,9 +140,9 @@ pub fn simulated_files(dev_dir: &Path) -> Vec<SimDeviceKey> {
     out
 }
 
-/// Dynamic character majors (`alloc_chrdev_region`: 254 down to 234, then 511 down to 384).
+/// Dynamic character majors (`tracer_common::is_dynamic_major`).
 fn dynamic_major(major: u32) -> bool {
-    (234..=254).contains(&major) || (384..=511).contains(&major)
+    tracer_common::is_dynamic_major(major)
 }
 
 /// The user-space copy of the kernel's rule, for fds found by the `/proc` scan.

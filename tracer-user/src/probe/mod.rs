@@ -282,6 +282,7 @@ impl Probes {
         let tracked_entries = crate::source::tracked::entries_for_pid_max();
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(map_names::EVENTS, cfg.ring_buffer_bytes)
+            .map_max_entries(map_names::BULK_EVENTS, cfg.ring_buffer_bytes)
             .map_max_entries(map_names::TRACKED_TGIDS, tracked_entries)
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;

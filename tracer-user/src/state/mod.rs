@@ -194,7 +194,16 @@ pub struct TracerState {
     /// Bytes released by the event being applied (vidmem, sysmem, managed).
     released_bytes: u64,
     released_any: bool,
+    /// The last processes whose exit was applied: tgid → the exit record's ktime, oldest first in
+    /// `exit_order` (at most [`RECENT_EXITS`]). A count-only record from the bulk ring that is
+    /// older than its process's exit arrived late; it must not bring the process back.
+    recent_exits: HashMap<u32, u64>,
+    exit_order: std::collections::VecDeque<u32>,
 }
+
+/// How many exits [`TracerState`] remembers for late count-only records. The two rings are drained
+/// every few milliseconds, so a late record follows its exit closely; 8,192 covers a fork storm.
+const RECENT_EXITS: usize = 8192;
 
 impl TracerState {
     /// A state with default bounds and at most `max_processes` processes.
@@ -216,6 +225,8 @@ impl TracerState {
             counters: StateCounters::default(),
             released_bytes: 0,
             released_any: false,
+            recent_exits: HashMap::new(),
+            exit_order: std::collections::VecDeque::new(),
         }
     }
 
@@ -267,8 +278,11 @@ impl TracerState {
                 }
             }
             Event::Ioctl(e) => {
-                if let Some(tgid) = self.touch(h, start_time_ticks, true) {
-                    self.ioctl(tgid, e);
+                if self.is_after_exit(h.tgid, h.ktime_ns) {
+                    self.counters.records_after_exit += 1;
+                    self.ioctl(h.tgid, h.cgroup_id, e);
+                } else if let Some(tgid) = self.touch(h, start_time_ticks, true) {
+                    self.ioctl(tgid, h.cgroup_id, e);
                 }
             }
             Event::UvmMapped { addr, len, ret, .. } => {
@@ -306,6 +320,7 @@ impl TracerState {
             Event::ProcessExit { .. } => {
                 // Whatever incarnation of the tgid is live has ended.
                 self.remove_process(h.tgid, Cause::ProcessExit);
+                self.remember_exit(h.tgid, h.ktime_ns);
             }
             Event::ProcessFork { .. } => {
                 self.counters.forks += 1;
@@ -501,6 +516,23 @@ impl TracerState {
 
     // ---- processes and cgroups ----
 
+    /// Is a record of `tgid` made at `ktime` from a process whose exit was already applied (a
+    /// count-only record that left the bulk ring after the exit left the ledger ring)?
+    pub fn is_after_exit(&self, tgid: u32, ktime: u64) -> bool {
+        !self.processes.contains_key(&tgid) && self.recent_exits.get(&tgid).is_some_and(|&exit| ktime <= exit)
+    }
+
+    fn remember_exit(&mut self, tgid: u32, ktime: u64) {
+        if self.recent_exits.insert(tgid, ktime).is_none() {
+            self.exit_order.push_back(tgid);
+        }
+        while self.exit_order.len() > RECENT_EXITS {
+            if let Some(old) = self.exit_order.pop_front() {
+                self.recent_exits.remove(&old);
+            }
+        }
+    }
+
     /// Find (or, if `create`, make) the process of an event; handles pid reuse and cgroup moves.
     fn touch(&mut self, h: &Header, start: u64, create: bool) -> Option<u32> {
         let tgid = h.tgid;
@@ -687,8 +719,16 @@ impl TracerState {
         if let Some(p) = self.processes.get_mut(&tgid) {
             f(&mut p.usage);
         }
-        let ktime = self.processes.get(&tgid).map_or(0, |p| p.last_ktime);
-        f(&mut self.cgroup_mut(cgroup_id, ktime).usage);
+        match self.processes.get(&tgid).map(|p| p.last_ktime) {
+            Some(ktime) => f(&mut self.cgroup_mut(cgroup_id, ktime).usage),
+            // A record read after its process's exit: its cgroup's row, if it still has one (a
+            // row dropped with its removed cgroup is not brought back).
+            None => {
+                if let Some(c) = self.cgroups.get_mut(&cgroup_id) {
+                    f(&mut c.usage);
+                }
+            }
+        }
         f(self.gpus.entry(gpu).or_default());
         f(&mut self.totals);
     }
@@ -983,12 +1023,14 @@ impl TracerState {
         self.counters.dup_references += 1;
     }
 
-    fn ioctl(&mut self, tgid: u32, e: &IoctlEvent) {
+    /// Apply an ioctl of `tgid`, made in `record_cgroup` (the record's cgroup: used only when the
+    /// process is not known, i.e. a count-only record read after the process's exit).
+    fn ioctl(&mut self, tgid: u32, record_cgroup: u64, e: &IoctlEvent) {
         let op_name = e.op.kind_name();
         *self.counters.ioctls_by_op.entry(op_name).or_default() += 1;
         *self.counters.ioctls_by_device.entry(e.device.kind.as_str()).or_default() += 1;
         let gpu_row = if e.device.kind == DeviceKind::Gpu { gpu_key(e.device.minor) } else { None };
-        let cgroup_id = self.processes.get(&tgid).map_or(0, |p| p.cgroup_id);
+        let cgroup_id = self.processes.get(&tgid).map_or(record_cgroup, |p| p.cgroup_id);
         self.count_rows(tgid, cgroup_id, gpu_row, |u| u.ioctls += 1);
         if let IoctlOp::RmControl { cmd, .. } = e.op {
             let max = self.cfg.max_control_cmds;
@@ -1037,13 +1079,22 @@ impl TracerState {
     }
 
     /// Count on the process, its current cgroup, a GPU row (only for ioctls on a GPU node) and the
-    /// total. Counts are not byte buckets: the GPU rows do not sum to the total.
+    /// total (without a process: the cgroup's row if it has one, the GPU row and the total). Counts
+    /// are not byte buckets: the GPU rows do not sum to the total.
     fn count_rows(&mut self, tgid: u32, cgroup_id: u64, gpu: Option<u32>, f: impl Fn(&mut Usage)) {
         if let Some(p) = self.processes.get_mut(&tgid) {
             f(&mut p.usage);
         }
-        let ktime = self.processes.get(&tgid).map_or(0, |p| p.last_ktime);
-        f(&mut self.cgroup_mut(cgroup_id, ktime).usage);
+        match self.processes.get(&tgid).map(|p| p.last_ktime) {
+            Some(ktime) => f(&mut self.cgroup_mut(cgroup_id, ktime).usage),
+            // A record read after its process's exit: its cgroup's row, if it still has one (a
+            // row dropped with its removed cgroup is not brought back).
+            None => {
+                if let Some(c) = self.cgroups.get_mut(&cgroup_id) {
+                    f(&mut c.usage);
+                }
+            }
+        }
         if gpu.is_some() {
             f(self.gpus.entry(gpu).or_default());
         }

@@ -93,6 +93,10 @@ pub struct Completeness {
     /// The earliest time (Unix ns) a live process here lost a record its ledger needed; `None`
     /// when none did.
     pub records_lost_since_unix_ns: Option<u64>,
+    /// What NVML's per-process memory (`usedGpuMemory`) says the processes from before the agent
+    /// hold now (on this row's GPU for a GPU row, on all GPUs otherwise): the figure to read
+    /// instead of the ledger's. `None` when there are none, or NVML has no reading for them.
+    pub nvml_bytes_from_before_agent: Option<u64>,
 }
 
 impl Completeness {
@@ -104,6 +108,10 @@ impl Completeness {
     /// Add another process's (or row's) completeness to this one.
     pub fn merge(&mut self, o: &Completeness) {
         self.from_before_agent += o.from_before_agent;
+        self.nvml_bytes_from_before_agent = match (self.nvml_bytes_from_before_agent, o.nvml_bytes_from_before_agent) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         self.records_lost_since_unix_ns = match (self.records_lost_since_unix_ns, o.records_lost_since_unix_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -114,7 +122,14 @@ impl Completeness {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if self.from_before_agent > 0 {
-            parts.push(format!("{} from before the agent", self.from_before_agent));
+            match self.nvml_bytes_from_before_agent {
+                Some(b) => parts.push(format!(
+                    "{} from before the agent (NVML: {})",
+                    self.from_before_agent,
+                    crate::export::format::human_bytes(b)
+                )),
+                None => parts.push(format!("{} from before the agent", self.from_before_agent)),
+            }
         }
         if let Some(t) = self.records_lost_since_unix_ns {
             parts.push(format!("records lost since {}", crate::export::format::unix_time(t)));
@@ -231,6 +246,9 @@ pub struct StateCounters {
     /// Cgroup rows dropped after their directory was removed; rows dropped for the table cap.
     pub cgroups_removed: u64,
     pub evicted_cgroups: u64,
+    /// Count-only records read after their process's exit had been applied (the bulk ring is not
+    /// ordered with the ledger ring): charged to their cgroup, the process not brought back.
+    pub records_after_exit: u64,
 }
 
 /// Totals across all rows, and table sizes.
@@ -257,4 +275,38 @@ pub struct Snapshot {
     /// Sorted by minor, the unknown bucket last.
     pub gpus: Vec<GpuRow>,
     pub counters: StateCounters,
+}
+
+impl Snapshot {
+    /// Give the rows of processes from before the agent NVML's figure for their memory:
+    /// `used(pid, minor)` is NVML's per-process memory of `pid` on the GPU `minor` (`None`: on all
+    /// GPUs), or `None` without a reading. Processes set theirs; cgroups, GPUs and the totals sum
+    /// their live processes' (a GPU row: on that GPU only).
+    pub fn add_nvml_memory(&mut self, used: impl Fn(u32, Option<u32>) -> Option<u64>) {
+        let mut by_cgroup: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        let mut by_gpu: BTreeMap<Option<u32>, Option<u64>> = BTreeMap::new();
+        let mut total: Option<u64> = None;
+        let add = |acc: &mut Option<u64>, v: Option<u64>| {
+            if let Some(v) = v {
+                *acc = Some(acc.unwrap_or(0) + v);
+            }
+        };
+        for p in self.processes.iter_mut().filter(|p| p.completeness.from_before_agent > 0) {
+            let all = used(p.tgid, None);
+            p.completeness.nvml_bytes_from_before_agent = all;
+            add(by_cgroup.entry(p.cgroup_id).or_default(), all);
+            for m in &p.gpu_minors {
+                add(by_gpu.entry(Some(*m)).or_default(), used(p.tgid, Some(*m)));
+            }
+            add(&mut total, all);
+        }
+        by_gpu.insert(None, total);
+        for c in &mut self.cgroups {
+            c.completeness.nvml_bytes_from_before_agent = by_cgroup.get(&c.cgroup_id).copied().flatten();
+        }
+        for g in &mut self.gpus {
+            g.completeness.nvml_bytes_from_before_agent = by_gpu.get(&g.minor).copied().flatten();
+        }
+        self.totals.completeness.nvml_bytes_from_before_agent = total;
+    }
 }

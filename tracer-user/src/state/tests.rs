@@ -839,11 +839,79 @@ fn completeness_merges_counts_and_keeps_the_earliest_loss() {
     let mut c = Completeness::default();
     assert!(c.exact());
     assert_eq!(c.describe(), "exact");
-    c.merge(&Completeness { from_before_agent: 1, records_lost_since_unix_ns: None });
-    c.merge(&Completeness { from_before_agent: 0, records_lost_since_unix_ns: Some(1_764_640_205_000_000_000) });
-    c.merge(&Completeness { from_before_agent: 1, records_lost_since_unix_ns: Some(1_764_640_300_000_000_000) });
+    let lost = |t: Option<u64>, nvml: Option<u64>| Completeness {
+        from_before_agent: u32::from(t.is_none()),
+        records_lost_since_unix_ns: t,
+        nvml_bytes_from_before_agent: nvml,
+    };
+    c.merge(&lost(None, None));
+    c.merge(&lost(Some(1_764_640_205_000_000_000), None));
+    c.merge(&Completeness { from_before_agent: 1, ..lost(Some(1_764_640_300_000_000_000), None) });
     assert!(!c.exact());
     assert_eq!(c.from_before_agent, 2);
     assert_eq!(c.records_lost_since_unix_ns, Some(1_764_640_205_000_000_000));
     assert_eq!(c.describe(), "2 from before the agent, records lost since 2025-12-02T01:50:05Z");
+    // NVML's figures for processes from before the agent add up; absent ones add nothing.
+    c.merge(&lost(None, Some(1 << 30)));
+    c.merge(&lost(None, Some(512 << 20)));
+    assert_eq!(c.nvml_bytes_from_before_agent, Some(1536 << 20));
+    assert_eq!(c.describe(), "4 from before the agent (NVML: 1.5 GiB), records lost since 2025-12-02T01:50:05Z");
+}
+
+/// Issue 13 item 8: the rows of processes from before the agent carry NVML's figure for their
+/// memory, per process, summed per cgroup and in the totals, and per GPU on that GPU only.
+#[test]
+fn rows_of_processes_from_before_the_agent_carry_nvmls_figure() {
+    let mut w = World::new();
+    w.cuda_init(10, 500, 1, Some(0), CLIENT);
+    w.cuda_init(11, 500, 2, Some(1), CLIENT + 1);
+    w.cuda_init(12, 600, 3, Some(0), CLIENT + 2);
+    w.st.mark_from_before_agent(10);
+    w.st.mark_from_before_agent(11);
+    let mut s = w.snap();
+    // NVML: 10 holds 1 GiB on GPU 0 and 256 MiB on GPU 1; 11 has no reading; 12 (traced from its
+    // start) is not asked.
+    s.add_nvml_memory(|pid, minor| match (pid, minor) {
+        (10, None) => Some((1 << 30) + (256 << 20)),
+        (10, Some(0)) => Some(1 << 30),
+        (10, Some(1)) => Some(256 << 20),
+        (12, _) => panic!("only processes from before the agent are looked up"),
+        _ => None,
+    });
+    let p = |tgid| s.processes.iter().find(|p| p.tgid == tgid).unwrap().completeness;
+    assert_eq!(p(10).nvml_bytes_from_before_agent, Some((1 << 30) + (256 << 20)));
+    assert_eq!(p(11).nvml_bytes_from_before_agent, None);
+    let cg = |id| s.cgroups.iter().find(|c| c.cgroup_id == id).unwrap().completeness;
+    assert_eq!(cg(500).nvml_bytes_from_before_agent, Some((1 << 30) + (256 << 20)));
+    assert_eq!(cg(600).nvml_bytes_from_before_agent, None);
+    let gpu = |m| s.gpus.iter().find(|g| g.minor == m).unwrap().completeness;
+    assert_eq!(gpu(Some(0)).nvml_bytes_from_before_agent, Some(1 << 30), "process 10's GPU 0 part only");
+    assert_eq!(gpu(Some(1)).nvml_bytes_from_before_agent, None, "10 does not have nvidia1 open; 11 has no reading");
+    assert_eq!(s.totals.completeness.nvml_bytes_from_before_agent, Some((1 << 30) + (256 << 20)));
+}
+
+/// The bulk ring is not ordered with the ledger ring: a count-only record made before its
+/// process's exit can be read after it. It is charged to its cgroup (while the cgroup has a row),
+/// never brings the process back; a record made after the exit (the tgid reused) does.
+#[test]
+fn a_count_only_record_read_after_its_process_exit_does_not_bring_it_back() {
+    let mut w = World::new();
+    let ctl = w.cuda_init(10, 500, 1, Some(0), CLIENT);
+    let control = IoctlOp::RmControl { client: CLIENT, object: CLIENT, cmd: 0x201, status: 0 };
+    // Made at t, read after the exit at t+1.
+    let late = w.hdr(10, 500);
+    w.exit(10, 500);
+    let ioctls_before = w.snap().cgroups.iter().find(|c| c.cgroup_id == 500).map(|c| c.usage.ioctls);
+    let e = encode::ioctl(late, ctl, 3, control.clone(), &w.abi);
+    w.apply(Event::Ioctl(e), 100);
+    let s = w.snap();
+    assert!(s.processes.is_empty(), "the process is not brought back: {:?}", s.processes);
+    assert_eq!(s.counters.records_after_exit, 1);
+    let ioctls_after = s.cgroups.iter().find(|c| c.cgroup_id == 500).map(|c| c.usage.ioctls);
+    assert_eq!(ioctls_after, ioctls_before.map(|n| n + 1), "charged to its cgroup's row");
+    // A record made after the exit is a new incarnation of the tgid.
+    w.ioctl(10, 500, ctl, control);
+    let s = w.snap();
+    assert_eq!(s.processes.len(), 1);
+    assert_eq!(s.counters.records_after_exit, 1);
 }

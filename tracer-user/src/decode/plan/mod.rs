@@ -23,11 +23,18 @@ pub fn main_only(main_len: u32) -> CapturePlan {
         nested_len: 0,
         nested_by_class: 0,
         class_off: 0,
-        _pad: 0,
+        ledger: 0,
     }
 }
 
-/// The capture plans for every command the decoder reads, for driver layouts `abi`.
+/// The same plan, its records marked for the ledger ring (`CapturePlan::ledger`).
+fn ledger(p: CapturePlan) -> CapturePlan {
+    CapturePlan { ledger: 1, ..p }
+}
+
+/// The capture plans for every command the decoder reads, for driver layouts `abi`. The commands
+/// whose records change the memory ledger (allocations, frees, duplicates) are marked for the
+/// ledger ring; the rest only count and go through the bulk ring.
 pub fn capture_plans(abi: &DriverAbi) -> Vec<(CaptureKey, CapturePlan)> {
     let fe = |nr: u32| CaptureKey { space: SPACE_FRONTEND, cmd: nr };
     let uv = |cmd: u32| CaptureKey { space: SPACE_UVM, cmd };
@@ -40,7 +47,7 @@ pub fn capture_plans(abi: &DriverAbi) -> Vec<(CaptureKey, CapturePlan)> {
         nested_len: 0,
         nested_by_class: 1,
         class_off: tracer_common::nv::off::ALLOC_H_CLASS as u32,
-        ..main_only(0)
+        ..ledger(main_only(0))
     };
     let map_external = CapturePlan {
         main_len: uvm::MAP_EXTERNAL_HEAD,
@@ -51,12 +58,12 @@ pub fn capture_plans(abi: &DriverAbi) -> Vec<(CaptureKey, CapturePlan)> {
     vec![
         // Frontend (nvidiactl / nvidiaN), keyed by the effective nr (XFER's inner nr included).
         (fe(esc::RM_ALLOC), rm_alloc),
-        (fe(esc::RM_ALLOC_OBJECT), main_only(size::NVOS05)),
-        (fe(esc::RM_FREE), main_only(size::NVOS00)),
+        (fe(esc::RM_ALLOC_OBJECT), ledger(main_only(size::NVOS05))),
+        (fe(esc::RM_FREE), ledger(main_only(size::NVOS00))),
         (fe(esc::RM_CONTROL), main_only(size::NVOS54)),
-        (fe(esc::RM_DUP_OBJECT), main_only(size::NVOS55)),
-        (fe(esc::RM_VID_HEAP_CONTROL), main_only(size::NVOS32)),
-        (fe(esc::RM_ALLOC_MEMORY), main_only(size::NVOS02_WITH_FD)),
+        (fe(esc::RM_DUP_OBJECT), ledger(main_only(size::NVOS55))),
+        (fe(esc::RM_VID_HEAP_CONTROL), ledger(main_only(size::NVOS32))),
+        (fe(esc::RM_ALLOC_MEMORY), ledger(main_only(size::NVOS02_WITH_FD))),
         (fe(esc::RM_MAP_MEMORY), main_only(size::NVOS33_WITH_FD)),
         (fe(esc::RM_UNMAP_MEMORY), main_only(size::NVOS34)),
         (fe(esc::REGISTER_FD), main_only(size::REGISTER_FD)),

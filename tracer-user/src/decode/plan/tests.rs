@@ -77,3 +77,30 @@ fn memory_classes_get_their_param_sizes() {
         assert!(alloc_param_size(&abi, class::NV01_DEVICE_0) as usize >= off::DEVICE_ID + 4);
     }
 }
+
+#[test]
+fn only_the_commands_the_memory_ledger_applies_go_through_the_ledger_ring() {
+    // The commands `state::TracerState::ioctl` turns into objects, frees and duplicates; every
+    // other command only counts, and its records may be dropped without making a ledger inexact.
+    let mut want = vec![
+        esc::RM_ALLOC,
+        esc::RM_ALLOC_OBJECT,
+        esc::RM_FREE,
+        esc::RM_DUP_OBJECT,
+        esc::RM_VID_HEAP_CONTROL,
+        esc::RM_ALLOC_MEMORY,
+    ];
+    want.sort();
+    for abi in versions() {
+        let mut got: Vec<u32> = capture_plans(&abi)
+            .iter()
+            .filter(|(_, p)| p.ledger != 0)
+            .map(|(k, _)| {
+                assert_eq!(k.space, SPACE_FRONTEND, "no UVM command changes the memory ledger");
+                k.cmd
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want);
+    }
+}

@@ -82,6 +82,14 @@ pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resu
     )?;
     gauge_family(
         e,
+        "cgroup_memory_from_before_agent",
+        "NVML's per-process memory of the cgroup's processes from before the agent (all GPUs): what \
+         they hold that the ledger cannot know; only for cgroups with such processes and an NVML reading.",
+        Some(&Unit::Bytes),
+        rows.iter().filter_map(|(l, (_, _, c))| c.nvml_bytes_from_before_agent.map(|b| (l, b))),
+    )?;
+    gauge_family(
+        e,
         "cgroup_ledger_records_lost_since",
         "When (Unix seconds) a live process of the cgroup first lost a ledger record; only for such cgroups.",
         Some(&Unit::Seconds),
@@ -202,6 +210,7 @@ pub fn state_counters(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Res
         ("stale_fd_replaced", c.stale_fds_replaced),
         ("dup_unknown_source", c.dup_unknown_source),
         ("pid_reuse", c.pid_reuse),
+        ("record_after_exit", c.records_after_exit),
     ];
     counter_family(
         e,

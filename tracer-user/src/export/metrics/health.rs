@@ -48,7 +48,13 @@ pub fn probe_accounting(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
         .flat_map(|(p, c)| c.drops().map(move |(reason, v)| ([("probe", p.as_str()), ("reason", reason)], v)));
     counter_family(e, "probe_events_dropped", "Calls a probe lost in the kernel, by reason.", None, dropped)?;
     let acc = &s.snapshot.accounting;
-    counter(e, "records_received", "Records user space took out of the ring buffer.", None, acc.received)?;
+    counter(
+        e,
+        "records_received",
+        "Records user space took out of the ring buffers (the ledger ring and the bulk ring).",
+        None,
+        acc.received,
+    )?;
     gauge(
         e,
         "records_in_flight",

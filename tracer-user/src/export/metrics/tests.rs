@@ -69,6 +69,7 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
     state.cgroups[1].completeness = crate::state::Completeness {
         from_before_agent: 1,
         records_lost_since_unix_ns: Some(1_764_640_205_000_000_000),
+        nvml_bytes_from_before_agent: Some(1_610_612_736),
     };
     state.counters.events.insert("ioctl", 9);
     state.counters.ioctls_by_op.insert("rm_alloc", 9);
@@ -569,6 +570,9 @@ fn ledger_exactness_is_exposed_per_cgroup_and_gpu() {
     assert!(since[0].ends_with(" 1764640205"), "{since:?}");
     let before = lines("gpu_tracer_cgroup_processes_from_before_agent{");
     assert_eq!(before.iter().filter(|l| l.ends_with(" 1")).count(), 1, "{before:?}");
+    let nvml = lines("gpu_tracer_cgroup_memory_from_before_agent_bytes{");
+    assert_eq!(nvml.len(), 1, "only the cgroup with processes from before the agent: {nvml:?}");
+    assert!(nvml[0].ends_with(" 1610612736"), "{nvml:?}");
     assert_eq!(lines("gpu_tracer_gpu_ledger_exact{").len(), 3, "{text}");
 }
 

@@ -467,6 +467,7 @@ fn completeness_to_proto(c: &Completeness) -> v1::LedgerCompleteness {
     v1::LedgerCompleteness {
         from_before_agent: c.from_before_agent,
         records_lost_since_unix_ns: c.records_lost_since_unix_ns,
+        nvml_bytes_from_before_agent: c.nvml_bytes_from_before_agent,
     }
 }
 
@@ -475,6 +476,7 @@ fn completeness_from_proto(c: Option<v1::LedgerCompleteness>) -> Completeness {
     c.map(|c| Completeness {
         from_before_agent: c.from_before_agent,
         records_lost_since_unix_ns: c.records_lost_since_unix_ns,
+        nvml_bytes_from_before_agent: c.nvml_bytes_from_before_agent,
     })
     .unwrap_or_default()
 }
@@ -566,6 +568,7 @@ fn state_counters_to_proto(c: &StateCounters) -> v1::DriverCounters {
         forks: c.forks,
         cgroups_removed: c.cgroups_removed,
         evicted_cgroups: c.evicted_cgroups,
+        records_after_exit: c.records_after_exit,
     }
 }
 
@@ -607,6 +610,7 @@ fn state_counters_from_proto(c: v1::DriverCounters) -> StateCounters {
         forks: c.forks,
         cgroups_removed: c.cgroups_removed,
         evicted_cgroups: c.evicted_cgroups,
+        records_after_exit: c.records_after_exit,
     }
 }
 

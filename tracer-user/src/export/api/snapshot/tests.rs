@@ -144,7 +144,11 @@ fn driver_ledger() -> DriverSnapshot {
             processes: 1,
             removed: false,
             usage: u,
-            completeness: Completeness { from_before_agent: i as u32 % 2, records_lost_since_unix_ns: None },
+            completeness: Completeness {
+                from_before_agent: i as u32 % 2,
+                records_lost_since_unix_ns: None,
+                nvml_bytes_from_before_agent: (i % 2 == 1).then_some(1 << 30),
+            },
         });
         s.processes.push(ProcessRow {
             tgid: 101 + 100 * i as u32,
@@ -159,6 +163,7 @@ fn driver_ledger() -> DriverSnapshot {
             completeness: Completeness {
                 from_before_agent: i as u32 % 2,
                 records_lost_since_unix_ns: (i == 2).then_some(1_764_640_000_000_000_000),
+                nvml_bytes_from_before_agent: None,
             },
         });
     }
@@ -196,6 +201,7 @@ fn driver_ledger() -> DriverSnapshot {
         completeness: Completeness {
             from_before_agent: 1,
             records_lost_since_unix_ns: Some(1_764_640_000_000_000_000),
+            nvml_bytes_from_before_agent: Some(1 << 30),
         },
     };
     let c = &mut s.counters;
