@@ -15,6 +15,8 @@
 
 #[cfg(any(test, feature = "encode"))]
 pub mod encode;
+#[cfg(any(test, feature = "encode"))]
+pub mod fuzz;
 mod ioctl;
 pub mod plan;
 #[cfg(test)]

@@ -1082,3 +1082,23 @@ proptest! {
         }
     }
 }
+
+/// The short form of the decode fuzzing in every CI run: each input of the kept corpus
+/// (`fuzz/corpus/decode`, grown by `cargo xtask reliability`'s fuzz runs) through the fuzz
+/// target's oracles. A missing or emptied corpus fails rather than passing on nothing.
+#[test]
+fn the_kept_fuzz_corpus_passes_the_fuzz_oracles() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/decode");
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let (mut inputs, mut decoded) = (0, 0);
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let ok = std::panic::catch_unwind(|| fuzz::check(&data))
+            .unwrap_or_else(|_| panic!("{} fails the fuzz oracles", path.display()));
+        inputs += 1;
+        decoded += usize::from(ok);
+    }
+    assert!(inputs >= 100, "the kept corpus has {inputs} inputs; it should have hundreds");
+    assert!(decoded * 4 >= inputs, "most inputs should decode: {decoded} of {inputs}");
+}
