@@ -47,7 +47,7 @@ impl Agent {
     pub fn reconcile_processes(&mut self, sink: &mut EventSink<'_>) -> u64 {
         self.drain(sink);
         let mut reaped = 0;
-        for (key, cgroup_id, comm) in self.state.process_list() {
+        for (key, cgroup_id) in self.state.process_list() {
             let l = liveness(&self.cfg.proc_root, key.tgid, key.start_time_ticks);
             if l == Liveness::Alive {
                 continue;
@@ -64,9 +64,9 @@ impl Agent {
                 },
                 comm: [0; 16],
             };
-            let c = comm.unwrap_or_default();
+            let c = self.state.process_comm(key.tgid).unwrap_or_default().as_bytes();
             let n = c.len().min(15);
-            rec.comm[..n].copy_from_slice(&c.as_bytes()[..n]);
+            rec.comm[..n].copy_from_slice(&c[..n]);
             self.ingest(record_as_bytes(&rec), sink);
             if l == Liveness::Gone
                 && let Some(k) = self.kernel.as_mut()

@@ -359,10 +359,14 @@ impl TracerState {
         }
     }
 
-    /// Every tracked process: its incarnation, cgroup and command name (for reconciliation against
-    /// `/proc`).
-    pub fn process_list(&self) -> Vec<(ProcessKey, u64, Option<String>)> {
-        self.processes.values().map(|p| (p.key, p.cgroup_id, p.comm.clone())).collect()
+    /// Every tracked process: its incarnation and cgroup (for reconciliation against `/proc`).
+    pub fn process_list(&self) -> Vec<(ProcessKey, u64)> {
+        self.processes.values().map(|p| (p.key, p.cgroup_id)).collect()
+    }
+
+    /// The command name of a tracked process, if known.
+    pub fn process_comm(&self, tgid: u32) -> Option<&str> {
+        self.processes.get(&tgid).and_then(|p| p.comm.as_deref())
     }
 
     /// `tgid` was found running by the start-up scan: what it allocated before is unknown.
