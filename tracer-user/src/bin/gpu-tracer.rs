@@ -699,6 +699,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
             emit_violations(&mut tee, agent);
             snap.otlp = self.otlp.as_ref().map(OtlpExporter::stats);
             snap.api = Some(self.api.hub.stats());
+            snap.http = Some(self.serve.http_stats());
             let snap = Arc::new(snap);
             if let Some(o) = &self.otlp {
                 o.publish(snap.clone());

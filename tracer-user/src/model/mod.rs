@@ -17,7 +17,7 @@ mod otlp;
 mod probes;
 
 pub use accounting::{Accounting, LedgerCheck, PipelineStats};
-pub use api::ApiStats;
+pub use api::{ApiStats, HttpStats};
 pub use event::EventContext;
 pub use kubernetes::{AllocationUse, KubeView, KubernetesStatus};
 pub use nvml::{NvmlStatus, NvmlView};
@@ -74,6 +74,8 @@ pub struct AgentSnapshot {
     pub otlp: Option<OtlpStats>,
     /// The gRPC API's event hub; `None` outside the agent (set by the agent before publishing).
     pub api: Option<ApiStats>,
+    /// The HTTP server's counters; `None` outside the agent (set by the agent before publishing).
+    pub http: Option<HttpStats>,
 }
 
 impl AgentSnapshot {

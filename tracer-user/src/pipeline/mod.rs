@@ -375,6 +375,7 @@ impl Agent {
             kubernetes: self.kube.view(),
             otlp: None,
             api: None,
+            http: None,
         }
     }
 }

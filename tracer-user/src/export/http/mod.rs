@@ -14,12 +14,15 @@
 //!   switched on failed to attach; otherwise 503 with the reason (`driver family failed: ...`).
 //!
 //! The server is built for a node where anything may connect ([`ServeLimits`]): at most
-//! `max_connections` at once (more are closed at accept, counted and logged), request headers
+//! `max_connections` at once, and at most `max_connections_per_peer` from one client address, so
+//! that one slow or hostile client cannot take the slots Prometheus and the kubelet's probes need
+//! (more are closed at accept, counted by reason in [`HttpStats`] and logged), request headers
 //! must arrive within `header_read_timeout` and fit in 16 KiB (hyper's buffer bound), a connection
 //! lives at most `max_connection_age` (Prometheus reconnects), and stopping waits at most
 //! `shutdown_deadline` for requests in progress before it drops the connections that are left.
 use std::{
-    net::SocketAddr,
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
     sync::{
         Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
@@ -40,7 +43,7 @@ use tokio::{
 };
 
 use super::metrics::{ExpositionFormat, MetricsRegistry};
-use crate::model::AgentSnapshot;
+use crate::model::{AgentSnapshot, HttpStats};
 
 /// When the agent counts as alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +75,9 @@ pub struct ServeState {
     attached: Mutex<Option<String>>,
     /// Wall-clock time the latest snapshot was published, ns since the epoch.
     published_at_unix_ns: AtomicU64,
+    /// Connections the server closed at accept: over `max_connections`, over the per-peer cap.
+    refused_server_limit: AtomicU64,
+    refused_peer_limit: AtomicU64,
 }
 
 /// Why `/readyz` says no.
@@ -122,6 +128,16 @@ impl ServeState {
             last_beat_ms: AtomicU64::new(0),
             attached: Mutex::new(None),
             published_at_unix_ns: AtomicU64::new(0),
+            refused_server_limit: AtomicU64::new(0),
+            refused_peer_limit: AtomicU64::new(0),
+        }
+    }
+
+    /// The HTTP server's counters (the agent puts them in each snapshot it publishes).
+    pub fn http_stats(&self) -> HttpStats {
+        HttpStats {
+            refused_server_limit: self.refused_server_limit.load(Ordering::Relaxed),
+            refused_peer_limit: self.refused_peer_limit.load(Ordering::Relaxed),
         }
     }
 
@@ -242,6 +258,10 @@ fn bind_hint(addr: SocketAddr, e: &std::io::Error) -> String {
 pub struct ServeLimits {
     /// Connections served at once; one more is closed at accept (counted).
     pub max_connections: usize,
+    /// Connections served at once from one client address (IPv4-mapped IPv6 counts as the IPv4
+    /// address); one more from it is closed at accept (counted). A quarter of `max_connections`
+    /// by default: a client that holds its slots (slowloris) leaves the rest to the others.
+    pub max_connections_per_peer: usize,
     /// A request's header block must arrive within this (slow clients are disconnected).
     pub header_read_timeout: Duration,
     /// A connection is closed after this long, between requests (a keep-alive scraper reconnects).
@@ -254,6 +274,7 @@ impl Default for ServeLimits {
     fn default() -> Self {
         ServeLimits {
             max_connections: 64,
+            max_connections_per_peer: 16,
             header_read_timeout: Duration::from_secs(5),
             max_connection_age: Duration::from_secs(300),
             shutdown_deadline: Duration::from_secs(2),
@@ -272,8 +293,6 @@ pub struct RunningServer {
     pub local_addr: SocketAddr,
     /// The server task; ends with an error only if accepting fails.
     pub task: JoinHandle<Result<(), ServeError>>,
-    /// Connections closed at accept because `max_connections` were open.
-    pub refused: Arc<AtomicU64>,
     shutdown: oneshot::Sender<()>,
 }
 
@@ -325,25 +344,68 @@ pub async fn serve_with(
         source,
     })?;
     let (tx, rx) = oneshot::channel::<()>();
-    let refused = Arc::new(AtomicU64::new(0));
-    let task = tokio::spawn(accept_loop(listener, router(state), limits, rx, Arc::clone(&refused)));
-    Ok(RunningServer { local_addr, task, refused, shutdown: tx })
+    let task = tokio::spawn(accept_loop(listener, state, limits, rx));
+    Ok(RunningServer { local_addr, task, shutdown: tx })
+}
+
+/// The connections open per client address; a [`PeerSlot`] holds one.
+type PeerCounts = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// One open connection of a client address; released when the connection's task ends.
+struct PeerSlot {
+    counts: PeerCounts,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    /// A slot for `ip`, unless it already holds `max`.
+    fn take(counts: &PeerCounts, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let ip = ip.to_canonical();
+        let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = c.entry(ip).or_insert(0);
+        if *n >= max.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot { counts: Arc::clone(counts), ip })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = c.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Counts a connection closed at accept, and logs the first and then every power of two.
+fn refuse(counter: &AtomicU64, peer: SocketAddr, why: &str, limit: usize) {
+    let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        tracing::warn!(%peer, refused = n, limit, "the metrics server is at its {why}; closing new connections");
+    }
 }
 
 /// Accept connections until `stop`, each served on its own task within `limits`.
 async fn accept_loop(
     listener: tokio::net::TcpListener,
-    app: Router,
+    state: Arc<ServeState>,
     limits: ServeLimits,
     mut stop: oneshot::Receiver<()>,
-    refused: Arc<AtomicU64>,
 ) -> Result<(), ServeError> {
+    let app = router(Arc::clone(&state));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(MAX_HEADER_BYTES)
         .keep_alive(true);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let peers = PeerCounts::default();
     let (closing_tx, closing) = watch::channel(false);
     let mut conns = JoinSet::new();
     loop {
@@ -361,12 +423,15 @@ async fn accept_loop(
                 }
             },
         };
+        // The per-peer cap first: a client over its own share is refused even while the server has
+        // room, and never takes a server slot from the others.
+        let Some(peer_slot) = PeerSlot::take(&peers, peer.ip(), limits.max_connections_per_peer) else {
+            refuse(&state.refused_peer_limit, peer, "per-client connection limit", limits.max_connections_per_peer);
+            drop(stream);
+            continue;
+        };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            let n = refused.fetch_add(1, Ordering::Relaxed) + 1;
-            if n.is_power_of_two() {
-                tracing::warn!(%peer, refused = n, limit = limits.max_connections,
-                    "the metrics server is at its connection limit; closing new connections");
-            }
+            refuse(&state.refused_server_limit, peer, "connection limit", limits.max_connections);
             drop(stream);
             continue;
         };
@@ -376,7 +441,7 @@ async fn accept_loop(
         );
         let mut closing = closing.clone();
         conns.spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, peer_slot);
             tokio::pin!(conn);
             let age = tokio::time::sleep(limits.max_connection_age);
             tokio::pin!(age);

@@ -150,6 +150,7 @@ async fn bind_error_names_the_address_and_the_fix() {
 fn tight() -> ServeLimits {
     ServeLimits {
         max_connections: 4,
+        max_connections_per_peer: 8,
         header_read_timeout: Duration::from_millis(300),
         max_connection_age: Duration::from_secs(1),
         shutdown_deadline: Duration::from_millis(500),
@@ -214,7 +215,7 @@ async fn an_oversized_header_is_refused() {
 async fn connections_past_the_limit_are_closed_and_counted() {
     let st = state(Duration::from_secs(30));
     let limits = ServeLimits { max_connection_age: Duration::from_secs(30), ..tight() };
-    let srv = serve_with("127.0.0.1:0".parse().unwrap(), st, limits).await.unwrap();
+    let srv = serve_with("127.0.0.1:0".parse().unwrap(), st.clone(), limits).await.unwrap();
     let mut idle = Vec::new();
     for _ in 0..4 {
         idle.push(tokio::net::TcpStream::connect(srv.local_addr).await.unwrap());
@@ -223,7 +224,7 @@ async fn connections_past_the_limit_are_closed_and_counted() {
     let mut extra = tokio::net::TcpStream::connect(srv.local_addr).await.unwrap();
     let (got, closed) = until_closed(&mut extra, Duration::from_millis(500)).await;
     assert!(closed && got.is_empty(), "the connection past the limit was served");
-    assert_eq!(srv.refused.load(Ordering::Relaxed), 1);
+    assert_eq!(st.http_stats(), HttpStats { refused_server_limit: 1, refused_peer_limit: 0 });
     let t = Instant::now();
     for s in &mut idle {
         let (_, closed) = until_closed(s, Duration::from_secs(3)).await;
@@ -231,6 +232,46 @@ async fn connections_past_the_limit_are_closed_and_counted() {
     }
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200, "served again once the idle connections went");
+    srv.shutdown().await.unwrap();
+}
+
+/// A connection from `from` (a loopback address: every 127/8 address reaches the server).
+async fn connect_from(from: &str, to: SocketAddr) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    sock.connect(to).await.unwrap()
+}
+
+/// One client address holding its share of the slots is refused past it (counted as `peer_limit`),
+/// while another address is still served: a slow client cannot keep the scraper out.
+#[tokio::test]
+async fn one_client_cannot_take_every_slot() {
+    let st = state(Duration::from_secs(30));
+    st.publish(Arc::new(sample_snapshot()));
+    let limits = ServeLimits { max_connections_per_peer: 2, max_connection_age: Duration::from_secs(30), ..tight() };
+    let srv = serve_with("127.0.0.1:0".parse().unwrap(), st.clone(), limits).await.unwrap();
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut s = connect_from("127.0.0.2", srv.local_addr).await;
+        s.write_all(b"GET /metr").await.unwrap();
+        slow.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut third = connect_from("127.0.0.2", srv.local_addr).await;
+    let (got, closed) = until_closed(&mut third, Duration::from_millis(500)).await;
+    assert!(closed && got.is_empty(), "a third connection from the same address was served");
+    assert_eq!(st.http_stats(), HttpStats { refused_server_limit: 0, refused_peer_limit: 1 });
+    // Another address is served while the first holds its two.
+    assert_eq!(get(srv.local_addr, "/metrics", None).await.0, 200);
+    assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200);
+    // Once the slow ones are cut off at the header timeout, the address gets its slots back.
+    for s in &mut slow {
+        assert!(until_closed(s, Duration::from_secs(3)).await.1, "a slow connection was kept");
+    }
+    let mut again = connect_from("127.0.0.2", srv.local_addr).await;
+    again.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let (got, _) = until_closed(&mut again, Duration::from_secs(3)).await;
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
     srv.shutdown().await.unwrap();
 }
 
@@ -249,4 +290,20 @@ async fn shutdown_does_not_wait_for_an_unfinished_request() {
     assert!(t.elapsed() < Duration::from_millis(1500), "shutdown took {:?}", t.elapsed());
     let (_, closed) = until_closed(&mut s, Duration::from_secs(1)).await;
     assert!(closed);
+}
+
+/// Slots are counted per address (an IPv4-mapped IPv6 peer is its IPv4 address) and given back
+/// when dropped; no entry stays for an address with no connection.
+#[test]
+fn peer_slots_count_per_address_and_are_given_back() {
+    let counts = PeerCounts::default();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let a = PeerSlot::take(&counts, ip("10.0.0.1"), 2).unwrap();
+    let b = PeerSlot::take(&counts, ip("::ffff:10.0.0.1"), 2).unwrap();
+    assert!(PeerSlot::take(&counts, ip("10.0.0.1"), 2).is_none(), "a third slot for the same address");
+    assert!(PeerSlot::take(&counts, ip("10.0.0.2"), 2).is_some(), "another address has its own");
+    drop(a);
+    let c = PeerSlot::take(&counts, ip("10.0.0.1"), 2).expect("a slot given back is taken again");
+    drop((b, c));
+    assert!(counts.lock().unwrap().is_empty(), "{:?}", counts.lock().unwrap());
 }

@@ -1,10 +1,11 @@
 //! The gRPC API's event hub (`api_*`): subscribers now, events published, and events subscribers
-//! lost because they read too slowly. Nothing when the API is off.
+//! lost because they read too slowly. Nothing when the API is off. And the HTTP server's refused
+//! connections (`http_connections_refused`), in the agent.
 use std::fmt;
 
 use prometheus_client::encoding::DescriptorEncoder;
 
-use super::{Scrape, counter, gauge};
+use super::{Scrape, counter, counter_family, gauge};
 
 /// `api_subscribers`, `api_events_published_total`, `api_events_lost_total`,
 /// `api_subscriptions_total`, `api_subscriptions_refused_total`.
@@ -28,5 +29,21 @@ pub fn api(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         "Subscriptions refused because api.max_subscribers were connected.",
         None,
         a.refused,
+    )
+}
+
+/// `http_connections_refused_total{reason}`: connections the HTTP server closed at accept, by
+/// which limit (both reasons, also at 0). Nothing outside the agent.
+pub fn http(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    let Some(h) = &s.snapshot.http else {
+        return Ok(());
+    };
+    counter_family(
+        e,
+        "http_connections_refused",
+        "Connections the /metrics server closed at accept, by reason (server_limit: max_connections open; \
+         peer_limit: that client address already held max_connections_per_peer).",
+        None,
+        [([("reason", "server_limit")], h.refused_server_limit), ([("reason", "peer_limit")], h.refused_peer_limit)],
     )
 }

@@ -28,7 +28,8 @@
 //! - `guardrails.rs`: `violations`, `violation_info`.
 //! - `kubernetes.rs`: `kubernetes_*`, `pod_resources_*`.
 //! - `otlp.rs`: the OTLP exporter's `otlp_exported`, `otlp_dropped` and queue.
-//! - `api.rs`: the gRPC API's hub (`api_subscribers`, `api_events_published`, `api_events_lost`).
+//! - `api.rs`: the gRPC API's hub (`api_subscribers`, `api_events_published`, `api_events_lost`)
+//!   and the HTTP server's refused connections (`http_connections_refused`).
 //!
 //! `labels.rs` holds the label sets several families share (container, GPU); this file the
 //! registry ([`MetricsRegistry`], [`Scrape`], [`MetricSource`]) and the helpers every source is
@@ -57,7 +58,7 @@ use prometheus_client::{
 };
 
 pub use self::{
-    api::api,
+    api::{api, http},
     attribution::{attribution_lines, bill, container_totals},
     cuda::{cgroup_cuda, cuda_calls},
     driver::{cgroup_memory, gpu_memory, state_counters},
@@ -153,6 +154,7 @@ pub const BUILTIN: &[BuiltinSource] = &[
     ("kubernetes", kubernetes),
     ("otlp", otlp),
     ("api", api),
+    ("http", http),
 ];
 
 /// The wire format of a scrape answer.

@@ -160,6 +160,7 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
             ..Default::default()
         }),
         api: Some(crate::model::ApiStats { published: 900, subscribers: 2, subscriptions: 3, refused: 1, lost: 40 }),
+        http: Some(crate::model::HttpStats { refused_server_limit: 2, refused_peer_limit: 5 }),
         ..Default::default()
     }
 }
