@@ -23,7 +23,7 @@ pub struct PipelineStats {
     pub lost_records_untracked: u64,
     /// Fds a scan found under an NVIDIA name whose file is not an NVIDIA device (not tracked).
     pub scan_not_devices: u64,
-    /// Kernel `NV_FDS` entries removed after process exit.
+    /// Kernel `NV_FDS` and `UVM_MAPS` entries removed after process exit.
     pub fd_map_cleanups: u64,
     /// Failed kernel map updates from user space (seeding, cleanup).
     pub fd_map_errors: u64,

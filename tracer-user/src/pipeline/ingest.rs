@@ -52,7 +52,8 @@ impl Agent {
         }
     }
 
-    /// Keep user space's copy of the kernel's fd map in step (so exit can clean it); the first
+    /// Keep user space's copy of the kernel's fd and managed-mapping maps in step (so exit can
+    /// clean them); the first
     /// device open of a process is when its own libcuda copy can be found and probed.
     fn track_fds(&mut self, ev: &Event) {
         let Some(k) = self.kernel.as_mut() else { return };
@@ -71,6 +72,10 @@ impl Agent {
             }
             Event::FdDuped { new_fd, .. } if *new_fd >= 0 => k.fd_opened(tgid, *new_fd as u32),
             Event::FdClosed { fd, .. } if *fd >= 0 => k.fd_closed(tgid, *fd as u32),
+            // The kernel keeps each managed mapping's length (`UVM_MAPS`) until its munmap; one
+            // never unmapped is removed at its process's exit.
+            Event::UvmMapped { ret, .. } if !(-4095..0).contains(ret) => k.uvm_mapped(tgid, *ret as u64),
+            Event::UvmUnmapped { addr, .. } => k.uvm_unmapped(tgid, *addr),
             _ => {}
         }
     }
@@ -134,7 +139,10 @@ impl Agent {
                     k.untrack(*child_pid);
                 }
             }
-            Event::CgroupRemoved { cgroup_id, .. } => self.enrich.cgroups.forget(*cgroup_id),
+            Event::CgroupRemoved { cgroup_id, .. } => {
+                self.enrich.cgroups.forget(*cgroup_id);
+                self.cuda.cgroup_removed(*cgroup_id);
+            }
             _ => {}
         }
     }

@@ -1,5 +1,6 @@
 //! The kernel side of the pipeline and the housekeeping of its maps that user space owns: which
-//! NVIDIA fds the probes track (`NV_FDS`, the tracked-process map), sweeping entry state of
+//! NVIDIA fds the probes track (`NV_FDS`, the tracked-process map), managed mappings of exited
+//! processes (`UVM_MAPS`), sweeping entry state of
 //! threads that died inside a syscall, the per-event switch of the cuda family, and reading the
 //! kernel's counters.
 use std::{
@@ -10,8 +11,8 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
 use tracer_common::{
-    CudaCount, CudaCountKey, DeviceRef, FdKey, PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, TracerConfig, family,
-    map_names, nv::DriverAbi,
+    CudaCount, CudaCountKey, DeviceRef, FdKey, PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, TracerConfig, UvmMapKey,
+    family, map_names, nv::DriverAbi,
 };
 
 use super::StartError;
@@ -38,6 +39,8 @@ pub(super) struct KernelSide {
     tracked: TrackedTgids,
     /// Kernel `NV_FDS` keys per process, so they can be removed when it exits.
     fds: HashMap<u32, BTreeSet<u32>>,
+    /// Kernel `UVM_MAPS` addresses per process (managed mappings not unmapped yet), likewise.
+    uvm_maps: HashMap<u32, BTreeSet<u64>>,
     last_sweep: Instant,
 }
 
@@ -54,7 +57,14 @@ impl KernelSide {
         let ring = RingSource::new(&mut probes.ebpf)?;
         let tracked = TrackedTgids::map(&probes.ebpf, probes.tracked_entries).map_err(SourceError::Io)?;
         let report = probes.report.clone();
-        let side = KernelSide { probes, ring, tracked, fds: HashMap::new(), last_sweep: Instant::now() };
+        let side = KernelSide {
+            probes,
+            ring,
+            tracked,
+            fds: HashMap::new(),
+            uvm_maps: HashMap::new(),
+            last_sweep: Instant::now(),
+        };
         Ok((side, report))
     }
 
@@ -100,13 +110,38 @@ impl KernelSide {
         }
     }
 
-    /// Forget a process's fds in the kernel map (its files were closed by exit). Returns how many
-    /// entries were removed.
+    /// The probes put a managed mapping of `tgid` at `addr` in `UVM_MAPS` (a UVM mmap).
+    pub(super) fn uvm_mapped(&mut self, tgid: u32, addr: u64) {
+        self.uvm_maps.entry(tgid).or_default().insert(addr);
+    }
+
+    /// The probes removed the mapping at `addr` (its munmap).
+    pub(super) fn uvm_unmapped(&mut self, tgid: u32, addr: u64) {
+        if let Some(s) = self.uvm_maps.get_mut(&tgid) {
+            s.remove(&addr);
+        }
+    }
+
+    /// Forget a process's fds and managed mappings in the kernel maps (exit closed and unmapped
+    /// them without a syscall the probes see). Returns how many entries were removed.
     pub(super) fn forget_process(&mut self, tgid: u32) -> u64 {
-        let Some(fds) = self.fds.remove(&tgid) else { return 0 };
-        let Some(m) = self.probes.ebpf.map_mut(map_names::NV_FDS) else { return 0 };
-        let Ok(mut h) = BpfHashMap::<&mut MapData, FdKey, DeviceRef>::try_from(m) else { return 0 };
-        fds.into_iter().filter(|fd| h.remove(&FdKey { tgid, fd: *fd }).is_ok()).count() as u64
+        let (fds, maps) = (self.fds.remove(&tgid), self.uvm_maps.remove(&tgid));
+        let mut removed = 0;
+        if let Some(fds) = fds
+            && let Some(m) = self.probes.ebpf.map_mut(map_names::NV_FDS)
+            && let Ok(mut h) = BpfHashMap::<&mut MapData, FdKey, DeviceRef>::try_from(m)
+        {
+            removed += fds.into_iter().filter(|fd| h.remove(&FdKey { tgid, fd: *fd }).is_ok()).count() as u64;
+        }
+        if let Some(maps) = maps
+            && let Some(m) = self.probes.ebpf.map_mut(map_names::UVM_MAPS)
+            && let Ok(mut h) = BpfHashMap::<&mut MapData, UvmMapKey, u64>::try_from(m)
+        {
+            removed +=
+                maps.into_iter().filter(|addr| h.remove(&UvmMapKey { tgid, _pad: 0, addr: *addr }).is_ok()).count()
+                    as u64;
+        }
+        removed
     }
 
     /// Is a sweep of dead threads' entry state due?

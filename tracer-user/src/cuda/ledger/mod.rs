@@ -6,7 +6,7 @@
 //! so both see the same few big blocks; `cuMemAllocManaged` is address space, not device memory
 //! until touched (the RM ledger shows it as managed `mmap`s); and the driver may back several
 //! libcuda allocations with one RM allocation, or round sizes up.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 use tracer_common::{CudaCount, CudaCountKey, cuda_entry};
@@ -136,6 +136,12 @@ pub struct CudaLedger {
     /// counts folded per cgroup (so a cgroup's ALLOC/FREE never goes down).
     alloc_cgroup: HashMap<u32, u64>,
     exited_allocs: HashMap<u64, (u64, u64, u64)>,
+    /// Removed cgroups that still had a process in the ledger: retired when the last one exits.
+    removed: HashSet<u64>,
+    /// What removed cgroups counted (calls per entry point; allocations, frees, failures): in the
+    /// totals and the per-entry counts, which never go down, but in no cgroup row.
+    retired: BTreeMap<u32, CudaCount>,
+    retired_allocs: (u64, u64, u64),
 }
 
 impl CudaLedger {
@@ -180,6 +186,10 @@ impl CudaLedger {
     /// The process exited: everything it held is released; its counts are folded per cgroup.
     pub fn process_exit(&mut self, tgid: u32) {
         self.names.retain(|(t, _), _| *t != tgid);
+        // A process that is gone launches nothing: its rate would otherwise stay (and keep a row of
+        // its cgroup) until the next window.
+        self.rates.retain(|(_, t), _| *t != tgid);
+        self.prev_launches.retain(|(_, t), _| *t != tgid);
         self.live.remove(&tgid);
         if let Some((a, f, failed)) = self.allocs.remove(&tgid) {
             let cg = self.alloc_cgroup.get(&tgid).copied().unwrap_or(0);
@@ -197,6 +207,53 @@ impl CudaLedger {
                 e.bytes += c.bytes;
             }
         }
+        // A removed cgroup whose last process this was goes now.
+        let done: Vec<u64> = self.removed.iter().copied().filter(|cg| !self.has_processes_in(*cg)).collect();
+        for cg in done {
+            self.retire(cg);
+        }
+    }
+
+    /// The cgroup was removed: its row goes (what it counted stays in the totals) once no process
+    /// of it is left in the ledger; until then it is remembered, and retired at the last exit.
+    pub fn cgroup_removed(&mut self, cgroup_id: u64) {
+        if self.has_processes_in(cgroup_id) {
+            self.removed.insert(cgroup_id);
+        } else {
+            self.retire(cgroup_id);
+        }
+    }
+
+    /// Does a live process of the ledger (counts, live allocations, allocation calls) belong to it?
+    fn has_processes_in(&self, cgroup_id: u64) -> bool {
+        self.counts.keys().any(|k| k.cgroup_id == cgroup_id)
+            || self.live.values().flat_map(|m| m.values()).any(|l| l.cgroup_id == cgroup_id)
+            || self.alloc_cgroup.values().any(|cg| *cg == cgroup_id)
+    }
+
+    /// Fold a removed cgroup's exited counts into the retired totals and forget its row.
+    fn retire(&mut self, cgroup_id: u64) {
+        self.removed.remove(&cgroup_id);
+        let keys: Vec<(u64, u32)> =
+            self.exited.range((cgroup_id, 0)..=(cgroup_id, u32::MAX)).map(|(k, _)| *k).collect();
+        for k in keys {
+            if let Some(c) = self.exited.remove(&k) {
+                let r = self.retired.entry(k.1).or_default();
+                r.calls += c.calls;
+                r.bytes += c.bytes;
+            }
+        }
+        if let Some((a, f, failed)) = self.exited_allocs.remove(&cgroup_id) {
+            self.retired_allocs.0 += a;
+            self.retired_allocs.1 += f;
+            self.retired_allocs.2 += failed;
+        }
+    }
+
+    /// Cgroups removed while a process of theirs was still in the ledger (see
+    /// [`CudaLedger::cgroup_removed`]).
+    pub fn removed_pending(&self) -> usize {
+        self.removed.len()
     }
 
     /// Replace the kernel counts with a fresh read (`CUDA_COUNTS` summed over CPUs).
@@ -303,6 +360,16 @@ impl CudaLedger {
         for u in cgroups.values() {
             totals += u;
         }
+        // Removed cgroups: in the totals and per entry point, in no row.
+        for (entry, c) in &self.retired {
+            add_count(&mut totals, *entry, c);
+            if let Some(e) = cuda_entry::ALL.get(*entry as usize) {
+                *by_entry.entry(e.1).or_default() += c.calls;
+            }
+        }
+        totals.allocs += self.retired_allocs.0;
+        totals.frees += self.retired_allocs.1;
+        totals.failed_allocs += self.retired_allocs.2;
         CudaSnapshot {
             cgroups: cgroups
                 .into_iter()

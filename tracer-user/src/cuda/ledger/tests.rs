@@ -52,6 +52,47 @@ fn counts_survive_process_exit_in_their_cgroup_and_rates_are_deltas() {
     let s = l.snapshot(&mut |_| None);
     let cg5 = s.cgroups.iter().find(|c| c.cgroup_id == 5).unwrap();
     assert_eq!(cg5.usage.launches, 200, "exited counts stay with the cgroup");
+    assert_eq!(cg5.usage.launch_rate, 0.0, "an exited process launches nothing");
     assert!(s.processes.iter().all(|p| p.tgid != 10));
     assert_eq!(s.calls_by_entry.get("cuLaunchKernel_ptsz"), Some(&7));
+}
+
+/// A removed cgroup's row goes once its processes have exited (at once when none is left, at the
+/// last exit otherwise); what it counted stays in the totals and per entry point, which never go
+/// down.
+#[test]
+fn a_removed_cgroup_leaves_no_row_and_the_totals_keep_its_counts() {
+    let mut l = CudaLedger::default();
+    l.update_counts(vec![
+        (key(5, 10, cuda_entry::LAUNCH_KERNEL), CudaCount { calls: 100, bytes: 0 }),
+        (key(6, 11, cuda_entry::LAUNCH_KERNEL), CudaCount { calls: 7, bytes: 0 }),
+        (key(6, 12, cuda_entry::GRAPH_LAUNCH), CudaCount { calls: 2, bytes: 0 }),
+    ]);
+    l.alloc(10, 5, cuda_entry::MEM_ALLOC, 0, 0x1000, 4096);
+    l.alloc(11, 6, cuda_entry::MEM_ALLOC, 0, 0x2000, 4096);
+    let before = l.snapshot(&mut |_| None);
+    // Cgroup 5: its process exits, then the cgroup is removed: the row goes at once.
+    l.process_exit(10);
+    l.cgroup_removed(5);
+    // Cgroup 6: removed while its processes are still in the ledger (their exits are read later).
+    l.cgroup_removed(6);
+    assert_eq!(l.removed_pending(), 1);
+    let s = l.snapshot(&mut |_| None);
+    assert_eq!(s.cgroups.iter().map(|c| c.cgroup_id).collect::<Vec<_>>(), [6]);
+    l.process_exit(11);
+    assert_eq!(l.removed_pending(), 1, "process 12 of cgroup 6 is still there");
+    l.process_exit(12);
+    assert_eq!(l.removed_pending(), 0);
+    let after = l.snapshot(&mut |_| None);
+    assert!(after.cgroups.is_empty() && after.processes.is_empty(), "{after:?}");
+    assert!(l.is_empty());
+    assert_eq!(
+        (after.totals.launches, after.totals.graph_launches, after.totals.allocs, after.totals.frees),
+        (before.totals.launches, before.totals.graph_launches, before.totals.allocs, before.totals.frees)
+    );
+    assert_eq!((after.totals.launches, after.totals.allocs), (107, 2));
+    assert_eq!(after.calls_by_entry, before.calls_by_entry);
+    // A removal for a cgroup the ledger never saw is nothing.
+    l.cgroup_removed(99);
+    assert_eq!(l.removed_pending(), 0);
 }

@@ -121,7 +121,13 @@ pub fn pipeline_stats(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Res
         None,
         p.scan_not_devices,
     )?;
-    counter(e, "fd_map_cleanups", "Kernel NV_FDS entries removed after process exit.", None, p.fd_map_cleanups)?;
+    counter(
+        e,
+        "fd_map_cleanups",
+        "Kernel fd-map and managed-mapping entries removed after process exit.",
+        None,
+        p.fd_map_cleanups,
+    )?;
     counter(
         e,
         "fd_map_errors",
