@@ -1,0 +1,656 @@
+//! Endpoint abuse (issue 13): the real agent binary's HTTP server (`gpu-tracer agent --listen`),
+//! with its default limits (64 connections at once, request headers within 5 s and within 16 KiB;
+//! nothing makes them smaller, and the test finishes in about 15 s with them).
+//!
+//! - (a) 3,000 slowloris connections from one client address (127.0.0.2), each sending part of a
+//!   request line and holding it: the agent takes 16 (its per-client cap), closes the rest at
+//!   accept and the 16 at the header timeout, and every scrape from another address (127.0.0.1)
+//!   is answered meanwhile.
+//! - (a') 1,500 more from eight addresses (127.0.0.10-17), enough to fill the 64-connection cap:
+//!   the ones it takes go at the header timeout; its open fds stay within the cap and return to
+//!   their baseline.
+//! - (b) Twice, 1,000 connections each sending an unfinished 400 KB header (15 KiB at once, so the
+//!   connections the agent takes fill the cap with full header buffers, the rest 300 ms later):
+//!   each is answered 431 or closed at accept; the agent's resident memory stays within a few MiB
+//!   of its baseline, comes back down, and does not grow from one round to the next.
+//! - (c) /metrics is scraped every 100 ms throughout, from 127.0.0.1. In (a) it is never refused.
+//!   In (a'), while slow clients from many addresses hold every slot, a scrape is closed at accept
+//!   like any other connection, so it is refused until the header timeout frees the slots: the
+//!   longest such outage is measured, and a scrape must be answered within the header timeout
+//!   (+2 s) of the last slow client's connect.
+//!   It answers while the big headers run and afterwards, and the agent is alive.
+//!
+//! The figures are read from /proc/<agent pid>/status (VmRSS) and /proc/<agent pid>/fd, sampled
+//! every 5 ms while the clients run.
+use std::{
+    io::{ErrorKind, Read, Write},
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream},
+    os::fd::AsRawFd,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use gpu_tracer_tests::{FakeDriver, locate_binary, require_root};
+
+/// The server's limits (tracer-user/src/export/http, `ServeLimits::default()` and
+/// `MAX_HEADER_BYTES`): the agent binary serves with these; nothing configures them.
+const MAX_CONNECTIONS: usize = 64;
+const MAX_CONNECTIONS_PER_PEER: usize = 16;
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+const SLOWLORIS: usize = 3000;
+/// (a'): from [`SPREAD_FROM`] addresses, 8 × 16 = 128 > 64, so the server's cap is reached.
+const SLOWLORIS_SPREAD: usize = 1500;
+const SPREAD_FROM: [Ipv4Addr; 8] = {
+    let mut a = [Ipv4Addr::new(127, 0, 0, 10); 8];
+    let mut i = 0;
+    while i < 8 {
+        a[i] = Ipv4Addr::new(127, 0, 0, 10 + i as u8);
+        i += 1;
+    }
+    a
+};
+/// (a): one attacker's address.
+const ONE_ATTACKER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+const BIG_HEADERS: usize = 1000;
+const BIG_HEADER_BYTES: usize = 400 * 1024;
+/// Rounds of big headers.
+const ROUNDS: usize = 2;
+const MIB: u64 = 1 << 20;
+/// What the limits allow above the baseline: 64 connections × a 16 KiB header buffer, plus
+/// hyper's and tokio's per-connection state, is a few MiB (about 2 MiB measured). Without the
+/// header bound, 64 × 400 KB would be 25 MiB; without the connection cap, 1,000 × 400 KB would be
+/// 400 MB: either fails these bounds, which leave room for the allocator's arenas and for scrapes.
+const PEAK_RSS_ABOVE_BASE: u64 = 16 * MIB;
+const AFTER_RSS_ABOVE_BASE: u64 = 8 * MIB;
+/// Identical rounds must not each keep more: 1,000 connections leaking 2 KiB each would be 2 MiB.
+const ROUND_GROWTH: u64 = 2 * MIB;
+
+fn gpu_tracer() -> PathBuf {
+    locate_binary("gpu-tracer").unwrap_or_else(|e| {
+        panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+    })
+}
+
+/// The agent; SIGKILLed and reaped on drop (a test that fails leaves nothing running).
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `GET path` (HTTP/1.1, connection closed): the status (0 when the connection was closed
+/// without an answer) and the body.
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else { return (0, String::new()) };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    if write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").is_err() {
+        return (0, String::new());
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw);
+    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// /metrics answers a full exposition.
+fn metrics_ok(addr: SocketAddr) -> bool {
+    let (status, body) = http_get(addr, "/metrics");
+    status == 200 && body.contains("gpu_tracer_")
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Peaks of the agent's RSS and fd count since the last [`Sampler::take`], sampled every 5 ms.
+struct Sampler {
+    peaks: Arc<Mutex<(u64, usize)>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Sampler {
+    fn start(pid: u32) -> Sampler {
+        let peaks = Arc::new(Mutex::new((0, 0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (Arc::clone(&peaks), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let (rss, fds) = (rss_bytes(pid), fd_count(pid));
+                let mut g = p.lock().unwrap();
+                *g = (g.0.max(rss), g.1.max(fds));
+                drop(g);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Sampler { peaks, stop }
+    }
+
+    /// (peak RSS, peak fds) since the last call.
+    fn take(&self) -> (u64, usize) {
+        std::mem::take(&mut *self.peaks.lock().unwrap())
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Raise this process's soft fd limit to at least `want`; panics where the hard limit is lower.
+fn raise_nofile(want: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct passed.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    if lim.rlim_cur >= want {
+        return;
+    }
+    assert!(lim.rlim_max >= want, "this test needs {want} fds; the hard RLIMIT_NOFILE is {}", lim.rlim_max);
+    lim.rlim_cur = want;
+    // SAFETY: setrlimit reads the struct passed.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0, "raise RLIMIT_NOFILE");
+}
+
+/// How a client connection ended.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ending {
+    /// Since the connection was opened.
+    after: Option<Duration>,
+    /// The agent answered something (e.g. 431) before closing.
+    answered: Option<u16>,
+}
+
+/// What a client sends: `first` bytes of `bytes` at once, the rest once the connection has been
+/// open for `rest_after`.
+#[derive(Clone)]
+struct Request {
+    bytes: Vec<u8>,
+    first: usize,
+    rest_after: Duration,
+}
+
+impl Request {
+    fn at_once(bytes: &[u8]) -> Request {
+        Request { bytes: bytes.to_vec(), first: bytes.len(), rest_after: Duration::ZERO }
+    }
+}
+
+/// A client socket, non-blocking, with what it still has to send.
+struct Client {
+    s: TcpStream,
+    opened: Instant,
+    request: Request,
+    sent: usize,
+    got: Vec<u8>,
+    end: Ending,
+}
+
+impl Client {
+    /// Connects from `from` (any 127/8 address reaches a server on 127.0.0.1).
+    fn open(addr: SocketAddr, from: Ipv4Addr, request: Request) -> Client {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+        sock.bind(&SocketAddr::V4(SocketAddrV4::new(from, 0)).into())
+            .unwrap_or_else(|e| panic!("bind a client socket to {from}: {e}"));
+        sock.connect_timeout(&addr.into(), Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("connect to the agent at {addr} from {from}: {e}"));
+        let s: TcpStream = sock.into();
+        s.set_nonblocking(true).unwrap();
+        let mut c = Client { s, opened: Instant::now(), request, sent: 0, got: Vec::new(), end: Ending::default() };
+        c.send();
+        c
+    }
+
+    fn closed(&self) -> bool {
+        self.end.after.is_some()
+    }
+
+    fn close_now(&mut self) {
+        if self.end.after.is_none() {
+            self.end.after = Some(self.opened.elapsed());
+            self.end.answered = std::str::from_utf8(&self.got)
+                .ok()
+                .and_then(|r| r.strip_prefix("HTTP/1.1 "))
+                .and_then(|r| r.get(..3))
+                .and_then(|c| c.parse().ok());
+        }
+    }
+
+    /// How much of the request may be sent by now.
+    fn due(&self) -> usize {
+        if self.opened.elapsed() >= self.request.rest_after { self.request.bytes.len() } else { self.request.first }
+    }
+
+    /// Send what the socket takes; a reset or broken pipe means the agent closed it.
+    fn send(&mut self) {
+        let due = self.due();
+        while self.sent < due && !self.closed() {
+            match self.s.write(&self.request.bytes[self.sent..due]) {
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => self.close_now(),
+            }
+        }
+    }
+
+    /// Read what the agent sent; end of stream or an error means it closed the connection.
+    fn receive(&mut self) {
+        let mut buf = [0u8; 4096];
+        while !self.closed() {
+            match self.s.read(&mut buf) {
+                Ok(0) => self.close_now(),
+                Ok(n) => self.got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => self.close_now(),
+            }
+        }
+    }
+}
+
+/// Drive `clients` (send, receive, notice closes) until all are closed or `deadline` passes.
+fn drive(clients: &mut [Client], deadline: Instant) {
+    while Instant::now() < deadline {
+        let open: Vec<usize> = (0..clients.len()).filter(|&i| !clients[i].closed()).collect();
+        if open.is_empty() {
+            return;
+        }
+        let mut pfds: Vec<libc::pollfd> = open
+            .iter()
+            .map(|&i| {
+                let c = &clients[i];
+                let mut events = libc::POLLIN | libc::POLLRDHUP;
+                if c.sent < c.due() {
+                    events |= libc::POLLOUT;
+                }
+                libc::pollfd { fd: c.s.as_raw_fd(), events, revents: 0 }
+            })
+            .collect();
+        let wait = deadline.saturating_duration_since(Instant::now()).as_millis().min(20) as libc::c_int;
+        // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait) };
+        if n <= 0 {
+            continue;
+        }
+        for (p, &i) in pfds.iter().zip(&open) {
+            if p.revents == 0 {
+                continue;
+            }
+            let c = &mut clients[i];
+            if p.revents & libc::POLLOUT != 0 {
+                c.send();
+            }
+            c.receive();
+        }
+    }
+}
+
+/// Wait until the agent's fd count is at most `want` (within `timeout`); the count then.
+fn fds_settle(pid: u32, want: usize, timeout: Duration) -> usize {
+    let t = Instant::now();
+    loop {
+        let n = fd_count(pid);
+        if n <= want || t.elapsed() >= timeout {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Scrapes /metrics every 100 ms on its own thread while a phase runs: when each scrape started,
+/// and whether it was answered.
+struct Scraper {
+    results: Arc<Mutex<Vec<(Instant, bool)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Scraper {
+    fn start(addr: SocketAddr) -> Scraper {
+        let results = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (Arc::clone(&results), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let ok = metrics_ok(addr);
+                r.lock().unwrap().push((t, ok));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Scraper { results, stop, thread: Some(thread) }
+    }
+
+    /// Stop: every scrape, in order.
+    fn finish(mut self) -> Vec<(Instant, bool)> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        std::mem::take(&mut *self.results.lock().unwrap())
+    }
+}
+
+impl Drop for Scraper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Open `n` connections from `threads` threads at once (thread `w` from `from[w % from.len()]`),
+/// each sending `request` and then holding on until the agent closes it, or until `hold` after its
+/// thread's last open: how each ended, and when the last one was opened.
+fn burst(
+    addr: SocketAddr,
+    from: &[Ipv4Addr],
+    n: usize,
+    threads: usize,
+    request: &Request,
+    hold: Duration,
+) -> (Vec<Ending>, Instant) {
+    let workers: Vec<_> = (0..threads)
+        .map(|w| {
+            let request = request.clone();
+            let from = from[w % from.len()];
+            let count = n / threads + usize::from(w < n % threads);
+            std::thread::spawn(move || {
+                let mut clients: Vec<Client> = Vec::with_capacity(count);
+                for i in 0..count {
+                    clients.push(Client::open(addr, from, request.clone()));
+                    if i % 25 == 24 {
+                        // Notice closes as they happen, so each connection's lifetime is right.
+                        drive(&mut clients, Instant::now() + Duration::from_millis(1));
+                    }
+                }
+                let last_open = Instant::now();
+                drive(&mut clients, last_open + hold);
+                (clients.iter().map(|c| c.end).collect::<Vec<_>>(), last_open)
+            })
+        })
+        .collect();
+    let mut endings = Vec::with_capacity(n);
+    let mut last_open = Instant::now();
+    for (i, w) in workers.into_iter().enumerate() {
+        let (e, t) = w.join().expect("a client thread");
+        endings.extend(e);
+        last_open = if i == 0 { t } else { last_open.max(t) };
+    }
+    (endings, last_open)
+}
+
+#[test]
+fn endpoint_abuse_leaves_rss_bounded() {
+    require_root();
+    let started = Instant::now();
+    let driver = FakeDriver::start(1).unwrap();
+    let mut child = Command::new(gpu_tracer())
+        .args(["--log", "info", "--no-cuda", "--nvml", "off", "--dev-dir"])
+        .arg(driver.dev_dir())
+        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpu-tracer agent");
+    let stderr = child.stderr.take().unwrap();
+    let pid = child.id();
+    let mut agent = Agent(child);
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (tx, rx) = mpsc::channel();
+    {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(a) = line.split("serving http://").nth(1) {
+                    let _ = tx.send(a.trim_end_matches("/metrics").to_string());
+                }
+                log.lock().unwrap().push(line);
+            }
+        });
+    }
+    let addr: SocketAddr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("the agent did not name its address: {:#?}", log.lock().unwrap()))
+        .parse()
+        .unwrap();
+    // Ready to scrape once the first snapshot is published.
+    let t = Instant::now();
+    while !metrics_ok(addr) {
+        assert!(t.elapsed() < Duration::from_secs(15), "/metrics never answered: {:#?}", log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A few scrapes first, so the baseline includes what serving normally costs; then settle.
+    for _ in 0..5 {
+        assert!(metrics_ok(addr));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let fds_base = fd_count(pid);
+    let rss_base = rss_bytes(pid);
+    raise_nofile((SLOWLORIS + BIG_HEADERS + 512) as u64);
+    let sampler = Sampler::start(pid);
+
+    // (a) Slowloris from one address: each connection sends part of a request line and holds it,
+    // from eight threads. (c) Scrapes meanwhile, from another address: never refused.
+    let slow_request = Request::at_once(b"GET /metr");
+    let hold = HEADER_READ_TIMEOUT + Duration::from_secs(5);
+    // Closed at accept (over a cap) within moments; held ones at the header timeout.
+    let held_from = HEADER_READ_TIMEOUT - Duration::from_secs(1);
+    let scraper = Scraper::start(addr);
+    let (one, _) = burst(addr, &[ONE_ATTACKER], SLOWLORIS, 8, &slow_request, hold);
+    let scrapes = scraper.finish();
+    let scrapes_one = scrapes.len();
+    let scrapes_refused_one = scrapes.iter().filter(|(_, ok)| !ok).count();
+    let (rss_peak_one, fds_peak_one) = sampler.take();
+    let fds_after_one = fds_settle(pid, fds_base, Duration::from_secs(3));
+    let still_open_one = one.iter().filter(|e| e.after.is_none()).count();
+    let held_one = one.iter().filter_map(|e| e.after).filter(|d| *d >= held_from).count();
+    println!(
+        "slowloris from one address: {SLOWLORIS}; held until the header timeout {held_one} (per-client cap \
+         {MAX_CONNECTIONS_PER_PEER}); scrapes meanwhile from another: {} answered, {scrapes_refused_one} refused; \
+         fds {fds_base} -> peak {fds_peak_one} -> {fds_after_one}; rss peak {} KiB",
+        scrapes_one - scrapes_refused_one,
+        rss_peak_one / 1024
+    );
+
+    // (a') Slowloris from eight addresses, filling the server's cap. (c) Scrapes meanwhile: refused
+    // while slow clients hold every slot, answered again once the header timeout has freed them.
+    let scraper = Scraper::start(addr);
+    let t = Instant::now();
+    let (spread, last_open) = burst(addr, &SPREAD_FROM, SLOWLORIS_SPREAD, 8, &slow_request, hold);
+    let opened_in = last_open - t;
+    std::thread::sleep(Duration::from_millis(300));
+    let scrapes = scraper.finish();
+    let scrapes_refused_a = scrapes.iter().filter(|(_, ok)| !ok).count();
+    let scrapes_a = scrapes.len();
+    // The longest time /metrics was refused: from the first refused scrape of a run to the next
+    // answered one (the whole rest of the phase when none was).
+    let mut outage = Duration::ZERO;
+    let mut refused_since = None;
+    for (at, ok) in &scrapes {
+        match (ok, refused_since) {
+            (false, None) => refused_since = Some(*at),
+            (true, Some(since)) => {
+                outage = outage.max(*at - since);
+                refused_since = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(since) = refused_since {
+        outage = outage.max(since.elapsed());
+    }
+    // From the moment the whole attack is in place to the first scrape answered after it.
+    let back_after = scrapes.iter().find(|(at, ok)| *ok && *at >= last_open).map(|(at, _)| *at - last_open);
+    let (rss_peak_a, fds_peak_a) = sampler.take();
+    let fds_after_a = fds_settle(pid, fds_base, Duration::from_secs(3));
+    let still_open = spread.iter().filter(|e| e.after.is_none()).count() + still_open_one;
+    let lives: Vec<Duration> = one.iter().chain(&spread).filter_map(|e| e.after).collect();
+    let held = lives.iter().filter(|d| **d >= held_from).count() - held_one;
+    let at_once = lives.len() - held - held_one;
+    let longest = lives.iter().max().copied().unwrap_or_default();
+    println!(
+        "slowloris from {} addresses: {SLOWLORIS_SPREAD} opened in {} ms; closed by the agent at once (over a cap) \
+         {} (both phases {at_once}), at the header timeout {held} (longest {} ms); scrapes meanwhile: {} answered, \
+         {scrapes_refused_a} refused, refused for {outage:?} at a stretch, answered again {back_after:?} after the \
+         last slow client came; fds {fds_base} -> peak {fds_peak_a} -> {fds_after_a}; rss {} -> peak {} KiB",
+        SPREAD_FROM.len(),
+        opened_in.as_millis(),
+        spread.len() - held - spread.iter().filter(|e| e.after.is_none()).count(),
+        longest.as_millis(),
+        scrapes.len() - scrapes_refused_a,
+        rss_base / 1024,
+        rss_peak_a.max(rss_peak_one) / 1024
+    );
+
+    // (b) Big headers: each connection sends an unfinished 400 KB header (no blank line), from four
+    // threads (four addresses, 4 × 16 = the server's 64) at once: 15 KiB at once (under the 16 KiB bound, so the agent buffers it and waits),
+    // the rest 300 ms later. The connections the agent takes fill its cap with full buffers.
+    let mut bytes = b"GET /metrics HTTP/1.1\r\nHost: abuse\r\nX-Padding: ".to_vec();
+    bytes.resize(BIG_HEADER_BYTES, b'a');
+    let request = Request { bytes, first: 15 * 1024, rest_after: Duration::from_millis(300) };
+    // Twice: memory a round keeps would show as growth between the rounds.
+    let (mut answered_431, mut unanswered, mut big_open, mut scrapes_ok_b, mut scrapes_refused_b) = (0, 0, 0, 0, 0);
+    let (mut rss_peak_b, mut fds_peak_b, mut fds_after) = (0, 0, 0);
+    let mut rss_after_rounds = Vec::new();
+    let t = Instant::now();
+    for _ in 0..ROUNDS {
+        let scraper = Scraper::start(addr);
+        let (big, _) = burst(addr, &SPREAD_FROM, BIG_HEADERS, 4, &request, hold);
+        let scrapes = scraper.finish();
+        let ok = scrapes.iter().filter(|(_, ok)| *ok).count();
+        scrapes_ok_b += ok;
+        scrapes_refused_b += scrapes.len() - ok;
+        let (rss, fds) = sampler.take();
+        (rss_peak_b, fds_peak_b) = (rss_peak_b.max(rss), fds_peak_b.max(fds));
+        big_open += big.iter().filter(|e| e.after.is_none()).count();
+        answered_431 += big.iter().filter(|e| e.answered == Some(431)).count();
+        // Closed without an answer: at accept, over the cap (or reset before the 431 was read).
+        unanswered += big.iter().filter(|e| e.after.is_some() && e.answered.is_none()).count();
+        fds_after =
+            fds_after.max(fds_settle(pid, fds_base, Duration::from_secs(3))).max(fds_after_one).max(fds_after_a);
+        // The agent's memory after the clients are gone (a few snapshot intervals later).
+        std::thread::sleep(Duration::from_secs(3));
+        rss_after_rounds.push(rss_bytes(pid));
+    }
+    let big_s = t.elapsed();
+    let rss_after = *rss_after_rounds.last().unwrap();
+    let metrics_after = metrics_ok(addr);
+    let alive = agent.0.try_wait().unwrap().is_none();
+    drop(sampler);
+    let rss_peak = rss_peak_one.max(rss_peak_a).max(rss_peak_b);
+    let fds_peak = fds_peak_one.max(fds_peak_a).max(fds_peak_b);
+    let mb = |b: u64| format!("{:.1}", b as f64 / MIB as f64);
+    println!(
+        "big headers: {ROUNDS} rounds of {BIG_HEADERS} × {} KB in {} ms, answered 431: {answered_431}, closed \
+         unanswered {unanswered}, left open {big_open}; scrapes meanwhile: {scrapes_ok_b} answered, \
+         {scrapes_refused_b} refused; fds peak {fds_peak_b}; rss peak {} KiB, after each round {:?} KiB",
+        BIG_HEADER_BYTES / 1024,
+        big_s.as_millis(),
+        rss_peak_b / 1024,
+        rss_after_rounds.iter().map(|b| b / 1024).collect::<Vec<_>>()
+    );
+    println!(
+        "reliability: limits=default max_connections={MAX_CONNECTIONS} per_client={MAX_CONNECTIONS_PER_PEER} \
+         header_timeout_s={} max_header_kib=16 slowloris_one_address={SLOWLORIS} held={held_one} \
+         scrapes={scrapes_one} refused={scrapes_refused_one}",
+        HEADER_READ_TIMEOUT.as_secs(),
+    );
+    println!(
+        "reliability: slowloris_{}_addresses={SLOWLORIS_SPREAD} closed_by_agent={} closed_at_accept={at_once} \
+         held_until_timeout={held} longest_held_ms={} scrapes_while_held={} refused={scrapes_refused_a} \
+         metrics_outage_ms={} fds_base={fds_base} fds_peak={fds_peak} fds_after={fds_after}",
+        SPREAD_FROM.len(),
+        SLOWLORIS + SLOWLORIS_SPREAD - still_open,
+        longest.as_millis(),
+        scrapes_a,
+        outage.as_millis(),
+    );
+    println!(
+        "reliability: big_headers={ROUNDS}x{BIG_HEADERS} header_kb={} answered_431={answered_431} \
+         closed_unanswered={unanswered} rss_base_mb={} rss_peak_mb={} rss_after_mb={} \
+         metrics_ok_during={scrapes_ok_b} metrics_refused_during={scrapes_refused_b} metrics_ok={} alive={alive} \
+         total_s={:.1}",
+        BIG_HEADER_BYTES / 1024,
+        mb(rss_base),
+        mb(rss_peak),
+        rss_after_rounds.iter().map(|b| mb(*b)).collect::<Vec<_>>().join("/"),
+        back_after.is_some() && metrics_after,
+        started.elapsed().as_secs_f64()
+    );
+
+    assert!(alive, "the agent died: {:#?}", log.lock().unwrap());
+    assert_eq!(still_open, 0, "slowloris connections still open after the header timeout + 5 s");
+    assert!(
+        longest <= HEADER_READ_TIMEOUT + Duration::from_secs(3),
+        "a slow connection was held {longest:?}, past the header timeout ({HEADER_READ_TIMEOUT:?})"
+    );
+    assert!(held > 0, "no slow connection was ever held: the test did not reach the server");
+    assert!(
+        held_one > 0 && held_one <= MAX_CONNECTIONS_PER_PEER,
+        "one address held {held_one} slow connections (per-client cap {MAX_CONNECTIONS_PER_PEER})"
+    );
+    assert_eq!(
+        scrapes_refused_one, 0,
+        "/metrics was refused {scrapes_refused_one} of {scrapes_one} times while one other address held slow \
+         connections: one client can keep the scraper out"
+    );
+    assert!(
+        fds_peak <= fds_base + MAX_CONNECTIONS + 8,
+        "the agent held {fds_peak} fds (baseline {fds_base}, cap {MAX_CONNECTIONS})"
+    );
+    assert!(fds_after <= fds_base, "the agent's fds did not return to {fds_base}: {fds_after}");
+    // Measured from the moment the last slow client connected (while they still arrive, each slot
+    // freed may be taken again): the header timeout must free the slots for a scrape by then.
+    assert!(
+        back_after.is_some_and(|d| d <= HEADER_READ_TIMEOUT + Duration::from_secs(2)),
+        "/metrics did not answer within the header timeout after the last slow client connected \
+         ({back_after:?}; refused for {outage:?} at a stretch)"
+    );
+    assert_eq!(big_open, 0, "big-header connections left open");
+    assert!(answered_431 > 0, "no oversized header was answered 431: the test did not reach hyper's limit");
+    assert!(scrapes_ok_b > 0, "/metrics never answered while the big headers were sent ({scrapes_refused_b} refused)");
+    assert!(metrics_after, "/metrics does not answer after the abuse");
+    assert!(
+        rss_peak <= rss_base + PEAK_RSS_ABOVE_BASE,
+        "peak RSS {} MiB, baseline {} MiB: more than {} MiB above",
+        mb(rss_peak),
+        mb(rss_base),
+        PEAK_RSS_ABOVE_BASE / MIB
+    );
+    let growth = rss_after_rounds[ROUNDS - 1].saturating_sub(rss_after_rounds[0]);
+    assert!(
+        growth <= ROUND_GROWTH,
+        "RSS grew by {} MiB from one round of big headers to the next (a leak per connection?)",
+        mb(growth)
+    );
+    assert!(
+        rss_after <= rss_base + AFTER_RSS_ABOVE_BASE,
+        "RSS {} MiB after the abuse, baseline {} MiB: more than {} MiB kept",
+        mb(rss_after),
+        mb(rss_base),
+        AFTER_RSS_ABOVE_BASE / MIB
+    );
+    drop(agent);
+}
