@@ -5,7 +5,8 @@ Run by tests/tests/deploy.rs with the Python of the venv `cargo xtask setup` mak
 helm-python-sdk, Helm's own Go engine, and kubernetes-validate, the Kubernetes OpenAPI schemas).
 
   validate.py REPO_ROOT  ->  {"base": [...], "privileged_overlay": [...], "chart": {VARIANT: [...]},
-                              "lint": {...}, "unvalidated": [...]}  on stdout, exit 0
+                              "lint": {...}, "refused": {CASE: why}, "unvalidated": [...]}
+                              on stdout, exit 0
 Any render, lint or schema error: a message on stderr, exit 1.
 """
 import json
@@ -36,6 +37,38 @@ VARIANTS = {
         "runtimeClassName": "nvidia",
     },
     "servicemonitor": {"serviceMonitor": {"enabled": True}},
+    # Every option a node-agent chart has, set, under a release name that is not the chart's.
+    "options": {
+        "fullnameOverride": "gt-agent",
+        "imagePullSecrets": [{"name": "registry"}],
+        "serviceAccount": {"create": False, "name": "existing-sa"},
+        "podAnnotations": {"example.com/owner": "ml-platform"},
+        "podLabels": {"team": "ml-platform"},
+        "nodeSelector": {"pool": "gpu"},
+        "affinity": None,  # null removes a default map in Helm ({} merges into it)
+        "priorityClassName": "",
+        "extraArgs": ["--log", "debug"],
+        "extraEnv": [{"name": "RUST_LOG_STYLE", "value": "never"}],
+        "extraVolumes": [{"name": "extra", "emptyDir": {}}],
+        "extraVolumeMounts": [{"name": "extra", "mountPath": "/extra"}],
+        "updateStrategy": {"type": "OnDelete"},
+        "resources": {"requests": {"cpu": "50m"}},
+        "serviceMonitor": {"enabled": True, "scrapeTimeout": "10s", "honorLabels": False,
+                           "relabelings": [{"targetLabel": "cluster", "replacement": "eu-1"}],
+                           "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"],
+                                                  "regex": "gpu_tracer_api_.*"}]},
+        "podMonitor": {"enabled": True, "interval": "15s"},
+    },
+    # A release named otherwise gets prefixed names (never a ClusterRole called "monitoring").
+    "release_monitoring": {},
+}
+# Values the chart's values.schema.json must refuse (a typo fails the install, never vanishes).
+MUST_REFUSE = {
+    "unknown top-level key": {"imagee": {"tag": "x"}},
+    "unknown nested key": {"serviceMonitor": {"enabled": True, "intervall": "1m"}},
+    "wrong type": {"metricsPort": "9400"},
+    "bad duration": {"serviceMonitor": {"enabled": True, "interval": "30 seconds"}},
+    "bad enum": {"image": {"repository": "x", "pullPolicy": "Sometimes"}},
 }
 
 errors = []
@@ -99,7 +132,8 @@ def main():
         errors.append(f"helm lint: {e}")
     rendered = {}
     for name, values in VARIANTS.items():
-        manifests = chart.render(values=values, name=RELEASE, namespace=RELEASE, is_install=True)
+        release = "monitoring" if name == "release_monitoring" else RELEASE
+        manifests = chart.render(values=values, name=release, namespace=RELEASE, is_install=True)
         objs = []
         for path, text in sorted(manifests.items()):
             if path.endswith(".yaml"):
@@ -107,10 +141,18 @@ def main():
         validate(objs, f"chart[{name}]")
         rendered[name] = objs
 
+    refused = {}
+    for what, values in MUST_REFUSE.items():
+        try:
+            chart.render(values=values, name=RELEASE, namespace=RELEASE, is_install=True)
+            errors.append(f"values.schema.json accepts {what}: {values}")
+        except Exception as e:  # helm_python raises its own error types
+            refused[what] = str(e)
+
     if errors:
         print("\n".join(errors), file=sys.stderr)
         sys.exit(1)
-    json.dump({"base": base, "privileged_overlay": overlay, "chart": rendered, "lint": lint,
+    json.dump({"base": base, "privileged_overlay": overlay, "chart": rendered, "lint": lint, "refused": refused,
                "unvalidated": unvalidated, "k8s_versions": K8S_VERSIONS}, sys.stdout)
 
 

@@ -188,7 +188,14 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
     assert_eq!(pod["runtimeClassName"], "nvidia");
     let sm = find(&r["chart"]["servicemonitor"], "ServiceMonitor");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
-    assert_eq!(r["unvalidated"].as_array().unwrap().len(), 2, "only the ServiceMonitor CRD lacks a schema");
+    assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true, "the agent's namespace/pod labels are kept");
+    assert_eq!(
+        r["unvalidated"].as_array().unwrap().len(),
+        6,
+        "only the Prometheus operator's CRDs lack a schema: {}",
+        r["unvalidated"]
+    );
+    check_options(&r);
 
     // docs/security.md names every capability and host path the deployment uses.
     let doc = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
@@ -200,6 +207,67 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
             assert!(doc.contains(&format!("`{p}`")), "docs/security.md does not explain the mount {p}");
         }
     }
+}
+
+/// Every option a node-agent chart has lands where Kubernetes and the Prometheus operator read it;
+/// names follow the release; typos in values are refused by values.schema.json.
+fn check_options(r: &Value) {
+    let opt = &r["chart"]["options"];
+    let names: BTreeSet<String> =
+        opt.as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, BTreeSet::from(["gt-agent".to_string()]), "fullnameOverride names every object");
+    assert!(
+        opt.as_array().unwrap().iter().all(|o| o["kind"] != "ServiceAccount"),
+        "serviceAccount.create=false creates none"
+    );
+    let binding = find(opt, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], "existing-sa", "the ClusterRole is bound to the account used");
+    let ds = find(opt, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "existing-sa");
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "registry");
+    assert_eq!(pod["nodeSelector"]["pool"], "gpu");
+    assert!(pod.get("affinity").is_none() && pod.get("priorityClassName").is_none(), "emptied defaults go: {pod}");
+    assert_eq!(ds["spec"]["updateStrategy"]["type"], "OnDelete");
+    let meta = &ds["spec"]["template"]["metadata"];
+    assert_eq!(meta["annotations"]["example.com/owner"], "ml-platform");
+    assert!(meta["annotations"]["checksum/config"].is_string(), "the config checksum stays beside them");
+    assert_eq!(meta["labels"]["team"], "ml-platform");
+    let c = container(ds);
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(args, ["agent", "--listen", "0.0.0.0:9400", "--log", "debug"]);
+    assert!(c["env"].as_array().unwrap().iter().any(|e| e["name"] == "RUST_LOG_STYLE"));
+    assert!(c["volumeMounts"].as_array().unwrap().iter().any(|m| m["mountPath"] == "/extra"));
+    assert!(pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "extra"));
+    assert_eq!(c["resources"]["requests"]["cpu"], "50m");
+    let ep = &find(opt, "ServiceMonitor")["spec"]["endpoints"][0];
+    assert_eq!((&ep["scrapeTimeout"], &ep["honorLabels"]), (&Value::from("10s"), &Value::from(false)));
+    let relabel: Vec<&str> =
+        ep["relabelings"].as_array().unwrap().iter().map(|r| r["targetLabel"].as_str().unwrap()).collect();
+    assert_eq!(relabel, ["node", "cluster"], "the node label first, then the user's");
+    assert_eq!(ep["metricRelabelings"][0]["action"], "drop");
+    let pm = &find(opt, "PodMonitor")["spec"];
+    assert_eq!(pm["podMetricsEndpoints"][0]["interval"], "15s");
+    assert_eq!(pm["selector"]["matchLabels"], find(opt, "DaemonSet")["spec"]["selector"]["matchLabels"]);
+
+    // The default release is "gpu-tracer"; any other gets prefixed names.
+    for o in r["chart"]["release_monitoring"].as_array().unwrap() {
+        assert_eq!(o["metadata"]["name"], "monitoring-gpu-tracer", "{}", o["kind"]);
+    }
+    // The default runs with GPU Feature Discovery's label or Node Feature Discovery's alone.
+    let default_pod = &find(&r["chart"]["default"], "DaemonSet")["spec"]["template"]["spec"];
+    let terms =
+        default_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .as_array()
+            .unwrap();
+    let keys: Vec<&str> = terms.iter().map(|t| t["matchExpressions"][0]["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"]);
+    assert_eq!(default_pod["priorityClassName"], "system-node-critical");
+
+    let refused = r["refused"].as_object().unwrap();
+    assert_eq!(refused.len(), 5, "{refused:?}");
+    assert!(refused["unknown top-level key"].as_str().unwrap().contains("imagee"), "{refused:?}");
+    assert!(refused["unknown nested key"].as_str().unwrap().contains("intervall"), "{refused:?}");
 }
 
 /// The validator is not a rubber stamp: an unknown field and a wrong type are rejected.

@@ -1,10 +1,34 @@
-{{/* The objects' name: the release name. */}}
+{{/* The chart's name, or nameOverride. */}}
+{{- define "gpu-tracer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The objects' name: fullnameOverride, else the release name when it contains the chart's
+name, else "<release>-<name>". */}}
 {{- define "gpu-tracer.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "gpu-tracer.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The service account the agent runs as (and the ClusterRole is bound to). */}}
+{{- define "gpu-tracer.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpu-tracer.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "gpu-tracer.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "gpu-tracer.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -23,4 +47,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if .Values.cudaProbes }}{{ $caps = append $caps "SYS_ADMIN" }}{{ end -}}
 {{- if .Values.memlockCapability }}{{ $caps = append $caps "SYS_RESOURCE" }}{{ end -}}
 {{- toJson $caps -}}
+{{- end -}}
+
+{{/* The scrape settings shared by the ServiceMonitor and the PodMonitor: `.` is their values. */}}
+{{- define "gpu-tracer.scrape" -}}
+path: /metrics
+interval: {{ .interval }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+honorLabels: {{ .honorLabels }}
+# Per-node numbers: keep the node the agent runs on as a label.
+relabelings:
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+  {{- with .relabelings }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
