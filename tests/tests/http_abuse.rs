@@ -557,6 +557,14 @@ fn endpoint_abuse_leaves_rss_bounded() {
     let big_s = t.elapsed();
     let rss_after = *rss_after_rounds.last().unwrap();
     let metrics_after = metrics_ok(addr);
+    // What the agent itself counted (the snapshot after the abuse is published within a second).
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, body) = http_get(addr, "/metrics");
+    let refused = |reason: &str| -> u64 {
+        let series = format!("gpu_tracer_http_connections_refused_total{{reason=\"{reason}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    };
+    let (refused_peer, refused_server) = (refused("peer_limit"), refused("server_limit"));
     let alive = agent.0.try_wait().unwrap().is_none();
     drop(sampler);
     let rss_peak = rss_peak_one.max(rss_peak_a).max(rss_peak_b);
@@ -580,7 +588,8 @@ fn endpoint_abuse_leaves_rss_bounded() {
     println!(
         "reliability: slowloris_{}_addresses={SLOWLORIS_SPREAD} closed_by_agent={} closed_at_accept={at_once} \
          held_until_timeout={held} longest_held_ms={} scrapes_while_held={} refused={scrapes_refused_a} \
-         metrics_outage_ms={} fds_base={fds_base} fds_peak={fds_peak} fds_after={fds_after}",
+         metrics_outage_ms={} fds_base={fds_base} fds_peak={fds_peak} fds_after={fds_after} \
+         counted_peer_limit={refused_peer} counted_server_limit={refused_server}",
         SPREAD_FROM.len(),
         SLOWLORIS + SLOWLORIS_SPREAD - still_open,
         longest.as_millis(),
@@ -607,6 +616,18 @@ fn endpoint_abuse_leaves_rss_bounded() {
         "a slow connection was held {longest:?}, past the header timeout ({HEADER_READ_TIMEOUT:?})"
     );
     assert!(held > 0, "no slow connection was ever held: the test did not reach the server");
+    // Every connection closed at accept is counted under its reason: the one address's past its
+    // 16 (at least those of phase (a)), the eight addresses' past the server's 64.
+    assert!(
+        refused_peer >= (SLOWLORIS - held_one - MAX_CONNECTIONS_PER_PEER) as u64 && refused_server > 0,
+        "gpu_tracer_http_connections_refused_total: peer_limit {refused_peer}, server_limit {refused_server} \
+         (closed at accept: {at_once})"
+    );
+    assert!(
+        refused_peer + refused_server >= at_once as u64,
+        "closed at accept {at_once}, counted {}",
+        refused_peer + refused_server
+    );
     assert!(
         held_one > 0 && held_one <= MAX_CONNECTIONS_PER_PEER,
         "one address held {held_one} slow connections (per-client cap {MAX_CONNECTIONS_PER_PEER})"
