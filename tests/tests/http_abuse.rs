@@ -565,6 +565,12 @@ fn endpoint_abuse_leaves_rss_bounded() {
         body.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
     };
     let (refused_peer, refused_server) = (refused("peer_limit"), refused("server_limit"));
+    // And its own process figures, as every exporter serves them (`process_*`).
+    let own = |name: &str| -> Option<f64> {
+        body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
+    };
+    let (own_fds, own_rss) = (own("process_open_fds"), own("process_resident_memory_bytes"));
+    let (fds_now, rss_now) = (fd_count(pid) as f64, rss_bytes(pid) as f64);
     let alive = agent.0.try_wait().unwrap().is_none();
     drop(sampler);
     let rss_peak = rss_peak_one.max(rss_peak_a).max(rss_peak_b);
@@ -622,6 +628,12 @@ fn endpoint_abuse_leaves_rss_bounded() {
         refused_peer >= (SLOWLORIS - held_one - MAX_CONNECTIONS_PER_PEER) as u64 && refused_server > 0,
         "gpu_tracer_http_connections_refused_total: peer_limit {refused_peer}, server_limit {refused_server} \
          (closed at accept: {at_once})"
+    );
+    assert!(
+        own_fds.is_some_and(|f| (f - fds_now).abs() <= 3.0)
+            && own_rss.is_some_and(|r| (r - rss_now).abs() <= 4.0 * MIB as f64),
+        "the agent's process_open_fds {own_fds:?} / process_resident_memory_bytes {own_rss:?} against /proc: \
+         {fds_now} fds, {rss_now} bytes"
     );
     assert!(
         refused_peer + refused_server >= at_once as u64,

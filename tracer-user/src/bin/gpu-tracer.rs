@@ -748,7 +748,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
     let otlp = OtlpExporter::start(otlp_settings, &otlp_who).context("starting OTLP export")?;
-    let state = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
+    let state = Arc::new(ServeState::new(MetricsRegistry::new().with_process_metrics(), HealthSettings::default()));
     state.mark_attached(agent.report().attach_mode.as_str());
     let api = Arc::new(ApiState::new(hub.clone(), state.clone(), agent.report().clone()));
     let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;

@@ -31,6 +31,9 @@
 //! - `api.rs`: the gRPC API's hub (`api_subscribers`, `api_events_published`, `api_events_lost`)
 //!   and the HTTP server's refused connections (`http_connections_refused`).
 //!
+//! - `process.rs`: the agent's own `process_*` (CPU, memory, fds, threads), unprefixed as every
+//!   client library names them; only where [`MetricsRegistry::with_process_metrics`] asks.
+//!
 //! `labels.rs` holds the label sets several families share (container, GPU); this file the
 //! registry ([`MetricsRegistry`], [`Scrape`], [`MetricSource`]) and the helpers every source is
 //! written with ([`gauge`], [`counter`], [`gauge_family`], [`counter_family`]).
@@ -45,6 +48,7 @@ mod labels;
 mod nvml;
 mod otlp;
 mod probes;
+mod process;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -189,6 +193,8 @@ impl ExpositionFormat {
 pub struct MetricsRegistry {
     sources: Vec<Arc<dyn MetricSource>>,
     resolver: Arc<dyn ContainerResolver>,
+    /// Also the process's own `process_*` families (the agent's /metrics).
+    process: bool,
 }
 
 impl fmt::Debug for MetricsRegistry {
@@ -209,12 +215,13 @@ impl MetricsRegistry {
         MetricsRegistry {
             sources: BUILTIN.iter().map(|(_, f)| Arc::new(*f) as Arc<dyn MetricSource>).collect(),
             resolver: Arc::new(CgroupOnly),
+            process: false,
         }
     }
 
     /// No sources at all (for a caller that wants to choose every part).
     pub fn empty() -> Self {
-        MetricsRegistry { sources: Vec::new(), resolver: Arc::new(CgroupOnly) }
+        MetricsRegistry { sources: Vec::new(), resolver: Arc::new(CgroupOnly), process: false }
     }
 
     /// Add a source, encoded after the ones already there.
@@ -229,10 +236,21 @@ impl MetricsRegistry {
         self
     }
 
+    /// Also expose this process's `process_*` families (CPU, memory, fds, threads, start time),
+    /// read from `/proc/self` at each scrape: the agent's own health, as every exporter has it.
+    pub fn with_process_metrics(mut self) -> Self {
+        self.process = true;
+        self
+    }
+
     /// Encode one snapshot in the given format.
     pub fn encode(&self, snapshot: &Arc<AgentSnapshot>, format: ExpositionFormat) -> Result<String, fmt::Error> {
-        let mut registry = Registry::with_prefix(PREFIX);
-        registry.register_collector(Box::new(ScrapeCollector {
+        // The process families go unprefixed at the top; ours under the prefix.
+        let mut registry = Registry::default();
+        if self.process {
+            registry.register_collector(Box::new(process::ProcessCollector));
+        }
+        registry.sub_registry_with_prefix(PREFIX).register_collector(Box::new(ScrapeCollector {
             snapshot: Arc::clone(snapshot),
             sources: self.sources.clone(),
             resolver: Arc::clone(&self.resolver),

@@ -674,3 +674,30 @@ fn negotiation_prefers_openmetrics_when_asked() {
     assert_eq!(ExpositionFormat::negotiate(Some("*/*")), ExpositionFormat::Prometheus);
     assert_eq!(ExpositionFormat::negotiate(None), ExpositionFormat::Prometheus);
 }
+
+/// The agent's /metrics also has its own `process_*` families, unprefixed (client_golang's names),
+/// beside the prefixed ones; other uses of the registry do not.
+#[test]
+fn the_agent_exposes_its_process_metrics_unprefixed() {
+    let snap = Arc::new(sample_snapshot());
+    let text = MetricsRegistry::new().with_process_metrics().encode(&snap, ExpositionFormat::OpenMetrics).unwrap();
+    let p = parse(&text);
+    for name in [
+        "process_cpu_seconds",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+        "process_threads",
+    ] {
+        assert!(p.families.contains_key(name), "{name} missing: {:?}", p.families.keys().collect::<Vec<_>>());
+    }
+    assert!(value(&p, "process_resident_memory_bytes", &[]) > 0.0);
+    assert!(p.families.contains_key("gpu_tracer_build_info"), "the prefixed families are still there");
+    let plain = MetricsRegistry::new().encode(&snap, ExpositionFormat::Prometheus).unwrap();
+    assert!(!plain.contains("\nprocess_") && !plain.contains("# HELP process_"), "none without with_process_metrics");
+    // The classic text format too (what curl gets).
+    let classic = MetricsRegistry::new().with_process_metrics().encode(&snap, ExpositionFormat::Prometheus).unwrap();
+    assert!(classic.contains("\nprocess_cpu_seconds_total "), "{}", &classic[..400.min(classic.len())]);
+}
