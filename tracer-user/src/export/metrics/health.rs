@@ -11,20 +11,24 @@ use super::{Scrape, counter, counter_family, gauge, gauge_family};
 struct BuildLabels {
     version: String,
     driver_version: String,
+    abi_version: String,
     attach_mode: String,
 }
 
-/// `gpu_tracer_build_info`: version, driver version and probe attach mode as labels, value 1.
+/// `gpu_tracer_build_info`: version, the NVIDIA driver's version (NVML's when it answered, else
+/// the one the agent resolved), the version whose struct layouts the decoder uses, and the probe
+/// attach mode as labels, value 1.
 pub fn build_info(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
     let labels = BuildLabels {
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        driver_version: s.snapshot.driver_version.clone(),
+        driver_version: s.snapshot.nvml.driver_version.clone().unwrap_or_else(|| s.snapshot.driver_version.clone()),
+        abi_version: s.snapshot.driver_version.clone(),
         attach_mode: s.snapshot.attach_mode.as_str().to_owned(),
     };
     gauge_family(
         e,
         "build_info",
-        "gpu-tracer version, NVIDIA driver version and where the driver probes attach (value 1).",
+        "gpu-tracer version, NVIDIA driver version (NVML's when known), the driver version whose ioctl layouts are decoded, and where the driver probes attach (value 1).",
         None,
         [(labels, 1u64)],
     )

@@ -374,11 +374,23 @@ fn openmetrics_exposition_parses_with_names_labels_and_values() {
             &[
                 ("version", env!("CARGO_PKG_VERSION")),
                 ("driver_version", "570.86.15"),
+                ("abi_version", "570.86.15"),
                 ("attach_mode", "syscall-tracepoint")
             ]
         ),
         1.0
     );
+    // NVML's answer, when there is one, is the driver's version (the layouts may be another's).
+    let mut with_nvml = sample_snapshot();
+    with_nvml.nvml.driver_version = Some("575.51.03".into());
+    let text = MetricsRegistry::new().encode(&Arc::new(with_nvml), ExpositionFormat::OpenMetrics).unwrap();
+    let labels = [
+        ("version", env!("CARGO_PKG_VERSION")),
+        ("driver_version", "575.51.03"),
+        ("abi_version", "570.86.15"),
+        ("attach_mode", "syscall-tracepoint"),
+    ];
+    assert_eq!(value(&parse(&text), "gpu_tracer_build_info", &labels), 1.0);
     // Every cgroup and every GPU row is exposed, nothing else.
     assert_eq!(family(&p, "gpu_tracer_cgroup_vidmem_bytes").iter_samples().count(), 3);
     assert_eq!(family(&p, "gpu_tracer_gpu_vidmem_bytes").iter_samples().count(), 3);
