@@ -22,6 +22,21 @@ use crate::{
 /// The comm the MPS control daemon's server has (15 bytes of `nvidia-cuda-mps-server`).
 const MPS_SERVER_COMM: &str = "nvidia-cuda-mps";
 
+/// Violations kept for the snapshot (`violation_info`, `top`, the API) whatever Kubernetes says:
+/// the most recent; `violations_total` and the event stream have every one.
+const MAX_VIOLATIONS: usize = 1024;
+
+/// Keep the violations of pods still listed (when the list is known, i.e. not empty), and at most
+/// the `max` most recent: a pod that is gone takes its violations with it, as it takes what the
+/// guardrails raised for it.
+fn prune_violations(violations: &mut Vec<Violation>, live: Option<&BTreeSet<(String, String)>>, max: usize) {
+    if let Some(live) = live.filter(|l| !l.is_empty()) {
+        violations.retain(|v| live.contains(&(v.namespace.clone(), v.pod.clone())));
+    }
+    let over = violations.len().saturating_sub(max);
+    violations.drain(..over);
+}
+
 /// What the join stage keeps between intervals: the attribution engine and its latest result,
 /// the guardrails and what they raised, allocated-vs-used per container.
 pub(super) struct Join {
@@ -219,11 +234,10 @@ impl Agent {
         self.join.visible_devices.retain(|(pid, _), _| live.contains(pid));
         // A pod that is gone takes its raised violations with it (a new pod of the same name is
         // a new workload and is checked afresh).
-        if let Some(pods) = &self.kube.pods {
-            let live: BTreeSet<(String, String)> = pods.pods().into_iter().map(|p| (p.namespace, p.name)).collect();
-            if !live.is_empty() {
-                self.join.guardrails.retain_containers(|c| live.contains(&(c.namespace.clone(), c.pod.clone())));
-            }
+        let live_pods: Option<BTreeSet<(String, String)>> =
+            self.kube.pods.as_ref().map(|pods| pods.pods().into_iter().map(|p| (p.namespace, p.name)).collect());
+        if let Some(live) = live_pods.as_ref().filter(|l| !l.is_empty()) {
+            self.join.guardrails.retain_containers(|c| live.contains(&(c.namespace.clone(), c.pod.clone())));
         }
         let new = self.join.guardrails.evaluate(&obs, &map, &allocs);
         for v in &new {
@@ -237,6 +251,7 @@ impl Agent {
             );
         }
         self.join.violations.extend(new.iter().cloned());
+        prune_violations(&mut self.join.violations, live_pods.as_ref(), MAX_VIOLATIONS);
         self.join.new_violations.extend(new);
         // Allocated vs used, per container with a name.
         let mut rows = Vec::new();
@@ -300,4 +315,41 @@ fn ledgers_of(state: &Snapshot, cuda: &CudaSnapshot, pid: u32, minor: Option<u32
         .and_then(|_| cuda.processes.binary_search_by_key(&pid, |c| c.tgid).ok().map(|i| &cuda.processes[i]))
         .map(|c| c.usage.device_bytes);
     ProcessLedgers { driver_bytes, cuda_bytes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guardrails::{Evidence, ViolationKind};
+
+    fn violation(pod: &str) -> Violation {
+        Violation {
+            kind: ViolationKind::ALL[0],
+            namespace: "ns".into(),
+            pod: pod.into(),
+            container: "c".into(),
+            pid: 1,
+            gpu: None,
+            evidence: Evidence::default(),
+        }
+    }
+
+    /// Found by the soak: the violations of every pod ever seen stayed in the snapshot (and as
+    /// `violation_info` series) for ever.
+    #[test]
+    fn violations_of_gone_pods_go_and_the_list_is_bounded() {
+        let mut v: Vec<Violation> = ["a", "b", "c"].map(violation).to_vec();
+        let live: BTreeSet<(String, String)> = [("ns".to_string(), "b".to_string())].into();
+        prune_violations(&mut v, Some(&live), 10);
+        assert_eq!(v.iter().map(|v| v.pod.as_str()).collect::<Vec<_>>(), ["b"]);
+        // An empty or unknown pod list says nothing about which pods are gone.
+        let mut v: Vec<Violation> = ["a", "b"].map(violation).to_vec();
+        prune_violations(&mut v, Some(&BTreeSet::new()), 10);
+        prune_violations(&mut v, None, 10);
+        assert_eq!(v.len(), 2);
+        // Whatever Kubernetes says, the most recent `max` stay.
+        let mut v: Vec<Violation> = (0..5).map(|i| violation(&format!("p{i}"))).collect();
+        prune_violations(&mut v, None, 3);
+        assert_eq!(v.iter().map(|v| v.pod.as_str()).collect::<Vec<_>>(), ["p2", "p3", "p4"]);
+    }
 }
