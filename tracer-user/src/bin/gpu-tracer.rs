@@ -743,12 +743,14 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     );
     // OTLP settings are checked before the probes load (a bad value is a clear error, early).
     let otlp_settings = OtlpSettings::resolve(&cfg.otlp, |k| std::env::var(k).ok())?;
+    let cgroup_label = cfg.metrics.cgroup_label;
     let otlp_who = ResourceInfo::detect(cfg.kubernetes.node_name.as_deref());
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
     let otlp = OtlpExporter::start(otlp_settings, &otlp_who).context("starting OTLP export")?;
-    let state = Arc::new(ServeState::new(MetricsRegistry::new().with_process_metrics(), HealthSettings::default()));
+    let registry = MetricsRegistry::new().with_process_metrics().with_cgroup_label(cgroup_label);
+    let state = Arc::new(ServeState::new(registry, HealthSettings::default()));
     state.mark_attached(agent.report().attach_mode.as_str());
     let api = Arc::new(ApiState::new(hub.clone(), state.clone(), agent.report().clone()));
     let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;

@@ -117,6 +117,29 @@ pub struct Config {
     /// OTLP export of metrics and events (`[otlp]`; off unless an endpoint is set; the `OTEL_*`
     /// environment variables and `--otlp-*` flags override it, see docs/otlp.md).
     pub otlp: crate::export::otlp::OtlpConfig,
+    /// What the Prometheus metrics (/metrics) carry (`[metrics]`).
+    pub metrics: MetricsSettings,
+}
+
+/// What the exported metrics carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// When container series carry the `cgroup` label (the cgroup v2 path).
+    pub cgroup_label: CgroupLabel,
+}
+
+/// When container series carry the `cgroup` label.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CgroupLabel {
+    /// Only on series whose pod is not known (host processes, containers outside Kubernetes,
+    /// a pod not listed yet): a pod's series are named by `namespace`/`pod`/`container` alone, so
+    /// a container restart (a new cgroup path with a new container id) continues the same series.
+    #[default]
+    Auto,
+    /// On every container series (one series per cgroup: new series on every container restart).
+    Always,
 }
 
 /// Whether a source is used, and whether its absence is fatal.
@@ -378,6 +401,7 @@ impl Default for Config {
             kubernetes: KubeSettings::default(),
             api: ApiSettings::default(),
             otlp: Default::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }

@@ -47,6 +47,9 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
+    /// Every [`reason`](Self::reason), so `decode_errors_total` has each one, also at 0.
+    pub const REASONS: [&'static str; 4] = ["short", "unknown_kind", "bad_record_size", "bad_length"];
+
     /// A short, stable label for the `decode_errors_total{reason}` metric.
     pub fn reason(&self) -> &'static str {
         match self {

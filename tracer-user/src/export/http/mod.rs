@@ -477,6 +477,20 @@ async fn metrics(State(state): State<Arc<ServeState>>, headers: HeaderMap) -> Re
     };
     let format = ExpositionFormat::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     match state.metrics.encode(&snapshot, format) {
+        // Prometheus asks for gzip: the text compresses about tenfold (docs/benchmarks.md).
+        Ok(body) if accepts_gzip(&headers) => match gzip(body.as_bytes()) {
+            Ok(zipped) => (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, format.content_type()),
+                    (header::CONTENT_ENCODING, "gzip"),
+                    (header::VARY, "accept-encoding"),
+                ],
+                zipped,
+            )
+                .into_response(),
+            Err(_) => (StatusCode::OK, [(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        },
         Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         // Only a source's own formatting can fail; say so rather than serve half an exposition.
         Err(_) => text(
@@ -484,6 +498,27 @@ async fn metrics(State(state): State<Arc<ServeState>>, headers: HeaderMap) -> Re
             "encoding the metrics failed (a metric source returned an error)\n".into(),
         ),
     }
+}
+
+/// Whether the client takes a gzip body: `Accept-Encoding` names `gzip` (or `*`) without `q=0`.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(
+        |item| {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or("").trim();
+            let refused =
+                parts.any(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()) == Some(0.0));
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        },
+    )
+}
+
+/// `body` gzipped at the fastest level (a scrape is on the agent's CPU, the bytes on the network's).
+pub fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut z = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 8 + 64), flate2::Compression::fast());
+    z.write_all(body)?;
+    z.finish()
 }
 
 async fn healthz(State(state): State<Arc<ServeState>>) -> Response {

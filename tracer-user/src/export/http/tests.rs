@@ -307,3 +307,39 @@ fn peer_slots_count_per_address_and_are_given_back() {
     drop((b, c));
     assert!(counts.lock().unwrap().is_empty(), "{:?}", counts.lock().unwrap());
 }
+
+#[tokio::test]
+async fn metrics_are_gzipped_when_the_scraper_asks() {
+    use std::io::Read;
+    let st = state(Duration::from_secs(30));
+    let srv = serve("127.0.0.1:0".parse().unwrap(), st.clone()).await.unwrap();
+    st.mark_attached("tracepoint");
+    st.publish(Arc::new(sample_snapshot()));
+    let raw = |accept_encoding: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(srv.local_addr).await.unwrap();
+        let req = format!(
+            "GET /metrics HTTP/1.1\r\nHost: t\r\nAccept: {OPENMETRICS}\r\n{accept_encoding}Connection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        let at = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
+        (String::from_utf8_lossy(&out[..at]).to_lowercase(), out[at + 4..].to_vec())
+    };
+    let (head, plain) = raw("").await;
+    assert!(!head.contains("content-encoding"), "{head}");
+    // As Prometheus asks.
+    let (head, zipped) = raw("Accept-Encoding: gzip\r\n").await;
+    assert!(head.contains("content-encoding: gzip") && head.contains("vary: accept-encoding"), "{head}");
+    let mut unzipped = Vec::new();
+    flate2::read::GzDecoder::new(&zipped[..]).read_to_end(&mut unzipped).expect("a gzip stream");
+    assert_eq!(unzipped, plain, "the same exposition");
+    assert!(zipped.len() * 4 < plain.len(), "{} bytes zipped of {}", zipped.len(), plain.len());
+    // Refused (q=0) or another coding only: plain text.
+    for h in ["Accept-Encoding: gzip;q=0\r\n", "Accept-Encoding: br, deflate\r\n"] {
+        let (head, body) = raw(h).await;
+        assert!(!head.contains("content-encoding"), "{h}: {head}");
+        assert_eq!(body, plain);
+    }
+    srv.shutdown().await.unwrap();
+}

@@ -9,6 +9,9 @@ use crate::cuda::ledger::CudaUsage;
 
 /// libcuda-level numbers per cgroup: launches and CUDA allocations.
 pub fn cgroup_cuda(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     let rows = by_container(
         s,
         &s.snapshot.cuda.cgroups,
@@ -38,6 +41,9 @@ pub fn cgroup_cuda(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result
 
 /// libcuda calls by entry point (a fixed set of symbol names), and frees of unknown pointers.
 pub fn cuda_calls(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     let cuda = &s.snapshot.cuda;
     counter_family(
         e,

@@ -12,6 +12,9 @@ use crate::state::snapshot::{Completeness, Usage};
 
 /// Live memory and counts per cgroup (driver ledger), and table sizes.
 pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     let st = &s.snapshot.state;
     let rows = by_container(
         s,
@@ -120,6 +123,9 @@ impl EncodeLabelSet for &GpuLabels {
 
 /// Live memory per GPU (by `/dev/nvidiaN` minor; `unknown` for memory with no known GPU).
 pub fn gpu_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     let rows: Vec<(GpuLabels, Usage)> = s
         .snapshot
         .state
@@ -168,6 +174,9 @@ pub fn gpu_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result 
 
 /// the bounded tables could not hold.
 pub fn state_counters(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     let c = &s.snapshot.state.counters;
     let by = |m: &BTreeMap<&'static str, u64>, label: &'static str| -> Vec<([(&'static str, &'static str); 1], u64)> {
         m.iter().map(|(k, v)| ([(label, *k)], *v)).collect()

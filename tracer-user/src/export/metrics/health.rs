@@ -37,6 +37,9 @@ pub fn build_info(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result 
 /// The kernel's per-probe accounting (`seen = emitted + aggregated + dropped`) and the user-space
 /// side of the identity.
 pub fn probe_accounting(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     let probes = &s.snapshot.kernel.probes;
     let per_probe =
         |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&crate::source::counters::ProbeCounters) -> u64| {
@@ -77,17 +80,30 @@ pub fn probe_accounting(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
 
 /// Records that failed to decode, by reason.
 pub fn decode_errors(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     counter_family(
         e,
         "decode_errors",
         "Ring-buffer records that failed to decode, by reason.",
         None,
-        s.snapshot.pipeline.decode_errors.iter().map(|(k, v)| ([("reason", *k)], *v)),
+        // Every reason, also at 0: an alert on `increase(...) > 0` needs the series to exist.
+        crate::decode::DecodeError::REASONS
+            .iter()
+            .map(|r| (*r, 0))
+            .chain(s.snapshot.pipeline.decode_errors.iter().map(|(k, v)| (*k, *v)))
+            .collect::<std::collections::BTreeMap<&str, u64>>()
+            .into_iter()
+            .map(|(k, v)| ([("reason", k)], v)),
     )
 }
 
 /// Counters of the user-space stages.
 pub fn pipeline_stats(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    if !s.has_probes() {
+        return Ok(());
+    }
     let p = &s.snapshot.pipeline;
     counter(e, "records_decoded", "Records decoded into events.", None, p.decoded)?;
     counter(

@@ -26,7 +26,7 @@
 //!   per-container totals (`container_*`) and the `bill`.
 //! - `nvml.rs`: NVML's device readings (`nvml_*`, `gpu_info`, `gpu_power`, ...).
 //! - `guardrails.rs`: `violations`, `violation_info`.
-//! - `kubernetes.rs`: `kubernetes_*`, `pod_resources_*`.
+//! - `kubernetes.rs`: `kubernetes_*`, `pod_resources_*`, `pod_labels`.
 //! - `otlp.rs`: the OTLP exporter's `otlp_exported`, `otlp_dropped` and queue.
 //! - `api.rs`: the gRPC API's hub (`api_subscribers`, `api_events_published`, `api_events_lost`)
 //!   and the HTTP server's refused connections (`http_connections_refused`).
@@ -68,13 +68,13 @@ pub use self::{
     driver::{cgroup_memory, gpu_memory, state_counters},
     guardrails::violations,
     health::{build_info, decode_errors, pipeline_stats, probe_accounting},
-    kubernetes::kubernetes,
+    kubernetes::{kubernetes, pod_labels},
     labels::{CgroupOnly, ContainerLabels, ContainerResolver, GpuIdLabels},
     nvml::nvml_devices,
     otlp::otlp,
     probes::probe_families,
 };
-use crate::{attribution::gpu::FULL, model::AgentSnapshot};
+use crate::{attribution::gpu::FULL, config::CgroupLabel, model::AgentSnapshot};
 
 /// The prefix of every metric name.
 pub const PREFIX: &str = "gpu_tracer";
@@ -85,24 +85,35 @@ pub struct Scrape<'a> {
     pub snapshot: &'a AgentSnapshot,
     /// Container identity of cgroups.
     pub resolver: &'a dyn ContainerResolver,
+    /// When container series carry the `cgroup` label.
+    pub cgroup_label: CgroupLabel,
 }
 
 impl Scrape<'_> {
     /// The labels of a cgroup row: the snapshot's own container identity when it names the pod
-    /// (namespace, pod and container), else the resolver's.
+    /// (namespace, pod and container), else the resolver's. The `cgroup` label is left empty on
+    /// a named pod's series unless [`CgroupLabel::Always`].
     pub fn container(&self, cgroup_id: u64, path: Option<&str>) -> ContainerLabels {
-        if let Some(id) = self.snapshot.containers.get(&cgroup_id)
-            && let (Some(namespace), Some(pod), Some(container)) = (&id.namespace, &id.pod, &id.container)
-        {
-            let cgroup = ContainerLabels::for_cgroup(cgroup_id, path.or(id.cgroup_path.as_deref())).cgroup;
-            return ContainerLabels {
-                namespace: namespace.clone(),
-                pod: pod.clone(),
-                container: container.clone(),
-                cgroup,
-            };
+        let mut labels = match self.snapshot.containers.get(&cgroup_id) {
+            Some(id) if id.namespace.is_some() && id.pod.is_some() && id.container.is_some() => ContainerLabels {
+                namespace: id.namespace.clone().unwrap_or_default(),
+                pod: id.pod.clone().unwrap_or_default(),
+                container: id.container.clone().unwrap_or_default(),
+                cgroup: ContainerLabels::for_cgroup(cgroup_id, path.or(id.cgroup_path.as_deref())).cgroup,
+            },
+            _ => self.resolver.labels(cgroup_id, path),
+        };
+        if self.cgroup_label == CgroupLabel::Auto && !labels.pod.is_empty() {
+            labels.cgroup.clear();
         }
-        self.resolver.labels(cgroup_id, path)
+        labels
+    }
+
+    /// Whether the snapshot comes from eBPF probes. Without them (`--nvml-only`), the families of
+    /// the probes, the ledgers and the pipeline are left out, not exported as zeros that read as
+    /// "nothing happened".
+    pub fn has_probes(&self) -> bool {
+        self.snapshot.attach_mode != crate::probe::ProbeMode::NvmlOnly
     }
 
     /// The labels of a cgroup known only by id (attribution lines): its path comes from the
@@ -156,6 +167,7 @@ pub const BUILTIN: &[BuiltinSource] = &[
     ("nvml_devices", nvml_devices),
     ("violations", violations),
     ("kubernetes", kubernetes),
+    ("pod_labels", pod_labels),
     ("otlp", otlp),
     ("api", api),
     ("http", http),
@@ -195,6 +207,7 @@ pub struct MetricsRegistry {
     resolver: Arc<dyn ContainerResolver>,
     /// Also the process's own `process_*` families (the agent's /metrics).
     process: bool,
+    cgroup_label: CgroupLabel,
 }
 
 impl fmt::Debug for MetricsRegistry {
@@ -216,12 +229,18 @@ impl MetricsRegistry {
             sources: BUILTIN.iter().map(|(_, f)| Arc::new(*f) as Arc<dyn MetricSource>).collect(),
             resolver: Arc::new(CgroupOnly),
             process: false,
+            cgroup_label: CgroupLabel::default(),
         }
     }
 
     /// No sources at all (for a caller that wants to choose every part).
     pub fn empty() -> Self {
-        MetricsRegistry { sources: Vec::new(), resolver: Arc::new(CgroupOnly), process: false }
+        MetricsRegistry {
+            sources: Vec::new(),
+            resolver: Arc::new(CgroupOnly),
+            process: false,
+            cgroup_label: CgroupLabel::default(),
+        }
     }
 
     /// Add a source, encoded after the ones already there.
@@ -233,6 +252,12 @@ impl MetricsRegistry {
     /// Use this resolver for the container labels (e.g. the Kubernetes pod index).
     pub fn with_resolver(mut self, resolver: impl ContainerResolver) -> Self {
         self.resolver = Arc::new(resolver);
+        self
+    }
+
+    /// When container series carry the `cgroup` label (`metrics.cgroup_label`).
+    pub fn with_cgroup_label(mut self, cgroup_label: CgroupLabel) -> Self {
+        self.cgroup_label = cgroup_label;
         self
     }
 
@@ -254,6 +279,7 @@ impl MetricsRegistry {
             snapshot: Arc::clone(snapshot),
             sources: self.sources.clone(),
             resolver: Arc::clone(&self.resolver),
+            cgroup_label: self.cgroup_label,
         }));
         let mut out = String::with_capacity(16 * 1024);
         match format {
@@ -280,6 +306,7 @@ impl MetricsRegistry {
             snapshot: Arc::clone(snapshot),
             sources: vec![Arc::clone(source)],
             resolver: Arc::clone(&self.resolver),
+            cgroup_label: self.cgroup_label,
         }));
         prometheus_client::encoding::text::encode(buf, &registry)
     }
@@ -290,6 +317,7 @@ struct ScrapeCollector {
     snapshot: Arc<AgentSnapshot>,
     sources: Vec<Arc<dyn MetricSource>>,
     resolver: Arc<dyn ContainerResolver>,
+    cgroup_label: CgroupLabel,
 }
 
 impl fmt::Debug for ScrapeCollector {
@@ -300,7 +328,7 @@ impl fmt::Debug for ScrapeCollector {
 
 impl Collector for ScrapeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let scrape = Scrape { snapshot: &self.snapshot, resolver: &*self.resolver };
+        let scrape = Scrape { snapshot: &self.snapshot, resolver: &*self.resolver, cgroup_label: self.cgroup_label };
         for s in &self.sources {
             s.encode(&scrape, &mut encoder)?;
         }

@@ -122,6 +122,9 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
                 namespace: Some("team-b".into()),
                 pod: Some("serve-1".into()),
                 container: Some("server".into()),
+                labels: [("team".to_string(), "search".to_string()), ("app.kubernetes.io/name".into(), "serve".into())]
+                    .into_iter()
+                    .collect(),
                 ..Default::default()
             },
         )]
@@ -343,9 +346,16 @@ fn openmetrics_exposition_parses_with_names_labels_and_values() {
     assert_eq!(family(&p, "gpu_tracer_cgroup_vidmem_bytes").unit, "bytes");
     assert_eq!(value(&p, "gpu_tracer_cgroup_vidmem_bytes", &container(POD_A)), (3u64 << 30) as f64);
     assert_eq!(value(&p, "gpu_tracer_cgroup_sysmem_bytes", &container(POD_A)), (1u64 << 20) as f64);
-    // Cgroup 12 has a Kubernetes identity in the snapshot: its series carry it.
-    let b = [("namespace", "team-b"), ("pod", "serve-1"), ("container", "server"), ("cgroup", POD_B)];
+    // Cgroup 12 has a Kubernetes identity in the snapshot: its series carry it, and no cgroup path
+    // (metrics.cgroup_label = "auto": a restarted container continues the same series)...
+    let b = [("namespace", "team-b"), ("pod", "serve-1"), ("container", "server"), ("cgroup", "")];
     assert_eq!(value(&p, "gpu_tracer_cgroup_managed_bytes", &b), (64u64 << 20) as f64);
+    // ... unless asked for ("always").
+    let always = MetricsRegistry::new().with_cgroup_label(CgroupLabel::Always);
+    let pa = parse(&always.encode(&Arc::new(sample_snapshot()), ExpositionFormat::OpenMetrics).unwrap());
+    let b_path = [("namespace", "team-b"), ("pod", "serve-1"), ("container", "server"), ("cgroup", POD_B)];
+    assert_eq!(value(&pa, "gpu_tracer_cgroup_managed_bytes", &b_path), (64u64 << 20) as f64);
+    assert_eq!(value(&pa, "gpu_tracer_cgroup_vidmem_bytes", &container(POD_A)), (3u64 << 30) as f64);
     assert_eq!(value(&p, "gpu_tracer_cgroup_vidmem_bytes", &container("id:13")), 4096.0);
     assert_eq!(value(&p, "gpu_tracer_cgroup_processes", &container(POD_A)), 2.0);
     assert_eq!(value(&p, "gpu_tracer_processes", &[]), 3.0);
@@ -431,7 +441,7 @@ fn attribution_lines_add_up_and_carry_identity() {
         (80 * GIB) as f64
     );
     // Container 12's lines carry namespace/pod/container from the snapshot's identity.
-    let team_b = [("namespace", "team-b"), ("pod", "serve-1"), ("container", "server"), ("cgroup", POD_B)];
+    let team_b = [("namespace", "team-b"), ("pod", "serve-1"), ("container", "server"), ("cgroup", "")];
     assert_eq!(value(&p, "gpu_tracer_attribution_memory_bytes", &line(a, "container", team_b)), (10 * GIB) as f64);
     assert_eq!(value(&p, "gpu_tracer_attribution_sm_share_ratio", &line(a, "container", team_b)), 0.0);
     assert_eq!(
@@ -635,7 +645,7 @@ fn resolver_labels_and_rows_with_the_same_labels_are_summed() {
         }
     });
     let p = parse(&reg.encode(&Arc::new(sample_snapshot()), ExpositionFormat::OpenMetrics).unwrap());
-    let a = [("namespace", "ml"), ("pod", "trainer-0"), ("container", "main"), ("cgroup", POD_A)];
+    let a = [("namespace", "ml"), ("pod", "trainer-0"), ("container", "main"), ("cgroup", "")];
     assert_eq!(value(&p, "gpu_tracer_cgroup_vidmem_bytes", &a), ((3u64 << 30) + 4096) as f64);
     assert_eq!(value(&p, "gpu_tracer_cgroup_allocations", &a), 10.0);
     assert_eq!(family(&p, "gpu_tracer_cgroup_vidmem_bytes").iter_samples().count(), 2);
@@ -712,4 +722,69 @@ fn the_agent_exposes_its_process_metrics_unprefixed() {
     // The classic text format too (what curl gets).
     let classic = MetricsRegistry::new().with_process_metrics().encode(&snap, ExpositionFormat::Prometheus).unwrap();
     assert!(classic.contains("\nprocess_cpu_seconds_total "), "{}", &classic[..400.min(classic.len())]);
+}
+
+#[test]
+fn pod_labels_carry_the_allow_listed_labels_as_kube_state_metrics_names_them() {
+    let p = parse(&MetricsRegistry::new().encode(&Arc::new(sample_snapshot()), ExpositionFormat::OpenMetrics).unwrap());
+    let labels = [
+        ("namespace", "team-b"),
+        ("pod", "serve-1"),
+        ("label_app_kubernetes_io_name", "serve"),
+        ("label_team", "search"),
+    ];
+    assert_eq!(value(&p, "gpu_tracer_pod_labels", &labels), 1.0);
+    // Only pods: the other cgroups have no pod.
+    assert_eq!(family(&p, "gpu_tracer_pod_labels").iter_samples().count(), 1);
+}
+
+#[test]
+fn every_decode_error_reason_is_exported_also_at_zero() {
+    let mut snap = sample_snapshot();
+    snap.pipeline.decode_errors.clear();
+    snap.pipeline.decode_errors.insert("unknown_kind", 2);
+    let p = parse(&MetricsRegistry::new().encode(&Arc::new(snap), ExpositionFormat::OpenMetrics).unwrap());
+    for r in crate::decode::DecodeError::REASONS {
+        let want = if r == "unknown_kind" { 2.0 } else { 0.0 };
+        assert_eq!(value(&p, "gpu_tracer_decode_errors", &[("reason", r)]), want, "{r}");
+    }
+}
+
+#[test]
+fn the_reason_list_names_every_decode_error() {
+    use crate::decode::DecodeError as E;
+    let all = [
+        E::Short { kind: 1, need: 2, got: 1 },
+        E::UnknownKind { kind: 9 },
+        E::BadRecordSize { kind: 1, declared: 1, expected: 2 },
+        E::BadLength { field: "f", len: 9, max: 1 },
+    ];
+    let reasons: Vec<&str> = all.iter().map(E::reason).collect();
+    assert_eq!(reasons, E::REASONS);
+}
+
+#[test]
+fn nvml_only_mode_leaves_out_the_families_of_the_probes() {
+    let mut snap = sample_snapshot();
+    snap.attach_mode = ProbeMode::NvmlOnly;
+    let text = MetricsRegistry::new().encode(&Arc::new(snap), ExpositionFormat::OpenMetrics).unwrap();
+    for gone in [
+        "gpu_tracer_probe_events_seen",
+        "gpu_tracer_records_received",
+        "gpu_tracer_accounting_exact",
+        "gpu_tracer_decode_errors",
+        "gpu_tracer_records_decoded",
+        "gpu_tracer_cgroup_vidmem_bytes",
+        "gpu_tracer_gpu_vidmem_bytes",
+        "gpu_tracer_processes",
+        "gpu_tracer_cgroup_cuda_launches",
+        "gpu_tracer_cuda_calls",
+        "gpu_tracer_ioctls",
+    ] {
+        assert!(!text.contains(&format!("# TYPE {gone} ")), "{gone} is exported in nvml-only mode");
+    }
+    // What NVML and the attribution give stays.
+    for kept in ["gpu_tracer_build_info", "gpu_tracer_attribution_memory_bytes", "gpu_tracer_nvml_up"] {
+        assert!(text.contains(&format!("# TYPE {kept} ")), "{kept} is missing in nvml-only mode");
+    }
 }

@@ -71,9 +71,11 @@ pub struct MetricBuilder {
 
 impl MetricBuilder {
     /// A builder for the families of `registry`, at most `max_series` series per metric.
+    /// Every row keeps its cgroup, whatever the registry's `metrics.cgroup_label`: OTLP turns it
+    /// into the semantic conventions' `container.id` and `k8s.pod.uid`, never the path itself.
     pub fn new(registry: MetricsRegistry, max_series: usize) -> Self {
         MetricBuilder {
-            registry,
+            registry: registry.with_cgroup_label(crate::config::CgroupLabel::Always),
             text: String::new(),
             max_series: max_series.max(2),
             start_unix_ns: unix_ns_now(),
