@@ -5,7 +5,8 @@ Run by tests/tests/deploy.rs with the Python of the venv `cargo xtask setup` mak
 helm-python-sdk, Helm's own Go engine, and kubernetes-validate, the Kubernetes OpenAPI schemas).
 
   validate.py REPO_ROOT  ->  {"base": [...], "privileged_overlay": [...], "chart": {VARIANT: [...]},
-                              "lint": {...}, "refused": {CASE: why}, "unvalidated": [...]}
+                              "lint": {...}, "refused": {CASE: why}, "unvalidated": [...],
+                              "shipped": {"rules": {FILE: parsed}, "dashboards": {FILE: parsed}}}
                               on stdout, exit 0
 Any render, lint or schema error: a message on stderr, exit 1.
 """
@@ -59,6 +60,12 @@ VARIANTS = {
                                                   "regex": "gpu_tracer_api_.*"}]},
         "podMonitor": {"enabled": True, "interval": "15s"},
     },
+    # The rules (PrometheusRule) and the dashboards (ConfigMaps for Grafana's sidecar).
+    "rules_dashboards": {
+        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "grafanaDashboards": {"enabled": True, "annotations": {"grafana_folder": "GPU"}, "namespace": "monitoring"},
+    },
+    "rules_without_dcgm": {"prometheusRule": {"enabled": True, "dcgmCompat": False, "alerts": False}},
     # A release named otherwise gets prefixed names (never a ClusterRole called "monitoring").
     "release_monitoring": {},
 }
@@ -152,8 +159,16 @@ def main():
     if errors:
         print("\n".join(errors), file=sys.stderr)
         sys.exit(1)
+    # The rule files and dashboards the chart ships, parsed, to compare with what it renders.
+    files = os.path.join(chart_dir, "files")
+    shipped = {
+        "rules": {f: yaml.safe_load(open(os.path.join(files, "prometheus", f)))
+                  for f in sorted(os.listdir(os.path.join(files, "prometheus"))) if f.endswith(".rules.yml")},
+        "dashboards": {f: json.load(open(os.path.join(files, "grafana", f)))
+                       for f in sorted(os.listdir(os.path.join(files, "grafana"))) if f.endswith(".json")},
+    }
     json.dump({"base": base, "privileged_overlay": overlay, "chart": rendered, "lint": lint, "refused": refused,
-               "unvalidated": unvalidated, "k8s_versions": K8S_VERSIONS}, sys.stdout)
+               "unvalidated": unvalidated, "k8s_versions": K8S_VERSIONS, "shipped": shipped}, sys.stdout)
 
 
 main()

@@ -13,11 +13,14 @@
 //!   list, watch, get) for the real `kube` client and reflector, and [`kube_api::FakePod`].
 //! * [`pod_resources`]: the kubelet pod-resources gRPC service on a Unix socket
 //!   ([`FakePodResources`]), answering what a test sets.
+//! * [`http`]: a small HTTP client (`GET`, form `POST`) for the agent's endpoints and Prometheus'
+//!   API.
 //! * [`tracer`]: the tracer in-process ([`Tracer`]) with helpers that wait for it to catch up.
 
 pub mod fake_driver;
 pub mod fake_libcuda;
 pub mod harness;
+pub mod http;
 pub mod kube_api;
 pub mod le;
 pub mod nvml_model;

@@ -25,6 +25,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{
     FakeDriver, PodCgroup, Qos, Runtime, Tracer, Workload, config_for, eventually, fake_libcuda, locate_binary,
     require_root,
@@ -401,19 +402,6 @@ const NODE: &str = "soak-node";
 
 fn env_seconds(name: &str) -> Option<f64> {
     std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite() && *v > 0.0)
-}
-
-/// `GET path` on `addr`: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else { return (0, String::new()) };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    let mut raw = String::new();
-    let _ = s.read_to_string(&mut raw);
-    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
 }
 
 /// The `gpu-tracer agent` process; SIGTERM (then SIGKILL) on drop.

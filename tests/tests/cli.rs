@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, locate_binary, require_root};
 
 fn gpu_tracer() -> PathBuf {
@@ -301,19 +302,6 @@ fn api_agrees_with_metrics(api: &str, metric_lines: &[(String, f64)], w: &mut Wo
     let replay = run_ok(&["events", "--connect", api, "--json", "--kind", "rm_alloc", "--last", "1", "--no-follow"]);
     let again: serde_json::Value = serde_json::from_str(replay.lines().next().expect("a replayed event")).unwrap();
     assert_eq!(again, ev, "the replay is the same event");
-}
-
-/// `GET path` on `addr` (HTTP/1.1, connection closed): (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
 }
 
 /// Series of `name` in classic text exposition: (labels text, value).

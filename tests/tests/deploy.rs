@@ -191,11 +191,12 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
     assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true, "the agent's namespace/pod labels are kept");
     assert_eq!(
         r["unvalidated"].as_array().unwrap().len(),
-        6,
+        10,
         "only the Prometheus operator's CRDs lack a schema: {}",
         r["unvalidated"]
     );
     check_options(&r);
+    check_rules_and_dashboards(&r);
 
     // docs/security.md names every capability and host path the deployment uses.
     let doc = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
@@ -268,6 +269,47 @@ fn check_options(r: &Value) {
     assert_eq!(refused.len(), 5, "{refused:?}");
     assert!(refused["unknown top-level key"].as_str().unwrap().contains("imagee"), "{refused:?}");
     assert!(refused["unknown nested key"].as_str().unwrap().contains("intervall"), "{refused:?}");
+}
+
+/// The PrometheusRule holds the rule files as they are (the chosen ones), and each dashboard is a
+/// ConfigMap for Grafana's sidecar holding the file as it is.
+fn check_rules_and_dashboards(r: &Value) {
+    let rules = &r["shipped"]["rules"];
+    let groups_of =
+        |file: &str| rules[file]["groups"].as_array().unwrap_or_else(|| panic!("{file}: no groups")).clone();
+    let all = &r["chart"]["rules_dashboards"];
+    let rule = find(all, "PrometheusRule");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack", "prometheusRule.labels");
+    let mut want = groups_of("alerts.rules.yml");
+    want.extend(groups_of("dcgm-compat.rules.yml"));
+    want.extend(groups_of("recording.rules.yml"));
+    assert_eq!(rule["spec"]["groups"].as_array().unwrap(), &want, "the rule files' groups, unchanged");
+    let some = find(&r["chart"]["rules_without_dcgm"], "PrometheusRule");
+    assert_eq!(some["spec"]["groups"].as_array().unwrap(), &groups_of("recording.rules.yml"), "dcgmCompat/alerts off");
+    // Prometheus' own templates ({{ $labels.pod }}) reach Prometheus: Helm did not render them.
+    assert!(rule.to_string().contains("{{ $labels.namespace }}/{{ $labels.pod }}"));
+
+    let dashboards = r["shipped"]["dashboards"].as_object().unwrap();
+    assert!(dashboards.len() >= 2);
+    let maps: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "ConfigMap" && o["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect();
+    assert_eq!(maps.len(), dashboards.len(), "one ConfigMap per dashboard");
+    for (file, want) in dashboards {
+        let cm = maps
+            .iter()
+            .find(|m| m["data"].get(file.as_str()).is_some())
+            .unwrap_or_else(|| panic!("no ConfigMap holds {file}"));
+        assert_eq!(cm["metadata"]["namespace"], "monitoring", "grafanaDashboards.namespace");
+        assert_eq!(cm["metadata"]["annotations"]["grafana_folder"], "GPU");
+        let got: Value = serde_json::from_str(cm["data"][file.as_str()].as_str().unwrap()).unwrap();
+        assert_eq!(&got, want, "{file} as shipped");
+    }
+    // Off by default.
+    assert!(r["chart"]["default"].as_array().unwrap().iter().all(|o| o["kind"] != "PrometheusRule"));
 }
 
 /// The validator is not a rubber stamp: an unknown field and a wrong type are rejected.

@@ -36,6 +36,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{FakeDriver, locate_binary, require_root};
 
 /// The server's limits (tracer-user/src/export/http, `ServeLimits::default()` and
@@ -85,22 +86,6 @@ impl Drop for Agent {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// `GET path` (HTTP/1.1, connection closed): the status (0 when the connection was closed
-/// without an answer) and the body.
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else { return (0, String::new()) };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    if write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").is_err() {
-        return (0, String::new());
-    }
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw);
-    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
 }
 
 /// /metrics answers a full exposition.

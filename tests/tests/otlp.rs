@@ -14,6 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{
     FakeDriver, PodCgroup, Workload,
     kube_api::{FakeApiServer, FakePod},
@@ -239,17 +240,6 @@ fn start_agent(node: &Node, endpoint: &str, protocol: &str) -> (Child, mpsc::Rec
         }
     };
     (child, rx, addr)
-}
-
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
 }
 
 /// Series of `name` in classic text exposition: (labels text, value).

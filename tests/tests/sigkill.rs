@@ -24,6 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{FakeDriver, Workload, locate_binary, require_root};
 
 /// How long the kernel may take to free a dead agent's objects (programs are freed after an RCU
@@ -287,20 +288,6 @@ impl Drop for Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `GET path` (HTTP/1.1, connection closed): the status (0 when there was no answer) and the body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else { return (0, String::new()) };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    if write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").is_err() {
-        return (0, String::new());
-    }
-    let mut raw = String::new();
-    let _ = s.read_to_string(&mut raw);
-    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
 }
 
 /// The probe families up, from the agent's /metrics (`driver:1,lifecycle:1,cuda:1`).

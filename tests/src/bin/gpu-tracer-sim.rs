@@ -64,6 +64,19 @@ struct Args {
     /// The `gpu-tracer` binary [default: the one next to this program].
     #[arg(long)]
     tracer: Option<PathBuf>,
+    /// Run `gpu-tracer agent --listen ADDR` (Prometheus metrics on http://ADDR/metrics) instead
+    /// of `top`, with two more pods (an idle reservation, a guardrail violation), until
+    /// --duration ends or SIGINT/SIGTERM. Nothing is checked: the caller reads the metrics.
+    #[arg(long, value_name = "ADDR")]
+    agent: Option<String>,
+    /// The node's name (the pods' spec.nodeName and the tracer's kubernetes.node_name). Several
+    /// simulated nodes can run at once under different names.
+    #[arg(long, default_value = NODE)]
+    node: String,
+    /// With --agent: the pods' memory stops changing after this many seconds (their launches go
+    /// on) [default: 2.5 s before the end].
+    #[arg(long, value_name = "SECONDS")]
+    quiet_after: Option<f64>,
 }
 
 // ----- signals ------------------------------------------------------------------------------------
@@ -102,6 +115,10 @@ enum App {
     Trainer,
     Inference,
     Notebook,
+    /// Holds memory and never launches (an idle reservation).
+    Holder,
+    /// Launches a little on a GPU it was not allocated (a guardrail violation).
+    Rogue,
 }
 
 struct PodSpec {
@@ -114,7 +131,10 @@ struct PodSpec {
     sm_pct: u32,
     qos: Qos,
     runtime: Runtime,
+    /// The GPU the kubelet allocated to the pod (pod-resources).
     gpu: u32,
+    /// The GPU its workload opens: `gpu`, except for a pod that breaks its allocation.
+    opens: u32,
     app: App,
     what: &'static str,
 }
@@ -128,6 +148,7 @@ const PODS: [PodSpec; 3] = [
         qos: Qos::Burstable,
         runtime: Runtime::Containerd,
         gpu: 0,
+        opens: 0,
         app: App::Trainer,
         what: "training, 4040 launch/s",
     },
@@ -139,6 +160,7 @@ const PODS: [PodSpec; 3] = [
         qos: Qos::Guaranteed,
         runtime: Runtime::Containerd,
         gpu: 1,
+        opens: 1,
         app: App::Inference,
         what: "inference, 600 launch/s",
     },
@@ -150,12 +172,43 @@ const PODS: [PodSpec; 3] = [
         qos: Qos::Burstable,
         runtime: Runtime::CriO,
         gpu: 0,
+        opens: 0,
         app: App::Notebook,
         what: "notebook: bursts, restart",
     },
 ];
 
-/// The node the simulated API server binds the pods to (and the tracer watches).
+/// Two more pods with `--agent`, so that every panel of the dashboards and every alert has
+/// something to show: one holds memory and runs nothing (an idle reservation), one uses a GPU it
+/// was not allocated (a violation).
+const AGENT_PODS: [PodSpec; 2] = [
+    PodSpec {
+        name: "research/holder-d",
+        owner: ("StatefulSet", "holder-d"),
+        team: "research",
+        sm_pct: 0,
+        qos: Qos::BestEffort,
+        runtime: Runtime::Containerd,
+        gpu: 0,
+        opens: 0,
+        app: App::Holder,
+        what: "holds 1 GiB, runs nothing",
+    },
+    PodSpec {
+        name: "scratch/rogue-e",
+        owner: ("ReplicaSet", "rogue-e-6b7c8d9f0"),
+        team: "ml",
+        sm_pct: 2,
+        qos: Qos::Burstable,
+        runtime: Runtime::Containerd,
+        gpu: 0,
+        opens: 1,
+        app: App::Rogue,
+        what: "allocated gpu0, uses gpu1",
+    },
+];
+
+/// The node the simulated API server binds the pods to (and the tracer watches), unless `--node`.
 const NODE: &str = "sim-node";
 /// Device memory each fake GPU's driver keeps for itself (NVML `reserved`).
 const RESERVED_BYTES: u64 = 512 << 20;
@@ -315,7 +368,8 @@ impl AppCtx {
             App::Inference => self.launch("cuda-launch 300")?,
             // A cell runs for a second (two threads) every three seconds.
             App::Notebook if self.ticks % 6 < 2 => self.launch("cuda-launch-threads 2 500")?,
-            App::Notebook => {}
+            App::Notebook | App::Holder => {}
+            App::Rogue => self.launch("cuda-launch 10")?,
         }
         Ok(())
     }
@@ -360,6 +414,8 @@ impl AppCtx {
             App::Trainer => self.trainer(),
             App::Inference => self.inference(),
             App::Notebook => self.notebook(),
+            App::Holder => self.alloc("alloc-rm 1G").map(|_| self.say("1 GiB (RM_ALLOC), then nothing")),
+            App::Rogue => self.alloc("alloc-rm 256M").map(|_| self.say("256 MiB on gpu1, allocated gpu0")),
         };
         match script {
             Ok(()) | Err(Halt::Quiet) => self.launch_until_stopped(),
@@ -454,7 +510,7 @@ impl AppCtx {
         // The old guard goes now (its process is gone); the new one is killed on drop like it.
         drop(std::mem::replace(&mut self.workload, fresh));
         self.cuda_live.clear();
-        self.ok(&format!("init {}", self.pod.gpu))?;
+        self.ok(&format!("init {}", self.pod.opens))?;
         self.ok("cuda-init")?;
         self.say(format!("restart: pid {old} exited without freeing; now pid {}", self.workload.pid()));
         self.work(1000)?;
@@ -714,7 +770,7 @@ struct NodeDoubles {
 }
 
 impl NodeDoubles {
-    fn start(driver: &FakeDriver, pods: &[(&PodSpec, PodCgroup)]) -> anyhow::Result<NodeDoubles> {
+    fn start(driver: &FakeDriver, pods: &[(&PodSpec, PodCgroup)], node: &str) -> anyhow::Result<NodeDoubles> {
         use gpu_tracer_proto::podresources::v1 as pr;
         use gpu_tracer_tests::{
             kube_api::{FakeApiServer, FakePod},
@@ -729,7 +785,7 @@ impl NodeDoubles {
         let mut listed = Vec::new();
         for (spec, cg) in pods {
             let (ns, name) = spec.name.split_once('/').unwrap_or(("default", spec.name));
-            let mut pod = FakePod::new(ns, name, NODE)
+            let mut pod = FakePod::new(ns, name, node)
                 .uid(cg.pod_uid())
                 .label("team", spec.team)
                 .label("app.kubernetes.io/name", name)
@@ -785,7 +841,7 @@ impl NodeDoubles {
             &config,
             format!(
                 "[nvml]\nmode = \"required\"\nlibrary = {:?}\n\n[attribution]\nprice_per_gpu_hour = {PRICE_PER_GPU_HOUR}\n\
-                 idle_reservation_after_s = 5\n\n[kubernetes]\nmode = \"required\"\nnode_name = {NODE:?}\nkubeconfig = {:?}\n\
+                 idle_reservation_after_s = 5\n\n[kubernetes]\nmode = \"required\"\nnode_name = {node:?}\nkubeconfig = {:?}\n\
                  pod_resources_socket = {:?}\n",
                 model.library(),
                 kubeconfig,
@@ -980,7 +1036,16 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let dev_dir = driver.dev_dir().to_path_buf();
     interrupted()?;
     let mut pods = Vec::new();
-    for spec in &PODS {
+    let extra: &'static [PodSpec] = if args.agent.is_some() { &AGENT_PODS } else { &[] };
+    // Each agent-mode node probes its own copy of the library (uprobes are per inode), so that two
+    // simulated nodes on one machine do not count each other's launches.
+    let own_libcuda = match &args.agent {
+        Some(_) => Some(LibcudaCopy::new(&libcuda, &args.node)?),
+        None => None,
+    };
+    let libcuda = own_libcuda.as_ref().map_or(libcuda, |c| c.path.clone());
+    let base: &'static [PodSpec] = &PODS;
+    for spec in base.iter().chain(extra) {
         let cg = PodCgroup::create(spec.qos, spec.runtime)
             .with_context(|| format!("creating the cgroup of {}", spec.name))?;
         pods.push((spec, cg));
@@ -993,7 +1058,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .libcuda(&libcuda)
             .spawn()
             .with_context(|| format!("starting the workload of {}", spec.name))?;
-        w.ok(&format!("init {}", spec.gpu)).with_context(|| format!("{}: init", spec.name))?;
+        w.ok(&format!("init {}", spec.opens)).with_context(|| format!("{}: init", spec.name))?;
         w.ok("cuda-init").with_context(|| format!("{}: cuda-init", spec.name))?;
         workloads.push(w);
     }
@@ -1001,8 +1066,14 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     // The rest of the node: an API server with the three pods, the kubelet's pod-resources socket
     // (train-a and notebook-c time-slice GPU 0 as replicas; infer-b has GPU 1), and NVML.
-    let doubles = NodeDoubles::start(&driver, &pods).context("starting the Kubernetes and NVML doubles")?;
+    let doubles = NodeDoubles::start(&driver, &pods, &args.node).context("starting the Kubernetes and NVML doubles")?;
     let setup_s = started.elapsed().as_secs_f64();
+    if let Some(listen) = &args.agent {
+        let node = Node { driver, pods, workloads, doubles, libcuda, dev_dir };
+        let code = run_agent(args, listen, &tracer, node, setup_s);
+        drop(own_libcuda);
+        return code;
+    }
 
     let mut legend = vec![format!(
         "gpu-tracer-sim: fake NVIDIA driver {DRIVER_VERSION}, {GPUS} GPUs x {} GiB, 3 pods",
@@ -1243,6 +1314,194 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+// ----- agent mode ---------------------------------------------------------------------------------
+
+/// A simulated node's parts, declared in the order they must go: the doubles, the workloads, the
+/// pods' cgroups, then the driver.
+struct Node {
+    doubles: NodeDoubles,
+    workloads: Vec<Workload>,
+    pods: Vec<(&'static PodSpec, PodCgroup)>,
+    driver: FakeDriver,
+    libcuda: PathBuf,
+    dev_dir: PathBuf,
+}
+
+/// This node's own copy of the fake libcuda (removed on drop).
+struct LibcudaCopy {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl LibcudaCopy {
+    fn new(src: &std::path::Path, node: &str) -> anyhow::Result<Self> {
+        let safe: String = node.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        let dir = std::env::temp_dir().join(format!("gpu-tracer-sim-{}-{safe}-libcuda", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("libcuda.so.1");
+        std::fs::copy(src, &path).with_context(|| format!("copying {} to {}", src.display(), path.display()))?;
+        Ok(LibcudaCopy { dir, path })
+    }
+}
+
+impl Drop for LibcudaCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `--agent`: the real `gpu-tracer agent` serving /metrics on `listen` watches the node until
+/// --duration ends or a signal; the pods start working once it serves.
+fn run_agent(
+    args: &Args,
+    listen: &str,
+    tracer: &std::path::Path,
+    mut node: Node,
+    setup_s: f64,
+) -> anyhow::Result<ExitCode> {
+    println!(
+        "gpu-tracer-sim: node {}: fake NVIDIA driver {DRIVER_VERSION}, {GPUS} GPUs x {} GiB, {} pods, price \
+         {PRICE_PER_GPU_HOUR:.2}/GPU-hour",
+        args.node,
+        GPU_MEMORY_BYTES >> 30,
+        node.pods.len()
+    );
+    for (spec, _) in &node.pods {
+        println!(
+            "  {:<20}{:<10}  gpu{}  SM {:>2}%  {}",
+            spec.name,
+            qos_name(spec.qos),
+            spec.gpu,
+            spec.sm_pct,
+            spec.what
+        );
+    }
+    println!("devices: {}", node.dev_dir.display());
+    let mut cmd = Command::new(tracer);
+    cmd.arg("--dev-dir")
+        .arg(&node.dev_dir)
+        .arg("--simulated-devices")
+        .args(["--driver-version", DRIVER_VERSION])
+        .arg("--libcuda")
+        .arg(&node.libcuda)
+        .arg("--config")
+        .arg(&node.doubles.config)
+        // Off: the gRPC API's default socket is one per machine, and several nodes may run here.
+        .args(["agent", "--listen", listen, "--grpc-listen", "off"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped());
+    println!("+ {}", display(&cmd));
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs_f64(args.duration);
+    let mut agent = cmd.spawn().with_context(|| format!("starting {}", tracer.display()))?;
+    let (tx, rx) = channel();
+    let err = agent.stderr.take().expect("piped stderr");
+    let reader_tx = tx.clone();
+    // The agent's log goes on to our stderr; its "serving http://" line says the probes are
+    // attached and the first snapshot is being made.
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            eprintln!("{line}");
+            if line.contains("serving http://") && reader_tx.send(Msg::Top(line)).is_err() {
+                return;
+            }
+        }
+        let _ = reader_tx.send(Msg::TopEof);
+    });
+    let mut apps: Vec<JoinHandle<PodOutcome>> = Vec::new();
+    let mut exited_early = false;
+    let agent_status = loop {
+        if stopping() || Instant::now() >= end {
+            break stop_child(&mut agent, Duration::from_secs(10));
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(Msg::Top(_)) if apps.is_empty() => {
+                let now = Instant::now();
+                let quiet_at = match args.quiet_after {
+                    Some(q) => t0 + Duration::from_secs_f64(q.max(0.0)),
+                    None => end.checked_sub(Duration::from_millis(2500)).unwrap_or(now),
+                }
+                .max(now);
+                println!(
+                    "t+{:4.1}s the agent serves http://{listen}/metrics; the pods start working",
+                    t0.elapsed().as_secs_f64()
+                );
+                for ((spec, cg), w) in node.pods.iter().zip(std::mem::take(&mut node.workloads)) {
+                    apps.push(spawn_app(AppCtx {
+                        pod: spec,
+                        workload: w,
+                        dev_dir: node.dev_dir.clone(),
+                        cgroup_dir: cg.path().to_path_buf(),
+                        libcuda: node.libcuda.clone(),
+                        t0,
+                        quiet_at,
+                        tx: tx.clone(),
+                        next_tick: now,
+                        ticks: 0,
+                        issued: Vec::new(),
+                        cuda_live: BTreeMap::new(),
+                    }));
+                }
+            }
+            Ok(Msg::Top(_)) => {}
+            Ok(Msg::Activity(line)) => println!("{line}"),
+            Ok(Msg::TopEof) | Err(RecvTimeoutError::Disconnected) => {
+                exited_early = true;
+                break agent.wait().ok();
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    };
+    let signalled = stopping();
+    STOP.store(true, Ordering::SeqCst);
+    let mut failures = Vec::new();
+    for h in apps {
+        match h.join() {
+            Ok(o) => {
+                node.workloads.push(o.workload);
+                failures.extend(o.error);
+            }
+            Err(_) => failures.push(anyhow::anyhow!("a pod thread panicked")),
+        }
+    }
+    while let Ok(msg) = rx.try_recv() {
+        if let Msg::Activity(line) = msg {
+            println!("{line}");
+        }
+    }
+    let status = agent_status.map_or_else(|| "unknown (not reaped)".to_string(), |s| s.to_string());
+    if exited_early {
+        println!("gpu-tracer agent exited on its own after {:.1} s: {status}", t0.elapsed().as_secs_f64());
+    } else {
+        println!("gpu-tracer agent stopped after {:.1} s: {status}", t0.elapsed().as_secs_f64());
+    }
+    let cleanup = Instant::now();
+    let Node { doubles, workloads, pods, driver, .. } = node;
+    drop(doubles);
+    let (n_workloads, n_pods) = (workloads.len(), pods.len());
+    drop(workloads);
+    drop(pods);
+    let unmount = driver.stop();
+    println!(
+        "cleaned up: {n_workloads} workloads stopped, {n_pods} pod cgroups removed, fake driver {} (setup {setup_s:.1} s, \
+         cleanup {:.1} s)",
+        if unmount.is_ok() { "unmounted" } else { "unmount FAILED" },
+        cleanup.elapsed().as_secs_f64()
+    );
+    for e in &failures {
+        eprintln!("gpu-tracer-sim: a pod failed: {e:#}");
+    }
+    if let Err(e) = &unmount {
+        eprintln!("gpu-tracer-sim: unmounting the fake driver: {e}");
+    }
+    if exited_early || !failures.is_empty() || unmount.is_err() {
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(if signalled { ExitCode::from(INTERRUPTED) } else { ExitCode::SUCCESS })
 }
 
 /// A command line for messages (no quoting).

@@ -15,8 +15,9 @@ use std::time::Instant;
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages the tests need: FUSE (fake /dev/nvidia*), bpftrace (overhead comparisons), and
 /// NVIDIA's real user-space libraries from non-free (they load without a GPU).
-/// `python3-venv` holds the venv of the deployment validator ([`deploy_validator`]).
-const APT_PACKAGES: &[&str] = &["fuse3", "bpftrace", "libcuda1", "libnvidia-ml1", "python3-venv"];
+/// `python3-venv` holds the venv of the deployment validator ([`deploy_validator`]); `prometheus`
+/// (the server and promtool) checks the chart's rules and dashboards (tests/tests/prometheus.rs).
+const APT_PACKAGES: &[&str] = &["fuse3", "bpftrace", "libcuda1", "libnvidia-ml1", "python3-venv", "prometheus"];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];
 /// The components [`NON_FREE_PACKAGES`] and their dependencies need.

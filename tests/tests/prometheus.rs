@@ -1,0 +1,520 @@
+//! The Prometheus rules and Grafana dashboards the chart ships (deploy/helm/gpu-tracer/files),
+//! checked by a real Prometheus (Debian's `prometheus` package, which `cargo xtask setup`
+//! installs) scraping two simulated GPU nodes, each watched by the real `gpu-tracer agent`
+//! (`gpu-tracer-sim --agent`: fake driver, fake NVML, fake API server and kubelet, five pods — one
+//! holding memory and running nothing, one using a GPU it was not allocated).
+//!
+//! Through Prometheus' HTTP API: every rule group loads and evaluates; every query of every
+//! dashboard panel and variable returns series; the attribution lines add up per GPU on both
+//! nodes; the dcgm-exporter series count each GPU once and carry dcgm's labels; the alerts for
+//! the violating and the idle pod are raised, and none of the agent-health alerts is. Before that,
+//! `promtool` checks and unit-tests the rule files and parses every dashboard query.
+//!
+//! Root: the simulated nodes need eBPF, FUSE and cgroups. It fails, never skips, without them or
+//! without Prometheus.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use gpu_tracer_tests::{http, locate_binary, require_root};
+use serde_json::{Value, json};
+
+/// The simulated nodes: (node name, its agent's port).
+const NODES: [&str; 2] = ["sim-a", "sim-b"];
+/// Memory holds still this long after each agent serves (launches go on), so that device memory
+/// and its attribution can be compared across series.
+const QUIET_AFTER_S: &str = "8";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+}
+
+fn files() -> PathBuf {
+    repo_root().join("deploy/helm/gpu-tracer/files")
+}
+
+/// A program on `PATH`, or a failure naming what installs it.
+fn tool(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("{name} is not installed: Debian's `prometheus` package has it (`cargo xtask setup` installs it)")
+        })
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// A child process stopped on drop: SIGTERM, then SIGKILL after `grace`.
+struct Stopped {
+    child: Child,
+    what: String,
+    grace: Duration,
+}
+
+impl Stopped {
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(s)) = self.child.try_wait() {
+            return Some(s);
+        }
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < self.grace {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("{} did not stop within {:?} of SIGTERM: killed", self.what, self.grace);
+        let _ = self.child.kill();
+        self.child.wait().ok()
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run_tool(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd:?} failed ({}):\n{text}", out.status);
+    text
+}
+
+/// Every dashboard under files/grafana: (file name, JSON).
+fn dashboards() -> Vec<(String, Value)> {
+    let dir = files().join("grafana");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}", p.display()));
+            out.push((p.file_name().unwrap().to_string_lossy().into_owned(), v));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(out.len() >= 2, "the dashboards are missing from {}", dir.display());
+    out
+}
+
+/// One query of a dashboard: where it is and its PromQL.
+#[derive(Debug)]
+struct Query {
+    at: String,
+    expr: String,
+}
+
+/// The structural checks of a dashboard (problems, as messages) and its queries: panel targets
+/// and `label_values(...)` variables (as `label_values` calls).
+fn dashboard_queries(name: &str, d: &Value) -> (Vec<String>, Vec<Query>) {
+    let mut problems = Vec::new();
+    let mut queries = Vec::new();
+    let ds = json!({"type": "prometheus", "uid": "${datasource}"});
+    let vars = d["templating"]["list"].as_array().cloned().unwrap_or_default();
+    if !vars.iter().any(|v| v["name"] == "datasource" && v["type"] == "datasource" && v["query"] == "prometheus") {
+        problems.push(format!("{name}: no `datasource` variable of type datasource (prometheus)"));
+    }
+    for v in vars.iter().filter(|v| v["type"] == "query") {
+        let at = format!("{name}: variable {}", v["name"]);
+        if v["datasource"] != ds {
+            problems.push(format!("{at}: datasource is {} (want {ds})", v["datasource"]));
+        }
+        match v["query"]["query"].as_str() {
+            Some(q) => queries.push(Query { at, expr: q.to_string() }),
+            None => problems.push(format!("{at}: no query")),
+        }
+    }
+    let mut ids = BTreeSet::new();
+    for p in d["panels"].as_array().cloned().unwrap_or_default() {
+        let title = p["title"].as_str().unwrap_or("?").to_string();
+        if !ids.insert(p["id"].as_u64().unwrap_or(0)) {
+            problems.push(format!("{name}: panel {title:?}: id {} used twice (or missing)", p["id"]));
+        }
+        if p["type"] == "row" {
+            continue;
+        }
+        if p["datasource"] != ds {
+            problems.push(format!("{name}: panel {title:?}: datasource is {} (want {ds})", p["datasource"]));
+        }
+        let targets = p["targets"].as_array().cloned().unwrap_or_default();
+        if targets.is_empty() {
+            problems.push(format!("{name}: panel {title:?} has no query"));
+        }
+        for t in targets {
+            if t["datasource"] != ds {
+                problems.push(format!("{name}: panel {title:?}: a target's datasource is {}", t["datasource"]));
+            }
+            match t["expr"].as_str().filter(|e| !e.trim().is_empty()) {
+                Some(e) => queries.push(Query { at: format!("{name}: panel {title:?}"), expr: e.to_string() }),
+                None => problems.push(format!("{name}: panel {title:?}: a target without an expression")),
+            }
+        }
+    }
+    (problems, queries)
+}
+
+/// A dashboard query as Grafana sends it with every variable at "All" and a 5-minute range.
+fn as_grafana_sends(expr: &str) -> String {
+    expr.replace("$__rate_interval", "1m")
+        .replace("$__range", "5m")
+        .replace("${datasource}", "")
+        .replace("$namespace", ".*")
+        .replace("$node", ".*")
+}
+
+/// `label_values(SELECTOR, LABEL)` → (selector, label).
+fn label_values(q: &str) -> Option<(&str, &str)> {
+    let inner = q.trim().strip_prefix("label_values(")?.strip_suffix(')')?;
+    let (sel, label) = inner.rsplit_once(',')?;
+    Some((sel.trim(), label.trim()))
+}
+
+/// One series of a query's answer: its labels and value.
+type Sample = (BTreeMap<String, String>, f64);
+
+/// Prometheus' HTTP API on `addr`.
+struct Prom {
+    addr: String,
+}
+
+impl Prom {
+    fn api(&self, path: &str, form: &[(&str, &str)]) -> Result<Value, String> {
+        let (status, body) =
+            if form.is_empty() { http::get(&self.addr, path) } else { http::post_form(&self.addr, path, form) };
+        let v: Value =
+            serde_json::from_str(&body).map_err(|e| format!("{path}: HTTP {status}, not JSON ({e}): {body}"))?;
+        if v["status"] != "success" {
+            return Err(format!("{path}: HTTP {status}: {} {}", v["errorType"], v["error"]));
+        }
+        Ok(v["data"].clone())
+    }
+
+    /// An instant query's series: (labels, value).
+    fn query(&self, q: &str) -> Result<Vec<Sample>, String> {
+        let data = self.api("/api/v1/query", &[("query", q)])?;
+        Ok(data["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                let labels = s["metric"]
+                    .as_object()
+                    .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
+                    .unwrap_or_default();
+                let value = s["value"][1].as_str().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+                (labels, value)
+            })
+            .collect())
+    }
+
+    fn wait_for(&self, what: &str, q: &str, n: usize, timeout: Duration) {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < timeout {
+            match self.query(q) {
+                Ok(r) if r.len() >= n => return,
+                Ok(r) => last = format!("{} series", r.len()),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        panic!("Prometheus: {what} ({q}) did not come within {timeout:?}; last: {last}");
+    }
+}
+
+#[test]
+fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes() {
+    require_root();
+    let promtool = tool("promtool");
+    let prometheus = tool("prometheus");
+    let rules_dir = files().join("prometheus");
+    let rule_files: Vec<PathBuf> =
+        ["recording", "dcgm-compat", "alerts"].iter().map(|f| rules_dir.join(format!("{f}.rules.yml"))).collect();
+
+    // promtool: the rule files are valid and their unit tests pass.
+    run_tool(Command::new(&promtool).arg("check").arg("rules").args(&rule_files));
+    let unit = run_tool(Command::new(&promtool).current_dir(&rules_dir).args(["test", "rules", "rules.test.yml"]));
+    assert!(unit.contains("SUCCESS"), "promtool test rules:\n{unit}");
+
+    // The dashboards: structure, then every query parsed by promtool (as recording rules).
+    let mut problems = Vec::new();
+    let mut queries = Vec::new();
+    for (name, d) in dashboards() {
+        let (p, q) = dashboard_queries(&name, &d);
+        problems.extend(p);
+        queries.extend(q);
+    }
+    assert!(problems.is_empty(), "dashboard problems:\n{}", problems.join("\n"));
+    let panel_queries: Vec<&Query> = queries.iter().filter(|q| label_values(&q.expr).is_none()).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let parse_rules = json!({"groups": [{"name": "dashboard-queries", "rules": panel_queries.iter().enumerate()
+        .map(|(i, q)| json!({"record": format!("dashboard_query_{i}"), "expr": as_grafana_sends(&q.expr)}))
+        .collect::<Vec<_>>()}]});
+    // JSON is YAML: promtool reads it as a rule file.
+    let parse_file = tmp.path().join("dashboard-queries.rules.yml");
+    std::fs::write(&parse_file, parse_rules.to_string()).unwrap();
+    run_tool(Command::new(&promtool).arg("check").arg("rules").arg(&parse_file));
+    eprintln!("promtool: rules valid, unit tests pass, {} dashboard queries parse", panel_queries.len());
+
+    // Two simulated nodes, each with its agent.
+    let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
+    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p tracer-user)");
+    let mut nodes = Vec::new();
+    for node in NODES {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(tmp.path().join(format!("{node}.log"))).unwrap();
+        let child = Command::new(&sim)
+            .args(["--agent", &addr, "--node", node, "--duration", "600", "--quiet-after", QUIET_AFTER_S])
+            .arg("--tracer")
+            .arg(&tracer)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting gpu-tracer-sim");
+        nodes.push((
+            node,
+            addr,
+            Stopped { child, what: format!("gpu-tracer-sim {node}"), grace: Duration::from_secs(60) },
+        ));
+    }
+    let sim_log = |node: &str| std::fs::read_to_string(tmp.path().join(format!("{node}.log"))).unwrap_or_default();
+    // Each agent serves what every panel needs: the attribution, the idle pod and the violation.
+    for (node, addr, child) in &mut nodes {
+        let start = Instant::now();
+        loop {
+            let (status, body) = http::get(&*addr, "/metrics");
+            if status == 200
+                && [
+                    "gpu_tracer_attribution_memory_bytes{",
+                    "gpu_tracer_violation_info{",
+                    "gpu_tracer_container_idle_reservation_bytes{",
+                ]
+                .iter()
+                .all(|m| body.contains(m))
+            {
+                break;
+            }
+            assert!(child.running(), "gpu-tracer-sim {node} exited:\n{}", sim_log(node));
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "{node}'s agent did not serve the attribution, the idle reservation and the violation within 120 s \
+                 (last answer {status}):\n{}",
+                sim_log(node)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        eprintln!("{node}: its agent on {addr} serves the attribution, an idle reservation and a violation");
+    }
+
+    // Prometheus: 1 s scrapes and rule evaluations, the chart's node label on each target.
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let targets: Vec<Value> =
+        nodes.iter().map(|(node, addr, _)| json!({"targets": [addr], "labels": {"node": node}})).collect();
+    let config = json!({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": rule_files,
+        "scrape_configs": [{"job_name": "gpu-tracer", "honor_labels": true, "static_configs": targets}],
+    });
+    let config_file = tmp.path().join("prometheus.yml");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let prom_log = tmp.path().join("prometheus.log");
+    let mut prom_child = Stopped {
+        child: Command::new(&prometheus)
+            .arg(format!("--config.file={}", config_file.display()))
+            .arg(format!("--storage.tsdb.path={}", tmp.path().join("data").display()))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&prom_log).unwrap())
+            .spawn()
+            .expect("starting prometheus"),
+        what: "prometheus".into(),
+        grace: Duration::from_secs(20),
+    };
+    let prom = Prom { addr: prom_addr };
+    let waited = Instant::now();
+    prom.wait_for("both agents up", "up{job=\"gpu-tracer\"} == 1", 2, Duration::from_secs(60));
+    // The recorded series of every rule file, from both nodes.
+    prom.wait_for("dcgm-compatible series", "count by (node) (DCGM_FI_DEV_FB_USED)", 2, Duration::from_secs(60));
+    prom.wait_for("recorded rates", "namespace_pod:gpu_tracer_cuda_launches:rate5m", 1, Duration::from_secs(60));
+    prom.wait_for(
+        "the violation alert",
+        "ALERTS{alertname=\"GpuTracerGuardrailViolation\"}",
+        2,
+        Duration::from_secs(60),
+    );
+    // Memory has held still since QUIET_AFTER_S; let the rate windows fill a little more.
+    std::thread::sleep(Duration::from_secs(10));
+    eprintln!(
+        "prometheus on {}: both nodes scraped, rules evaluated ({:.1} s)",
+        prom.addr,
+        waited.elapsed().as_secs_f64()
+    );
+
+    let mut failures: Vec<String> = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(what);
+        }
+    };
+
+    // Every rule group loaded and evaluates without error.
+    let rules = prom.api("/api/v1/rules", &[]).expect("/api/v1/rules");
+    let groups = rules["groups"].as_array().cloned().unwrap_or_default();
+    check(groups.len() == 3, format!("{} rule groups loaded, want 3", groups.len()));
+    for g in &groups {
+        for r in g["rules"].as_array().cloned().unwrap_or_default() {
+            check(
+                r["health"] == "ok",
+                format!("rule {} of group {}: health {} {}", r["name"], g["name"], r["health"], r["lastError"]),
+            );
+        }
+    }
+
+    // Every dashboard query returns series; every variable has values.
+    for q in &queries {
+        match label_values(&q.expr) {
+            Some((selector, label)) => {
+                let path = format!("/api/v1/label/{label}/values?match[]={}", http::encode(selector));
+                match prom.api(&path, &[]) {
+                    Ok(v) => check(
+                        v.as_array().is_some_and(|a| !a.is_empty()),
+                        format!("{}: `{}` has no values", q.at, q.expr),
+                    ),
+                    Err(e) => check(false, format!("{}: {e}", q.at)),
+                }
+            }
+            None => match prom.query(&as_grafana_sends(&q.expr)) {
+                Ok(r) => check(!r.is_empty(), format!("{}: no series from `{}`", q.at, q.expr)),
+                Err(e) => check(false, format!("{}: `{}`: {e}", q.at, q.expr)),
+            },
+        }
+    }
+
+    // The attribution lines add up to each GPU's total, and SM shares to 1, on both nodes.
+    let sums = |q: &str| prom.query(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+    let memory = sums(
+        "sum by (node, gpu) (gpu_tracer_attribution_memory_bytes) \
+         - on (node, gpu) sum by (node, gpu) (gpu_tracer_attribution_memory_total_bytes)",
+    );
+    check(memory.len() == 4, format!("memory lines vs totals: {} (node, GPU) pairs, want 4: {memory:?}", memory.len()));
+    for (l, v) in &memory {
+        check(*v == 0.0, format!("memory lines of {l:?} are {v} bytes off the device total"));
+    }
+    let sm = sums("sum by (node, gpu) (gpu_tracer_attribution_sm_share_ratio)");
+    check(sm.len() == 4, format!("SM shares: {} (node, GPU) pairs, want 4", sm.len()));
+    for (l, v) in &sm {
+        check((v - 1.0).abs() < 1e-9, format!("SM shares of {l:?} sum to {v}, not 1"));
+    }
+
+    // dcgm-exporter's FB_USED counts each GPU once: summed over pods it is NVML's used memory.
+    let fb = sums(
+        "sum by (node, device) (DCGM_FI_DEV_FB_USED) \
+         - on (node, device) sum by (node, device) (gpu_tracer_gpu_memory_used_bytes{mig_profile=\"\"} / 1048576)",
+    );
+    check(fb.len() == 4, format!("FB_USED vs NVML used: {} (node, device) pairs, want 4", fb.len()));
+    for (l, v) in &fb {
+        check(v.abs() < 1e-6, format!("sum of DCGM_FI_DEV_FB_USED on {l:?} is {v} MiB off NVML's used memory"));
+    }
+    let per_pod = sums("DCGM_FI_DEV_FB_USED{pod=\"train-a\"}");
+    check(per_pod.len() == 2, format!("DCGM_FI_DEV_FB_USED of train-a: {} series, want one per node", per_pod.len()));
+    for (l, _) in &per_pod {
+        let has = |k: &str, ok: &dyn Fn(&str) -> bool| l.get(k).is_some_and(|v| ok(v));
+        check(
+            has("gpu", &|v| v == "0")
+                && has("UUID", &|v| v.starts_with("GPU-"))
+                && has("device", &|v| v == "nvidia0")
+                && has("modelName", &|v| !v.is_empty())
+                && has("Hostname", &|v| NODES.contains(&v))
+                && has("namespace", &|v| v == "ml")
+                && has("container", &|v| v == "main"),
+            format!("DCGM_FI_DEV_FB_USED lacks dcgm-exporter's labels: {l:?}"),
+        );
+    }
+
+    // Cost per team, through the pods' allow-listed labels.
+    let teams: BTreeSet<String> = sums("label_team:gpu_tracer_container_cost:per_hour")
+        .into_iter()
+        .filter_map(|(l, v)| (v > 0.0).then(|| l.get("label_team").cloned()).flatten())
+        .collect();
+    check(
+        ["ml", "serving", "research"].iter().all(|t| teams.contains(*t)),
+        format!("cost per team: {teams:?}, want ml, serving and research"),
+    );
+
+    // Alerts: the violating pod's fires and the idle pod's is pending (for: 1h) on both nodes;
+    // none about the agents' health.
+    let alerts = prom.api("/api/v1/alerts", &[]).expect("/api/v1/alerts");
+    let alerts = alerts["alerts"].as_array().cloned().unwrap_or_default();
+    let of = |name: &str, state: &str, pod: &str| {
+        alerts
+            .iter()
+            .filter(|a| a["labels"]["alertname"] == name && a["state"] == state && a["labels"]["pod"] == pod)
+            .filter_map(|a| a["labels"]["node"].as_str().map(str::to_string))
+            .collect::<BTreeSet<String>>()
+    };
+    let both: BTreeSet<String> = NODES.iter().map(|n| n.to_string()).collect();
+    check(
+        of("GpuTracerGuardrailViolation", "firing", "rogue-e") == both,
+        format!("GpuTracerGuardrailViolation for scratch/rogue-e is not firing on both nodes: {alerts:?}"),
+    );
+    check(
+        of("GpuTracerIdleGpuReservation", "pending", "holder-d") == both,
+        format!("GpuTracerIdleGpuReservation for research/holder-d is not pending on both nodes: {alerts:?}"),
+    );
+    for a in &alerts {
+        let name = a["labels"]["alertname"].as_str().unwrap_or("");
+        check(
+            ["GpuTracerGuardrailViolation", "GpuTracerIdleGpuReservation"].contains(&name),
+            format!("unexpected alert on a healthy node: {a}"),
+        );
+    }
+
+    for (_, _, child) in &mut nodes {
+        check(child.running(), format!("{} exited during the test", child.what));
+    }
+    if !failures.is_empty() {
+        let logs: Vec<String> = NODES.iter().map(|n| format!("--- {n}:\n{}", sim_log(n))).collect();
+        panic!(
+            "{} check(s) failed:\n{}\n--- prometheus:\n{}\n{}",
+            failures.len(),
+            failures.join("\n"),
+            std::fs::read_to_string(&prom_log).unwrap_or_default(),
+            logs.join("\n")
+        );
+    }
+    eprintln!(
+        "{} dashboard queries return series; lines add up on {} GPUs; dcgm series count each GPU once; alerts raised",
+        queries.len(),
+        memory.len()
+    );
+    prom_child.stop();
+    // The simulated nodes clean up after SIGTERM (workloads, cgroups, the fake driver).
+    for (node, _, mut child) in nodes {
+        let status = child.stop();
+        assert!(
+            status.is_some_and(|s| s.code() == Some(130)),
+            "gpu-tracer-sim {node} did not stop cleanly on SIGTERM ({status:?}):\n{}",
+            sim_log(node)
+        );
+    }
+}
