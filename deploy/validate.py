@@ -66,6 +66,13 @@ VARIANTS = {
         "grafanaDashboards": {"enabled": True, "annotations": {"grafana_folder": "GPU"}, "namespace": "monitoring"},
     },
     "rules_without_dcgm": {"prometheusRule": {"enabled": True, "dcgmCompat": False, "alerts": False}},
+    # TLS on the endpoints and a bearer token for /metrics, followed by the probes and monitors.
+    "metrics_security": {
+        "metricsTls": {"secretName": "gpu-tracer-tls"},
+        "metricsToken": {"secretName": "gpu-tracer-token"},
+        "serviceMonitor": {"enabled": True},
+        "podMonitor": {"enabled": True},
+    },
     # A release named otherwise gets prefixed names (never a ClusterRole called "monitoring").
     "release_monitoring": {},
 }

@@ -191,12 +191,13 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
     assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true, "the agent's namespace/pod labels are kept");
     assert_eq!(
         r["unvalidated"].as_array().unwrap().len(),
-        10,
+        14,
         "only the Prometheus operator's CRDs lack a schema: {}",
         r["unvalidated"]
     );
     check_options(&r);
     check_rules_and_dashboards(&r);
+    check_metrics_security(&r);
 
     // docs/security.md names every capability and host path the deployment uses.
     let doc = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
@@ -269,6 +270,39 @@ fn check_options(r: &Value) {
     assert_eq!(refused.len(), 5, "{refused:?}");
     assert!(refused["unknown top-level key"].as_str().unwrap().contains("imagee"), "{refused:?}");
     assert!(refused["unknown nested key"].as_str().unwrap().contains("intervall"), "{refused:?}");
+}
+
+/// `metricsTls` and `metricsToken`: the agent's config names the mounted files, the kubelet's probes
+/// use HTTPS, and both monitors scrape over https with the token.
+fn check_metrics_security(r: &Value) {
+    let objs = &r["chart"]["metrics_security"];
+    let cfg = config_of(objs);
+    assert_eq!(cfg.metrics.tls_cert.as_deref(), Some(std::path::Path::new("/var/run/gpu-tracer/tls/tls.crt")));
+    assert_eq!(cfg.metrics.tls_key.as_deref(), Some(std::path::Path::new("/var/run/gpu-tracer/tls/tls.key")));
+    assert_eq!(cfg.metrics.token_file.as_deref(), Some(std::path::Path::new("/var/run/gpu-tracer/token/token")));
+    let ds = find(objs, "DaemonSet");
+    let c = container(ds);
+    assert_eq!(c["livenessProbe"]["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+    let mounts: BTreeSet<String> =
+        c["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap().to_string()).collect();
+    assert!(mounts.contains("/var/run/gpu-tracer/tls") && mounts.contains("/var/run/gpu-tracer/token"));
+    let secrets: BTreeSet<String> = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["secret"]["secretName"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(secrets, BTreeSet::from(["gpu-tracer-tls".to_string(), "gpu-tracer-token".to_string()]));
+    for (kind, endpoints) in [("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")] {
+        let ep = &find(objs, kind)["spec"][endpoints][0];
+        assert_eq!(ep["scheme"], "https", "{kind}");
+        assert_eq!(ep["authorization"]["credentials"]["name"], "gpu-tracer-token", "{kind}");
+        assert_eq!(ep["tlsConfig"]["insecureSkipVerify"], true, "{kind}");
+    }
+    // Off by default: the defaults equal deploy/kubernetes/base (checked above), plain HTTP.
+    let default_probe = &container(find(&r["chart"]["default"], "DaemonSet"))["livenessProbe"]["httpGet"];
+    assert!(default_probe.get("scheme").is_none());
 }
 
 /// The PrometheusRule holds the rule files as they are (the chosen ones), and each dashboard is a

@@ -624,7 +624,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
             listen::{self, ListenSettings},
             service::ApiState,
         },
-        http::{HealthSettings, ServeState, serve},
+        http::{HealthSettings, ServeLimits, ServeSecurity, ServeState, serve_secure},
         metrics::MetricsRegistry,
         otlp::{OtlpExporter, OtlpSettings, ResourceInfo},
     };
@@ -744,18 +744,28 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     // OTLP settings are checked before the probes load (a bad value is a clear error, early).
     let otlp_settings = OtlpSettings::resolve(&cfg.otlp, |k| std::env::var(k).ok())?;
     let cgroup_label = cfg.metrics.cgroup_label;
+    // TLS material and the token are read before the probes load, too.
+    let security = ServeSecurity::load(
+        cfg.metrics.tls_cert.as_deref(),
+        cfg.metrics.tls_key.as_deref(),
+        cfg.metrics.token_file.as_deref(),
+    )
+    .context("the metrics endpoint's TLS or token")?;
     let otlp_who = ResourceInfo::detect(cfg.kubernetes.node_name.as_deref());
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
     let otlp = OtlpExporter::start(otlp_settings, &otlp_who).context("starting OTLP export")?;
     let registry = MetricsRegistry::new().with_process_metrics().with_cgroup_label(cgroup_label);
-    let state = Arc::new(ServeState::new(registry, HealthSettings::default()));
+    let state = Arc::new(ServeState::new(registry, HealthSettings::default()).with_token(security.token.clone()));
     state.mark_attached(agent.report().attach_mode.as_str());
     let api = Arc::new(ApiState::new(hub.clone(), state.clone(), agent.report().clone()));
-    let server = serve(a.listen, state.clone()).await.context("starting the metrics server")?;
-    tracing::info!(listen = %server.local_addr, "serving /metrics, /healthz, /readyz");
-    note!("gpu-tracer agent: serving http://{}/metrics", server.local_addr);
+    let scheme = if security.tls.is_some() { "https" } else { "http" };
+    let server = serve_secure(a.listen, state.clone(), ServeLimits::default(), security.tls.clone())
+        .await
+        .context("starting the metrics server")?;
+    tracing::info!(listen = %server.local_addr, scheme, token = security.token.is_some(), "serving /metrics, /healthz, /readyz");
+    note!("gpu-tracer agent: serving {scheme}://{}/metrics", server.local_addr);
     let api_server = match &api_listen {
         Some(l) => {
             let s = listen::serve(l, api.clone()).await.context("starting the gRPC API (api.listen, --grpc-listen)")?;

@@ -127,6 +127,26 @@ pub struct Config {
 pub struct MetricsSettings {
     /// When container series carry the `cgroup` label (the cgroup v2 path).
     pub cgroup_label: CgroupLabel,
+    /// PEM certificate chain and private key: the agent's HTTP endpoints (/metrics, /healthz,
+    /// /readyz) over TLS. Both or neither.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// File holding the bearer token a scrape of /metrics must carry (`Authorization: Bearer
+    /// <token>`; surrounding whitespace ignored). /healthz and /readyz stay open (the kubelet's
+    /// probes; they name no workload).
+    pub token_file: Option<PathBuf>,
+}
+
+impl MetricsSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "metrics.tls_cert",
+                why: "TLS needs both metrics.tls_cert and metrics.tls_key".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// When container series carry the `cgroup` label.
@@ -620,6 +640,7 @@ impl Config {
             return invalid("dev_dir", "must be an absolute path".into());
         }
         self.api.validate()?;
+        self.metrics.validate()?;
         self.otlp
             .validate()
             .map_err(|e| ConfigError::Invalid { key: e.key, why: format!("{:?}: {}", e.value, e.why) })?;

@@ -49,14 +49,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- toJson $caps -}}
 {{- end -}}
 
-{{/* The scrape settings shared by the ServiceMonitor and the PodMonitor: `.` is their values. */}}
+{{/* The scrape settings shared by the ServiceMonitor and the PodMonitor: `.monitor` is their
+values, `.root` the chart's context (TLS and the token apply to both). */}}
 {{- define "gpu-tracer.scrape" -}}
+{{- $root := .root -}}
+{{- with .monitor -}}
 path: /metrics
 interval: {{ .interval }}
 {{- with .scrapeTimeout }}
 scrapeTimeout: {{ . }}
 {{- end }}
 honorLabels: {{ .honorLabels }}
+{{- if $root.Values.metricsTls.secretName }}
+scheme: https
+tlsConfig:
+  {{- toYaml $root.Values.metricsTls.prometheusTlsConfig | nindent 2 }}
+{{- end }}
+{{- with $root.Values.metricsToken.secretName }}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ . }}
+    key: {{ $root.Values.metricsToken.key }}
+{{- end }}
 # Per-node numbers: keep the node the agent runs on as a label.
 relabelings:
   - sourceLabels: [__meta_kubernetes_pod_node_name]
@@ -67,5 +82,6 @@ relabelings:
 {{- with .metricRelabelings }}
 metricRelabelings:
   {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 {{- end -}}

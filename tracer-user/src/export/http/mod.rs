@@ -22,6 +22,7 @@
 //! `shutdown_deadline` for requests in progress before it drops the connections that are left.
 use std::{
     collections::HashMap,
+    fmt,
     net::{IpAddr, SocketAddr},
     sync::{
         Arc, Mutex, RwLock,
@@ -78,6 +79,101 @@ pub struct ServeState {
     /// Connections the server closed at accept: over `max_connections`, over the per-peer cap.
     refused_server_limit: AtomicU64,
     refused_peer_limit: AtomicU64,
+    /// The bearer token a scrape of /metrics must carry (`metrics.token_file`).
+    token: Option<Secret>,
+}
+
+/// A bearer token; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Whether `header` (an `Authorization` value) is `Bearer <this token>`, compared in time that
+    /// does not depend on where the first difference is.
+    fn admits(&self, header: Option<&[u8]>) -> bool {
+        let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else { return false };
+        let want = self.0.as_bytes();
+        given.len() == want.len() && given.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Who may read the endpoints, and how (`[metrics]` tls_cert, tls_key, token_file): TLS, and a
+/// bearer token for /metrics. Both optional; loaded once at start, so a bad file is an error then.
+#[derive(Clone, Default)]
+pub struct ServeSecurity {
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub token: Option<Secret>,
+}
+
+impl fmt::Debug for ServeSecurity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeSecurity").field("tls", &self.tls.is_some()).field("token", &self.token).finish()
+    }
+}
+
+/// A TLS certificate, key or token file that cannot be used; names the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("{key} ({}): {why}", path.display())]
+pub struct SecurityError {
+    pub key: &'static str,
+    pub path: std::path::PathBuf,
+    pub why: String,
+}
+
+impl ServeSecurity {
+    /// Read the certificate chain and key (PEM) and the token file.
+    pub fn load(
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+        token_file: Option<&std::path::Path>,
+    ) -> Result<Self, SecurityError> {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+        let err = |key, path: &std::path::Path, why: String| SecurityError { key, path: path.to_path_buf(), why };
+        let tls = match (cert, key) {
+            (Some(c), Some(k)) => {
+                let chain = CertificateDer::pem_file_iter(c)
+                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| err("metrics.tls_cert", c, format!("not a readable PEM certificate chain: {e}")))?;
+                if chain.is_empty() {
+                    return Err(err("metrics.tls_cert", c, "no certificate in the file".into()));
+                }
+                let pk = PrivateKeyDer::from_pem_file(k)
+                    .map_err(|e| err("metrics.tls_key", k, format!("not a readable PEM private key: {e}")))?;
+                let mut cfg =
+                    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                        .with_safe_default_protocol_versions()
+                        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, pk))
+                        .map_err(|e| {
+                            err("metrics.tls_key", k, format!("the certificate and key do not make a TLS server: {e}"))
+                        })?;
+                cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+                Some(Arc::new(cfg))
+            }
+            (None, None) => None,
+            (Some(p), None) | (None, Some(p)) => {
+                return Err(err("metrics.tls_cert", p, "TLS needs both metrics.tls_cert and metrics.tls_key".into()));
+            }
+        };
+        let token = match token_file {
+            Some(p) => {
+                let t = std::fs::read_to_string(p)
+                    .map_err(|e| err("metrics.token_file", p, format!("cannot read: {e}")))?;
+                let t = t.trim();
+                if t.is_empty() {
+                    return Err(err("metrics.token_file", p, "the file is empty".into()));
+                }
+                Some(Secret(t.to_string()))
+            }
+            None => None,
+        };
+        Ok(ServeSecurity { tls, token })
+    }
 }
 
 /// Why `/readyz` says no.
@@ -130,7 +226,14 @@ impl ServeState {
             published_at_unix_ns: AtomicU64::new(0),
             refused_server_limit: AtomicU64::new(0),
             refused_peer_limit: AtomicU64::new(0),
+            token: None,
         }
+    }
+
+    /// Scrapes of /metrics must carry this bearer token (`ServeSecurity::token`).
+    pub fn with_token(mut self, token: Option<Secret>) -> Self {
+        self.token = token;
+        self
     }
 
     /// The HTTP server's counters (the agent puts them in each snapshot it publishes).
@@ -333,6 +436,17 @@ pub async fn serve_with(
     state: Arc<ServeState>,
     limits: ServeLimits,
 ) -> Result<RunningServer, ServeError> {
+    serve_secure(listen, state, limits, None).await
+}
+
+/// [`serve_with`], over TLS when `tls` is given (the handshake must finish within the header
+/// timeout).
+pub async fn serve_secure(
+    listen: SocketAddr,
+    state: Arc<ServeState>,
+    limits: ServeLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<RunningServer, ServeError> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|source| ServeError::Bind {
         addr: listen,
         hint: bind_hint(listen, &source),
@@ -344,7 +458,7 @@ pub async fn serve_with(
         source,
     })?;
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(accept_loop(listener, state, limits, rx));
+    let task = tokio::spawn(accept_loop(listener, state, limits, tls, rx));
     Ok(RunningServer { local_addr, task, shutdown: tx })
 }
 
@@ -396,8 +510,10 @@ async fn accept_loop(
     listener: tokio::net::TcpListener,
     state: Arc<ServeState>,
     limits: ServeLimits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut stop: oneshot::Receiver<()>,
 ) -> Result<(), ServeError> {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let app = router(Arc::clone(&state));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
@@ -435,24 +551,19 @@ async fn accept_loop(
             drop(stream);
             continue;
         };
-        let conn = http.serve_connection(
-            hyper_util::rt::TokioIo::new(stream),
-            hyper_util::service::TowerToHyperService::new(app.clone()),
-        );
-        let mut closing = closing.clone();
+        let (http, app, closing, acceptor) = (http.clone(), app.clone(), closing.clone(), acceptor.clone());
         conns.spawn(async move {
             let _slots = (slot, peer_slot);
-            tokio::pin!(conn);
-            let age = tokio::time::sleep(limits.max_connection_age);
-            tokio::pin!(age);
-            tokio::select! {
-                _ = &mut conn => return,
-                _ = closing.wait_for(|c| *c) => {}
-                _ = &mut age => {}
+            let Some(acceptor) = acceptor else {
+                return serve_connection(&http, stream, app, closing, limits).await;
+            };
+            // The handshake counts against the header timeout: a client that opens and says
+            // nothing is held no longer over TLS than without.
+            match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => serve_connection(&http, tls, app, closing, limits).await,
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics server: TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "metrics server: TLS handshake timed out"),
             }
-            // Finish the request in progress (if any), then close; the deadline is the caller's.
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
         });
     }
     drop(listener);
@@ -467,11 +578,46 @@ async fn accept_loop(
     Ok(())
 }
 
+/// Serve one connection until it ends, the server closes, or it reaches its maximum age.
+async fn serve_connection<S>(
+    http: &hyper::server::conn::http1::Builder,
+    stream: S,
+    app: Router,
+    mut closing: watch::Receiver<bool>,
+    limits: ServeLimits,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn =
+        http.serve_connection(hyper_util::rt::TokioIo::new(stream), hyper_util::service::TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    let age = tokio::time::sleep(limits.max_connection_age);
+    tokio::pin!(age);
+    tokio::select! {
+        _ = &mut conn => return,
+        _ = closing.wait_for(|c| *c) => {}
+        _ = &mut age => {}
+    }
+    // Finish the request in progress (if any), then close; the deadline is the caller's.
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
 fn text(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
 
 async fn metrics(State(state): State<Arc<ServeState>>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.token
+        && !token.admits(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::WWW_AUTHENTICATE, "Bearer")],
+            "/metrics needs `Authorization: Bearer <token>` (the agent's metrics.token_file)\n",
+        )
+            .into_response();
+    }
     let Some(snapshot) = state.latest() else {
         return text(StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", NotReady::NoSnapshot));
     };

@@ -343,3 +343,96 @@ async fn metrics_are_gzipped_when_the_scraper_asks() {
     }
     srv.shutdown().await.unwrap();
 }
+
+/// `metrics.tls_cert`/`tls_key`/`token_file`: the endpoints answer over TLS only; /metrics wants
+/// the bearer token (none or a wrong one: 401, counted nowhere else), /healthz and /readyz do not.
+#[tokio::test]
+async fn tls_and_a_bearer_token_guard_the_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key, token) = (dir.path().join("tls.crt"), dir.path().join("tls.key"), dir.path().join("token"));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let sec = ServeSecurity::load(Some(&cert), Some(&key), Some(&token)).unwrap();
+    assert_eq!(
+        format!("{sec:?}"),
+        "ServeSecurity { tls: true, token: Some(Secret(..)) }",
+        "the token is never printed"
+    );
+    let st = Arc::new(
+        ServeState::new(MetricsRegistry::new(), HealthSettings { stale_after: Duration::from_secs(30) })
+            .with_token(sec.token.clone()),
+    );
+    let srv = serve_secure("127.0.0.1:0".parse().unwrap(), st.clone(), ServeLimits::default(), sec.tls.clone())
+        .await
+        .unwrap();
+    st.mark_attached("tracepoint");
+    st.publish(Arc::new(sample_snapshot()));
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(c.cert.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let addr = srv.local_addr;
+    let get = |path: &'static str, auth: Option<&'static str>| {
+        let connector = connector.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut s = connector.connect(name, tcp).await.expect("TLS handshake");
+            let auth = auth.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+            s.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut raw = Vec::new();
+            let _ = s.read_to_end(&mut raw).await;
+            let raw = String::from_utf8_lossy(&raw).into_owned();
+            let status: u16 = raw.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+            (status, raw)
+        }
+    };
+    let (code, body) = get("/metrics", None).await;
+    assert_eq!(code, 401, "{body}");
+    assert!(body.to_lowercase().contains("www-authenticate: bearer") && body.contains("metrics.token_file"));
+    assert!(!body.contains("s3cret"));
+    assert_eq!(get("/metrics", Some("Bearer wrong-token!")).await.0, 401);
+    assert_eq!(get("/metrics", Some("Basic czNjcmV0LXRva2Vu")).await.0, 401);
+    let (code, body) = get("/metrics", Some("Bearer s3cret-token")).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("gpu_tracer_processes"));
+    assert_eq!(get("/healthz", None).await.0, 200);
+    assert_eq!(get("/readyz", None).await.0, 200);
+
+    // Plain HTTP to the TLS port gets no HTTP answer.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    plain.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), plain.read_to_end(&mut raw)).await;
+    assert!(!String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"), "plain HTTP was served over the TLS port");
+    srv.shutdown().await.unwrap();
+}
+
+#[test]
+fn unusable_tls_or_token_files_are_errors_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, " \n").unwrap();
+    let missing = dir.path().join("missing");
+    let e = ServeSecurity::load(Some(&junk), Some(&junk), None).unwrap_err();
+    assert_eq!(e.key, "metrics.tls_cert", "{e}");
+    let e = ServeSecurity::load(None, None, Some(&empty)).unwrap_err();
+    assert_eq!((e.key, e.why.as_str()), ("metrics.token_file", "the file is empty"));
+    let e = ServeSecurity::load(None, None, Some(&missing)).unwrap_err();
+    assert!(e.to_string().starts_with("metrics.token_file (") && e.to_string().contains("cannot read"), "{e}");
+    let e = ServeSecurity::load(Some(&junk), None, None).unwrap_err();
+    assert!(e.why.contains("both"), "{e}");
+}
