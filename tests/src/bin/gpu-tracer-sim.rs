@@ -523,6 +523,38 @@ impl AppCtx {
     }
 }
 
+/// One thread per pod driving its workload (in the order of `pods`), from now on.
+fn start_pods(
+    pods: &[(&'static PodSpec, PodCgroup)],
+    workloads: impl IntoIterator<Item = Workload>,
+    dev_dir: &std::path::Path,
+    libcuda: &std::path::Path,
+    t0: Instant,
+    quiet_at: Instant,
+    tx: &Sender<Msg>,
+) -> Vec<JoinHandle<PodOutcome>> {
+    let now = Instant::now();
+    pods.iter()
+        .zip(workloads)
+        .map(|((spec, cg), w)| {
+            spawn_app(AppCtx {
+                pod: spec,
+                workload: w,
+                dev_dir: dev_dir.to_path_buf(),
+                cgroup_dir: cg.path().to_path_buf(),
+                libcuda: libcuda.to_path_buf(),
+                t0,
+                quiet_at,
+                tx: tx.clone(),
+                next_tick: now,
+                ticks: 0,
+                issued: Vec::new(),
+                cuda_live: BTreeMap::new(),
+            })
+        })
+        .collect()
+}
+
 /// Drive one pod until the run ends: its memory until it must hold still, its launches until the
 /// end. Hands back its workload (still running, memory held) and what it did.
 fn spawn_app(mut ctx: AppCtx) -> JoinHandle<PodOutcome> {
@@ -1168,22 +1200,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     let end = t0 + Duration::from_secs_f64(args.duration);
                     let now = Instant::now();
                     let quiet_at = end.checked_sub(quiet_window).unwrap_or(now).max(now);
-                    for ((spec, cg), w) in pods.iter().zip(idle.by_ref()) {
-                        apps.push(spawn_app(AppCtx {
-                            pod: spec,
-                            workload: w,
-                            dev_dir: dev_dir.clone(),
-                            cgroup_dir: cg.path().to_path_buf(),
-                            libcuda: libcuda.clone(),
-                            t0,
-                            quiet_at,
-                            tx: tx.clone(),
-                            next_tick: now,
-                            ticks: 0,
-                            issued: Vec::new(),
-                            cuda_live: BTreeMap::new(),
-                        }));
-                    }
+                    apps = start_pods(&pods, idle.by_ref(), &dev_dir, &libcuda, t0, quiet_at, &tx);
                 }
             }
             Ok(Msg::Top(line)) => {
@@ -1430,22 +1447,8 @@ fn run_agent(
                     "t+{:4.1}s the agent serves http://{listen}/metrics; the pods start working",
                     t0.elapsed().as_secs_f64()
                 );
-                for ((spec, cg), w) in node.pods.iter().zip(std::mem::take(&mut node.workloads)) {
-                    apps.push(spawn_app(AppCtx {
-                        pod: spec,
-                        workload: w,
-                        dev_dir: node.dev_dir.clone(),
-                        cgroup_dir: cg.path().to_path_buf(),
-                        libcuda: node.libcuda.clone(),
-                        t0,
-                        quiet_at,
-                        tx: tx.clone(),
-                        next_tick: now,
-                        ticks: 0,
-                        issued: Vec::new(),
-                        cuda_live: BTreeMap::new(),
-                    }));
-                }
+                let workloads = std::mem::take(&mut node.workloads);
+                apps = start_pods(&node.pods, workloads, &node.dev_dir, &node.libcuda, t0, quiet_at, &tx);
             }
             Ok(Msg::Top(_)) => {}
             Ok(Msg::Activity(line)) => println!("{line}"),
