@@ -8,6 +8,7 @@ mod bench;
 mod build;
 mod cmd;
 mod gpu_check;
+mod image;
 mod reliability;
 mod setup;
 mod sim;
@@ -45,6 +46,31 @@ enum Command {
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// The container image, without a registry or a daemon: `setup`, the release build (unless
+    /// --binary), then the Dockerfile built with buildah over minimal Debian root file systems made
+    /// by mmdebstrap, written as `target/image/gpu-tracer-VERSION.oci.tar`.
+    ///
+    /// The root file systems are cached under target/image/base/ (the first run spends about a
+    /// minute on them, later runs about 15 s in all). The image is checked before it is written:
+    /// `gpu-tracer --version` and `gpu-tracer doctor` run inside it as its default user (65532) and
+    /// as the chart's DaemonSet runs it (uid 0 with its four capabilities). At the end it prints the
+    /// sizes, how to load the archive into containerd, CRI-O, kind or Docker, and the `helm install`
+    /// that uses it. Needs root. See docs/image.md.
+    Image {
+        /// Pack this gpu-tracer binary instead of building one (e.g. target/release/gpu-tracer).
+        #[arg(long, value_name = "PATH")]
+        binary: Option<std::path::PathBuf>,
+        /// Write the archive into DIR instead of target/image/.
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+        /// Tag the image TAG instead of the binary's version (the chart's default tag is its appVersion).
+        #[arg(long, value_name = "TAG")]
+        tag: Option<String>,
+        /// Make the cached root file systems again, with the newest packages of the mirror (security
+        /// updates of libc6 reach the image this way).
+        #[arg(long)]
+        refresh_base: bool,
     },
     /// Prepare the real-GPU check: a stripped release `gpu-tracer` in target/gpu-check for the device
     /// machine, where `scripts/gpu-check/run.sh` compares the tracer with nvidia-smi and torch.cuda.
@@ -84,6 +110,9 @@ fn main() {
         Command::Test { args } => test::run(&args),
         Command::Sim { args } => sim::run(&args),
         Command::Bench { args } => bench::run(&args),
+        Command::Image { binary, out, tag, refresh_base } => {
+            image::run(&image::Options { binary, out, tag, refresh_base })
+        }
         Command::GpuCheck => gpu_check::run(),
         Command::Reliability { out, only, long, soak_seconds } => {
             reliability::run(&reliability::Options { out, only, long, soak_seconds })
