@@ -7,7 +7,9 @@
 //! Through Prometheus' HTTP API: every rule group loads and evaluates; every query of every
 //! dashboard panel and variable returns series; the attribution lines add up per GPU on both
 //! nodes; the dcgm-exporter series count each GPU once and carry dcgm's labels; the alerts for
-//! the violating and the idle pod are raised, and none of the agent-health alerts is. Before that,
+//! the violating and the idle pod are raised, and none of the agent-health alerts is;
+//! `gpu-tracer cost --prometheus` bills the fleet to the nano of the agents' stored bill lines,
+//! per node, namespace and team, and one agent's own bill (its `/metrics`, its API) agrees. Before that,
 //! `promtool` checks and unit-tests the rule files and parses every dashboard query.
 //!
 //! Root: the simulated nodes need eBPF, FUSE and cgroups. It fails, never skips, without them or
@@ -16,7 +18,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use gpu_tracer_tests::{http, locate_binary, require_root};
@@ -208,7 +210,17 @@ impl Prom {
 
     /// An instant query's series: (labels, value).
     fn query(&self, q: &str) -> Result<Vec<Sample>, String> {
-        let data = self.api("/api/v1/query", &[("query", q)])?;
+        self.query_at(q, None)
+    }
+
+    /// An instant query at `time` (seconds since the epoch; `None`: now).
+    fn query_at(&self, q: &str, time: Option<f64>) -> Result<Vec<Sample>, String> {
+        let time = time.map(|t| format!("{t:.3}"));
+        let mut form = vec![("query", q)];
+        if let Some(t) = &time {
+            form.push(("time", t));
+        }
+        let data = self.api("/api/v1/query", &form)?;
         Ok(data["result"]
             .as_array()
             .cloned()
@@ -283,6 +295,8 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
         let log = std::fs::File::create(tmp.path().join(format!("{node}.log"))).unwrap();
         let child = Command::new(&sim)
             .args(["--agent", &addr, "--node", node, "--duration", "600", "--quiet-after", QUIET_AFTER_S])
+            .arg("--grpc-listen")
+            .arg(format!("unix://{}", tmp.path().join(format!("{node}.sock")).display()))
             .arg("--tracer")
             .arg(&tracer)
             .stdin(Stdio::null())
@@ -488,6 +502,112 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
             format!("unexpected alert on a healthy node: {a}"),
         );
     }
+
+    // `gpu-tracer cost --prometheus`: the fleet's bill over the hour to `end` is the agents' own bill
+    // lines as Prometheus stored them (both started within the hour: nothing to subtract), to the
+    // nano; each node's bill alone adds up to the fleet's; the namespaces are their containers'.
+    let end = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() - 1.0;
+    let end_arg = format!("{end:.3}");
+    let prom_url = format!("http://{}", prom.addr);
+    let cost = |extra: &[&str]| -> Value {
+        let started = Instant::now();
+        let out = Command::new(&tracer)
+            .args(["cost", "--prometheus", &prom_url, "--range", "1h", "--end", &end_arg, "--format", "json"])
+            .args(extra)
+            .output()
+            .expect("running gpu-tracer cost");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "gpu-tracer cost {extra:?}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("gpu-tracer cost --prometheus {extra:?}: {:.2} s", started.elapsed().as_secs_f64());
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("cost JSON ({e}):\n{text}"))
+    };
+    let nano = |v: &Value| v.as_str().and_then(|s| s.parse::<i128>().ok()).unwrap_or_else(|| panic!("not nano: {v}"));
+    let cents = |v: &Value| {
+        let s = v.as_str().unwrap_or_else(|| panic!("not an amount: {v}"));
+        let (units, c) = s.split_once('.').unwrap_or_else(|| panic!("not an amount: {s}"));
+        units.trim_start_matches('-').parse::<i128>().unwrap() * 100 + c.parse::<i128>().unwrap()
+    };
+    let stored = |q: &str| -> BTreeMap<String, i128> {
+        let mut m = BTreeMap::new();
+        for (l, v) in prom.query_at(q, Some(end)).unwrap() {
+            let key = l.get("namespace").or_else(|| l.get("node")).cloned().unwrap_or_default();
+            *m.entry(key).or_default() += (v * 1e9).round() as i128;
+        }
+        m
+    };
+    let fleet = cost(&["--by", "node"]);
+    let fleet_total = nano(&fleet["total_nano"]);
+    let bill_lines: i128 = stored("gpu_tracer_bill_total").values().sum();
+    check(
+        fleet_total == bill_lines && fleet_total > 0,
+        format!("fleet bill {fleet_total} nano, the agents' stored bill lines add up to {bill_lines}"),
+    );
+    let rows = fleet["rows"].as_array().cloned().unwrap_or_default();
+    check(
+        rows.iter().map(|r| cents(&r["amount"])).sum::<i128>() == cents(&fleet["total"]),
+        format!("the fleet's rows do not add up to its total to the cent: {fleet}"),
+    );
+    let per_node: i128 = NODES
+        .iter()
+        .map(|n| nano(&cost(&["--matchers", &format!("node=\"{n}\""), "--by", "namespace"])["total_nano"]))
+        .sum();
+    check(per_node == fleet_total, format!("the nodes' bills add up to {per_node} nano, the fleet's is {fleet_total}"));
+    let by_ns = cost(&["--by", "namespace"]);
+    let want = stored("sum by (namespace) (gpu_tracer_container_cost_total)");
+    for r in by_ns["rows"].as_array().cloned().unwrap_or_default().iter().filter(|r| r["line"] == "container") {
+        let ns = r["group"]["namespace"].as_str().unwrap_or_default().to_string();
+        check(
+            want.get(&ns) == Some(&nano(&r["nano"])),
+            format!("namespace {ns}: {} nano in the bill, {:?} stored", r["nano"], want.get(&ns)),
+        );
+    }
+    let by_team = cost(&["--by", "label:team", "--policy", "spread"]);
+    let teams: Vec<&str> = by_team["rows"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|r| r["group"]["team"].as_str()).collect())
+        .unwrap_or_default();
+    check(
+        teams.contains(&"ml") && teams.contains(&"research") && nano(&by_team["total_nano"]) == fleet_total,
+        format!("per team, spread: {by_team}"),
+    );
+    // One agent's own bill read from its /metrics: a little later than Prometheus' last scrape, so
+    // at least as much, and no more than its GPUs' price for the time since `end`.
+    let (node_a, addr_a, _) = &nodes[0];
+    let before = stored("gpu_tracer_bill_total{node=\"sim-a\"}").values().sum::<i128>();
+    let socket = format!("unix://{}", tmp.path().join(format!("{node_a}.sock")).display());
+    let metrics_url = format!("http://{addr_a}/metrics");
+    for source in [vec!["--metrics", &metrics_url, "--node", node_a], vec!["--connect", &socket]] {
+        let out = Command::new(&tracer)
+            .arg("cost")
+            .args(&source)
+            .args(["--format", "json", "--by", "node,namespace"])
+            .output()
+            .expect("running gpu-tracer cost");
+        let direct: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout))
+            .unwrap_or_else(|e| panic!("cost {source:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() - end + 2.0;
+        let price = direct["prices_per_gpu_hour"][0].as_f64().unwrap_or(0.0);
+        let gpus = memory.len() as f64 / NODES.len() as f64;
+        let most = (price * gpus * since / 3600.0 * 1e9) as i128;
+        let got = nano(&direct["total_nano"]);
+        check(
+            got >= before && got - before <= most,
+            format!(
+                "{node_a} {source:?}: bill {got} nano, Prometheus had {before} at the end, at most {most} more allowed"
+            ),
+        );
+        let rows = direct["rows"].as_array().cloned().unwrap_or_default();
+        check(
+            rows.iter().map(|r| cents(&r["amount"])).sum::<i128>() == cents(&direct["total"])
+                && rows.iter().any(|r| r["group"]["node"] == *node_a && r["group"]["namespace"] == "ml"),
+            format!("cost {source:?}: rows do not add up or do not name {node_a}: {direct}"),
+        );
+    }
+    eprintln!(
+        "cost: fleet {} = the stored bill lines to the nano, = the sum of the nodes' bills; {} namespaces match",
+        fleet["total"],
+        want.len()
+    );
 
     for (_, _, child) in &mut nodes {
         check(child.running(), format!("{} exited during the test", child.what));

@@ -77,6 +77,10 @@ struct Args {
     /// on) [default: 2.5 s before the end].
     #[arg(long, value_name = "SECONDS")]
     quiet_after: Option<f64>,
+    /// With --agent: where the agent serves its gRPC API (e.g. unix:///tmp/sim-a.sock) [default:
+    /// off, since the default socket is one per machine and several nodes may run here].
+    #[arg(long, value_name = "ADDR", default_value = "off")]
+    grpc_listen: String,
 }
 
 // ----- signals ------------------------------------------------------------------------------------
@@ -1405,8 +1409,7 @@ fn run_agent(
         .arg(&node.libcuda)
         .arg("--config")
         .arg(&node.doubles.config)
-        // Off: the gRPC API's default socket is one per machine, and several nodes may run here.
-        .args(["agent", "--listen", listen, "--grpc-listen", "off"])
+        .args(["agent", "--listen", listen, "--grpc-listen", &args.grpc_listen])
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped());

@@ -66,6 +66,13 @@ use crate::{
     model::{AgentSnapshot, OtlpDrop, OtlpStats},
 };
 
+/// The rustls configuration of an HTTP client: for `https`, trusting the PEM CA certificate(s)
+/// `ca_pem`, else the system's roots (`gpu-tracer cost --prometheus` uses it too).
+pub(crate) fn http_client_tls(ca_pem: Option<&[u8]>, https: bool) -> Result<rustls::ClientConfig, String> {
+    let tls = https.then(|| settings::OtlpTls { ca_pem: ca_pem.map(<[u8]>::to_vec), identity: None });
+    transport::http_tls(tls.as_ref())
+}
+
 /// The signals, as the `signal` label.
 pub const SIGNALS: [&str; 2] = ["metrics", "logs"];
 /// Why items were dropped, as the `reason` label: the event queue was full, the collector refused

@@ -251,7 +251,7 @@ fn grpc_tls(tls: &OtlpTls) -> ClientTlsConfig {
 
 /// The rustls client configuration of the HTTP transport (also used for `http://`, where it is
 /// never consulted).
-fn http_tls(tls: Option<&OtlpTls>) -> Result<rustls::ClientConfig, String> {
+pub(super) fn http_tls(tls: Option<&OtlpTls>) -> Result<rustls::ClientConfig, String> {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
     let mut roots = rustls::RootCertStore::empty();
     match tls.and_then(|t| t.ca_pem.as_deref()) {
