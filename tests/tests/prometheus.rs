@@ -12,17 +12,29 @@
 //! per node, namespace and team, and one agent's own bill (its `/metrics`, its API) agrees. Before that,
 //! `promtool` checks and unit-tests the rule files and parses every dashboard query.
 //!
-//! Root: the simulated nodes need eBPF, FUSE and cgroups. It fails, never skips, without them or
-//! without Prometheus.
+//! And `/metrics` protected (`[metrics] tls_cert`, `tls_key`, `token_file`; `gpu-tracer-sim
+//! --metrics-tls-cert/--metrics-tls-key/--metrics-token-file`): a real Prometheus, configured as the
+//! chart's ServiceMonitor/PodMonitor are with `metricsTls` and `metricsToken` (https, a CA and server
+//! name or the chart's default skip-verify, `authorization: Bearer` from a file), scrapes one
+//! simulated node's agent over TLS with the token and stores its series, and is refused without the
+//! token or with a wrong one (401), over plain HTTP, and under a name the certificate lacks.
+//!
+//! Root: the simulated nodes need eBPF, FUSE and cgroups. The tests fail, never skip, without them
+//! or without Prometheus, and run one at a time.
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::Mutex,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use gpu_tracer_tests::{http, locate_binary, require_root};
 use serde_json::{Value, json};
+
+/// Each test runs simulated nodes (eBPF probes, FUSE, cgroups) on a two-core machine: one test at
+/// a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The simulated nodes: (node name, its agent's port).
 const NODES: [&str; 2] = ["sim-a", "sim-b"];
@@ -255,6 +267,7 @@ impl Prom {
 #[test]
 fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes() {
     require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let promtool = tool("promtool");
     let prometheus = tool("prometheus");
     let rules_dir = files().join("prometheus");
@@ -637,4 +650,247 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
             sim_log(node)
         );
     }
+}
+
+/// The name on the agent's certificate, as the chart's `metricsTls.prometheusTlsConfig` example
+/// has it (`serverName: gpu-tracer`): Prometheus dials an address, the certificate names the service.
+const SERVER_NAME: &str = "gpu-tracer";
+
+/// A CA and a server certificate for [`SERVER_NAME`] it signed, written as PEM under `dir`:
+/// (CA certificate, server certificate, server key).
+fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca.distinguished_name.push(DnType::CommonName, "gpu-tracer test CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut server = CertificateParams::new(vec![SERVER_NAME.to_string()]).unwrap();
+    server.distinguished_name.push(DnType::CommonName, SERVER_NAME);
+    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = server.signed_by(&key, &Issuer::new(ca, &ca_key)).unwrap();
+    let paths = (dir.join("ca.crt"), dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&paths.0, ca_cert.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    (paths.0, paths.1, paths.2)
+}
+
+/// `[metrics] tls_cert`, `tls_key` and `token_file` against a real Prometheus, configured as the
+/// chart's ServiceMonitor configures it when `metricsTls.secretName` and `metricsToken.secretName`
+/// are set (`scheme: https`, a `tls_config`, `authorization: Bearer` from a file): one simulated
+/// node's agent serves /metrics over TLS with a token. Verified against the CA by name, and with
+/// the chart's default `insecureSkipVerify`, Prometheus scrapes it and stores its series; the same
+/// target without the token or with a wrong one is refused (401), over plain HTTP it gets no HTTP
+/// answer, and under a name the certificate does not carry the handshake fails. None of those
+/// stores a series, and the failing scrapes cost the good ones no connection slot.
+#[test]
+fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_without() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prometheus = tool("prometheus");
+    let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
+    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p tracer-user)");
+    let tmp = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_files(tmp.path());
+    let token = format!("gpu-tracer-scrape-{:x}", SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos());
+    let token_file = tmp.path().join("token");
+    // As a Kubernetes Secret usually holds it: with a newline (both sides trim it).
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+
+    let node = "sim-tls";
+    let addr = format!("127.0.0.1:{}", free_port());
+    let sim_log_path = tmp.path().join(format!("{node}.log"));
+    let log = std::fs::File::create(&sim_log_path).unwrap();
+    let mut child = Stopped {
+        child: Command::new(&sim)
+            .args(["--agent", &addr, "--node", node, "--duration", "600"])
+            .arg("--metrics-tls-cert")
+            .arg(&cert)
+            .arg("--metrics-tls-key")
+            .arg(&key)
+            .arg("--metrics-token-file")
+            .arg(&token_file)
+            .arg("--tracer")
+            .arg(&tracer)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting gpu-tracer-sim"),
+        what: format!("gpu-tracer-sim {node}"),
+        grace: Duration::from_secs(60),
+    };
+    let sim_log = || std::fs::read_to_string(&sim_log_path).unwrap_or_default();
+    let start = Instant::now();
+    while !sim_log().contains(&format!("serving https://{addr}/metrics")) {
+        assert!(child.running(), "gpu-tracer-sim {node} exited:\n{}", sim_log());
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{node}'s agent did not say it serves https://{addr}/metrics within 120 s:\n{}",
+            sim_log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("{node}: its agent serves https://{addr}/metrics with a token ({:.1} s)", start.elapsed().as_secs_f64());
+
+    // One target, six ways to scrape it. (job, scheme, tls_config, authorization, scraped?)
+    let verified = json!({"ca_file": ca, "server_name": SERVER_NAME});
+    let with_token = json!({"type": "Bearer", "credentials_file": token_file});
+    let jobs = [
+        ("verified", "https", Some(verified.clone()), Some(with_token.clone()), true),
+        ("skip-verify", "https", Some(json!({"insecure_skip_verify": true})), Some(with_token.clone()), true),
+        ("no-token", "https", Some(verified.clone()), None, false),
+        (
+            "wrong-token",
+            "https",
+            Some(verified.clone()),
+            Some(json!({"type": "Bearer", "credentials": "not-it"})),
+            false,
+        ),
+        ("plain-http", "http", None, Some(with_token.clone()), false),
+        ("wrong-name", "https", Some(json!({"ca_file": ca})), Some(with_token), false),
+    ];
+    let scrape_configs: Vec<Value> = jobs
+        .iter()
+        .map(|(job, scheme, tls, auth, _)| {
+            let mut c = json!({"job_name": job, "scheme": scheme, "static_configs": [{"targets": [addr]}]});
+            if let Some(t) = tls {
+                c["tls_config"] = t.clone();
+            }
+            if let Some(a) = auth {
+                c["authorization"] = a.clone();
+            }
+            c
+        })
+        .collect();
+    let config = json!({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": scrape_configs,
+    });
+    let config_file = tmp.path().join("prometheus.yml");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let prom_log = tmp.path().join("prometheus.log");
+    let mut prom_child = Stopped {
+        child: Command::new(&prometheus)
+            .arg(format!("--config.file={}", config_file.display()))
+            .arg(format!("--storage.tsdb.path={}", tmp.path().join("data").display()))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&prom_log).unwrap())
+            .spawn()
+            .expect("starting prometheus"),
+        what: "prometheus".into(),
+        grace: Duration::from_secs(20),
+    };
+    let prom = Prom { addr: prom_addr };
+
+    // Every job's target has been scraped as it should: up, or down with an error.
+    // job → (health, lastError, scrapeUrl)
+    let mut targets: BTreeMap<String, (String, String, String)> = BTreeMap::new();
+    let settled = |t: &BTreeMap<String, (String, String, String)>| {
+        jobs.iter().all(|(job, _, _, _, ok)| {
+            t.get(*job).is_some_and(|(h, e, _)| if *ok { h == "up" } else { h == "down" && !e.is_empty() })
+        })
+    };
+    let waited = Instant::now();
+    while !settled(&targets) {
+        assert!(child.running(), "gpu-tracer-sim {node} exited:\n{}", sim_log());
+        assert!(prom_child.running(), "prometheus exited:\n{}", std::fs::read_to_string(&prom_log).unwrap_or_default());
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the scrapes did not settle within 60 s: {targets:#?}\n--- prometheus:\n{}\n--- {node}:\n{}",
+            std::fs::read_to_string(&prom_log).unwrap_or_default(),
+            sim_log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        if let Ok(data) = prom.api("/api/v1/targets?state=active", &[]) {
+            targets = data["activeTargets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    let s = |k: &str| t[k].as_str().unwrap_or_default().to_string();
+                    (
+                        t["labels"]["job"].as_str().unwrap_or_default().to_string(),
+                        (s("health"), s("lastError"), s("scrapeUrl")),
+                    )
+                })
+                .collect();
+        }
+    }
+    for (job, (health, error, url)) in &targets {
+        eprintln!("job {job}: {url} {health} {error}");
+    }
+    // Some series need the pods to have worked a while (the bill needs a priced interval).
+    prom.wait_for(
+        "the agent's series",
+        "gpu_tracer_attribution_memory_bytes{job=\"verified\"}",
+        1,
+        Duration::from_secs(60),
+    );
+    prom.wait_for("the agent's bill", "gpu_tracer_bill_total{job=\"skip-verify\"}", 1, Duration::from_secs(60));
+    eprintln!("prometheus on {}: the scrapes settled ({:.1} s)", prom.addr, waited.elapsed().as_secs_f64());
+
+    let mut failures: Vec<String> = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(what);
+        }
+    };
+    let query = |q: &str| prom.query(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+    for (job, scheme, _, _, ok) in &jobs {
+        let (_, error, url) = &targets[*job];
+        check(url.starts_with(&format!("{scheme}://{addr}/")), format!("job {job}: scrape URL {url}"));
+        let up: Vec<f64> = query(&format!("up{{job=\"{job}\"}}")).into_iter().map(|(_, v)| v).collect();
+        check(up == [if *ok { 1.0 } else { 0.0 }], format!("job {job}: up is {up:?}"));
+        let stored = query(&format!("count({{__name__=~\"gpu_tracer_.+\", job=\"{job}\"}})"));
+        check(
+            stored.first().is_some_and(|(_, n)| *n > 0.0) == *ok,
+            format!("job {job}: {stored:?} gpu_tracer series stored"),
+        );
+        // Why each one failed: the token is checked after the handshake, and only there.
+        let why_ok = match *job {
+            "no-token" | "wrong-token" => error.contains("401"),
+            "plain-http" => !error.is_empty() && !error.contains("401"),
+            // Go: "x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs".
+            "wrong-name" => error.contains("x509:"),
+            _ => error.is_empty(),
+        };
+        check(why_ok, format!("job {job}: last error {error:?}"));
+    }
+    // The refused scrapes took no connection slot from the good ones (each job keeps one connection).
+    let refused = query("sum(gpu_tracer_http_connections_refused_total{job=\"verified\"})");
+    check(refused.first().is_some_and(|(_, n)| *n == 0.0), format!("connections refused by the agent: {refused:?}"));
+    // The token is in no log.
+    let prom_text = std::fs::read_to_string(&prom_log).unwrap_or_default();
+    check(!sim_log().contains(&token) && !prom_text.contains(&token), "the token appears in a log".into());
+    check(child.running(), format!("{} exited during the test", child.what));
+    if !failures.is_empty() {
+        panic!(
+            "{} check(s) failed:\n{}\n--- prometheus:\n{prom_text}\n--- {node}:\n{}",
+            failures.len(),
+            failures.join("\n"),
+            sim_log()
+        );
+    }
+    eprintln!(
+        "TLS and the token hold: verified and skip-verify scrapes up; no token, a wrong token, plain HTTP and a \
+         wrong server name refused ({:.1} s in all)",
+        start.elapsed().as_secs_f64()
+    );
+    prom_child.stop();
+    let status = child.stop();
+    assert!(
+        status.is_some_and(|s| s.code() == Some(130)),
+        "gpu-tracer-sim {node} did not stop cleanly on SIGTERM ({status:?}):\n{}",
+        sim_log()
+    );
 }

@@ -64,9 +64,10 @@ struct Args {
     /// The `gpu-tracer` binary [default: the one next to this program].
     #[arg(long)]
     tracer: Option<PathBuf>,
-    /// Run `gpu-tracer agent --listen ADDR` (Prometheus metrics on http://ADDR/metrics) instead
-    /// of `top`, with two more pods (an idle reservation, a guardrail violation), until
-    /// --duration ends or SIGINT/SIGTERM. Nothing is checked: the caller reads the metrics.
+    /// Run `gpu-tracer agent --listen ADDR` (Prometheus metrics on http://ADDR/metrics; https
+    /// with --metrics-tls-cert) instead of `top`, with two more pods (an idle reservation, a
+    /// guardrail violation), until --duration ends or SIGINT/SIGTERM. Nothing is checked: the
+    /// caller reads the metrics.
     #[arg(long, value_name = "ADDR")]
     agent: Option<String>,
     /// The node's name (the pods' spec.nodeName and the tracer's kubernetes.node_name). Several
@@ -81,6 +82,40 @@ struct Args {
     /// off, since the default socket is one per machine and several nodes may run here].
     #[arg(long, value_name = "ADDR", default_value = "off")]
     grpc_listen: String,
+    /// With --agent: serve /metrics (and /healthz, /readyz) over TLS with this PEM certificate
+    /// chain (the agent's `[metrics] tls_cert`; needs --metrics-tls-key) [default: plain HTTP].
+    #[arg(long, value_name = "FILE", requires_all = ["agent", "metrics_tls_key"])]
+    metrics_tls_cert: Option<PathBuf>,
+    /// With --agent: the PEM private key of --metrics-tls-cert (`[metrics] tls_key`).
+    #[arg(long, value_name = "FILE", requires_all = ["agent", "metrics_tls_cert"])]
+    metrics_tls_key: Option<PathBuf>,
+    /// With --agent: /metrics answers only scrapes that carry the bearer token in this file
+    /// (`[metrics] token_file`) [default: no token].
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    metrics_token_file: Option<PathBuf>,
+}
+
+impl Args {
+    /// The agent's `[metrics]` table for the --metrics-* flags (empty without them: the agent's
+    /// defaults, plain HTTP and no token).
+    fn metrics_config(&self) -> String {
+        let mut table = String::new();
+        for (key, value) in [
+            ("tls_cert", &self.metrics_tls_cert),
+            ("tls_key", &self.metrics_tls_key),
+            ("token_file", &self.metrics_token_file),
+        ] {
+            if let Some(path) = value {
+                table.push_str(&format!("{key} = {path:?}\n"));
+            }
+        }
+        if table.is_empty() { table } else { format!("\n[metrics]\n{table}") }
+    }
+
+    /// How the agent serves /metrics: `https` with --metrics-tls-cert, else `http`.
+    fn metrics_scheme(&self) -> &'static str {
+        if self.metrics_tls_cert.is_some() { "https" } else { "http" }
+    }
 }
 
 // ----- signals ------------------------------------------------------------------------------------
@@ -806,7 +841,14 @@ struct NodeDoubles {
 }
 
 impl NodeDoubles {
-    fn start(driver: &FakeDriver, pods: &[(&PodSpec, PodCgroup)], node: &str) -> anyhow::Result<NodeDoubles> {
+    /// `extra_config`: TOML tables appended to the tracer's config (none of `[nvml]`,
+    /// `[attribution]`, `[kubernetes]`, which this writes).
+    fn start(
+        driver: &FakeDriver,
+        pods: &[(&PodSpec, PodCgroup)],
+        node: &str,
+        extra_config: &str,
+    ) -> anyhow::Result<NodeDoubles> {
         use gpu_tracer_proto::podresources::v1 as pr;
         use gpu_tracer_tests::{
             kube_api::{FakeApiServer, FakePod},
@@ -878,7 +920,7 @@ impl NodeDoubles {
             format!(
                 "[nvml]\nmode = \"required\"\nlibrary = {:?}\n\n[attribution]\nprice_per_gpu_hour = {PRICE_PER_GPU_HOUR}\n\
                  idle_reservation_after_s = 5\n\n[kubernetes]\nmode = \"required\"\nnode_name = {node:?}\nkubeconfig = {:?}\n\
-                 pod_resources_socket = {:?}\n",
+                 pod_resources_socket = {:?}\n{extra_config}",
                 model.library(),
                 kubeconfig,
                 kubelet.socket()
@@ -1102,7 +1144,8 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     // The rest of the node: an API server with the three pods, the kubelet's pod-resources socket
     // (train-a and notebook-c time-slice GPU 0 as replicas; infer-b has GPU 1), and NVML.
-    let doubles = NodeDoubles::start(&driver, &pods, &args.node).context("starting the Kubernetes and NVML doubles")?;
+    let doubles = NodeDoubles::start(&driver, &pods, &args.node, &args.metrics_config())
+        .context("starting the Kubernetes and NVML doubles")?;
     let setup_s = started.elapsed().as_secs_f64();
     if let Some(listen) = &args.agent {
         let node = Node { driver, pods, workloads, doubles, libcuda, dev_dir };
@@ -1420,13 +1463,14 @@ fn run_agent(
     let (tx, rx) = channel();
     let err = agent.stderr.take().expect("piped stderr");
     let reader_tx = tx.clone();
-    // The agent's log goes on to our stderr; its "serving http://" line says the probes are
+    // The agent's log goes on to our stderr; its "serving http(s)://" line says the probes are
     // attached and the first snapshot is being made.
     std::thread::spawn(move || {
         for line in BufReader::new(err).lines() {
             let Ok(line) = line else { break };
             eprintln!("{line}");
-            if line.contains("serving http://") && reader_tx.send(Msg::Top(line)).is_err() {
+            let serving = line.contains("serving http://") || line.contains("serving https://");
+            if serving && reader_tx.send(Msg::Top(line)).is_err() {
                 return;
             }
         }
@@ -1447,8 +1491,9 @@ fn run_agent(
                 }
                 .max(now);
                 println!(
-                    "t+{:4.1}s the agent serves http://{listen}/metrics; the pods start working",
-                    t0.elapsed().as_secs_f64()
+                    "t+{:4.1}s the agent serves {}://{listen}/metrics; the pods start working",
+                    t0.elapsed().as_secs_f64(),
+                    args.metrics_scheme()
                 );
                 let workloads = std::mem::take(&mut node.workloads);
                 apps = start_pods(&node.pods, workloads, &node.dev_dir, &node.libcuda, t0, quiet_at, &tx);
