@@ -1,7 +1,10 @@
 //! The attribution families: per GPU, the latest interval split into lines that add up to the
 //! device (`attribution_*`, `gpu_sharing_info`); per container, cumulative energy and cost, idle
 //! reservations and rightsizing (`container_*`); and the bill by line.
-use std::{collections::BTreeMap, fmt};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+};
 
 use prometheus_client::{
     encoding::{DescriptorEncoder, EncodeLabelSet},
@@ -17,18 +20,54 @@ use crate::attribution::{SharingMode, attributor::suggests_smaller, gpu::Compute
 /// One line of a GPU's split: `line` is `container` (with the container labels) or a named
 /// remainder (`driver_reserved`, `unattributed`, `free`, `idle`) with empty container labels, so
 /// `sum by (gpu)` over a family is the device total.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, EncodeLabelSet)]
-struct GpuLineLabels {
-    #[prometheus(flatten)]
-    gpu: GpuIdLabels,
+struct GpuLineRef<'a> {
+    gpu: &'a GpuIdLabels,
     line: &'static str,
-    #[prometheus(flatten)]
-    container: ContainerLabels,
+    container: &'a ContainerLabels,
 }
 
-impl EncodeLabelSet for &GpuLineLabels {
+impl EncodeLabelSet for GpuLineRef<'_> {
     fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
-        (**self).encode(encoder)
+        self.gpu.encode(encoder)?;
+        [("line", self.line)].encode(encoder)?;
+        self.container.encode(encoder)
+    }
+}
+
+/// Container labels interned per scrape: each cgroup resolved once, each distinct label set
+/// stored once (cgroups that resolve to the same labels share an index, so they are summed).
+struct Interned {
+    labels: Vec<ContainerLabels>,
+    by_labels: HashMap<ContainerLabels, usize>,
+    by_cgroup: HashMap<u64, usize>,
+}
+
+impl Default for Interned {
+    fn default() -> Self {
+        Interned {
+            labels: vec![ContainerLabels::default()],
+            by_labels: HashMap::from([(ContainerLabels::default(), 0)]),
+            by_cgroup: HashMap::new(),
+        }
+    }
+}
+
+impl Interned {
+    fn of_cgroup(&mut self, s: &Scrape<'_>, cgroup_id: u64) -> usize {
+        if let Some(&i) = self.by_cgroup.get(&cgroup_id) {
+            return i;
+        }
+        let l = s.container_by_id(cgroup_id);
+        let i = match self.by_labels.get(&l) {
+            Some(&i) => i,
+            None => {
+                self.labels.push(l.clone());
+                self.by_labels.insert(l, self.labels.len() - 1);
+                self.labels.len() - 1
+            }
+        };
+        self.by_cgroup.insert(cgroup_id, i);
+        i
     }
 }
 
@@ -66,17 +105,21 @@ pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::
     let Some(a) = s.snapshot.attribution.as_deref() else {
         return Ok(());
     };
-    type Lines = BTreeMap<GpuLineLabels, u64>;
+    // Aggregated by small keys (GPU index, line, interned container labels): comparing and
+    // cloning the label strings for every (GPU, container, family) was most of a scrape's time.
+    type Lines = BTreeMap<(usize, &'static str, usize), u64>;
     let (mut memory, mut sm, mut energy, mut cost, mut launches) =
         (Lines::new(), Lines::new(), Lines::new(), Lines::new(), Lines::new());
-    let mut totals: BTreeMap<GpuIdLabels, u64> = BTreeMap::new();
+    let mut totals: BTreeMap<usize, u64> = BTreeMap::new();
     let mut sharing: BTreeMap<SharingLabels, u64> = BTreeMap::new();
-    let add = |m: &mut Lines, gpu: &GpuIdLabels, line: &'static str, c: Option<&ContainerLabels>, v: u64| {
-        let k = GpuLineLabels { gpu: gpu.clone(), line, container: c.cloned().unwrap_or_default() };
-        let slot = m.entry(k).or_default();
+    let mut gpus: Vec<GpuIdLabels> = Vec::with_capacity(a.gpus.len());
+    // Index 0: the lines that belong to no container (empty container labels).
+    let mut names = Interned::default();
+    let add = |m: &mut Lines, gpu: usize, line: &'static str, c: usize, v: u64| {
+        let slot = m.entry((gpu, line, c)).or_default();
         *slot = slot.saturating_add(v);
     };
-    for g in &a.gpus {
+    for (gi, g) in a.gpus.iter().enumerate() {
         let id = GpuIdLabels::new(&g.uuid, g.minor, g.mig_profile.as_deref());
         sharing.insert(
             SharingLabels {
@@ -86,40 +129,42 @@ pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::
             },
             1,
         );
+        gpus.push(id);
         for c in &g.containers {
-            let labels = s.container_by_id(c.container.0);
-            let l = Some(&labels);
-            add(&mut sm, &id, "container", l, c.sm_millipct as u64);
-            add(&mut launches, &id, "container", l, c.launches);
+            let l = names.of_cgroup(s, c.container.0);
+            add(&mut sm, gi, "container", l, c.sm_millipct as u64);
+            add(&mut launches, gi, "container", l, c.launches);
             if g.memory.is_some() {
-                add(&mut memory, &id, "container", l, c.memory_bytes);
+                add(&mut memory, gi, "container", l, c.memory_bytes);
             }
             if let Some(mj) = c.energy_mj {
-                add(&mut energy, &id, "container", l, mj);
+                add(&mut energy, gi, "container", l, mj);
             }
             if let Some(n) = c.cost_nano {
-                add(&mut cost, &id, "container", l, n);
+                add(&mut cost, gi, "container", l, n);
             }
         }
         if let Some(m) = &g.memory {
-            add(&mut memory, &id, "driver_reserved", None, m.driver_reserved);
-            add(&mut memory, &id, "unattributed", None, m.unattributed);
-            add(&mut memory, &id, "free", None, m.free);
-            let t = totals.entry(id.clone()).or_default();
+            add(&mut memory, gi, "driver_reserved", 0, m.driver_reserved);
+            add(&mut memory, gi, "unattributed", 0, m.unattributed);
+            add(&mut memory, gi, "free", 0, m.free);
+            let t = totals.entry(gi).or_default();
             *t = t.saturating_add(m.total);
         }
-        add(&mut sm, &id, "unattributed", None, g.compute.unattributed as u64);
-        add(&mut sm, &id, "idle", None, g.compute.idle as u64);
+        add(&mut sm, gi, "unattributed", 0, g.compute.unattributed as u64);
+        add(&mut sm, gi, "idle", 0, g.compute.idle as u64);
         if let Some(en) = &g.energy {
-            add(&mut energy, &id, "unattributed", None, en.unattributed);
-            add(&mut energy, &id, "idle", None, en.idle);
+            add(&mut energy, gi, "unattributed", 0, en.unattributed);
+            add(&mut energy, gi, "idle", 0, en.idle);
         }
         if let Some(k) = &g.cost {
-            add(&mut cost, &id, "driver_reserved", None, k.driver_reserved);
-            add(&mut cost, &id, "unattributed", None, k.unattributed);
-            add(&mut cost, &id, "idle", None, k.idle);
+            add(&mut cost, gi, "driver_reserved", 0, k.driver_reserved);
+            add(&mut cost, gi, "unattributed", 0, k.unattributed);
+            add(&mut cost, gi, "idle", 0, k.idle);
         }
     }
+    let labels =
+        |&(g, line, c): &(usize, &'static str, usize)| GpuLineRef { gpu: &gpus[g], line, container: &names.labels[c] };
     gauge_family(
         e,
         "gpu_sharing_info",
@@ -132,42 +177,42 @@ pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::
         "attribution_memory",
         "GPU memory by line: container lines + driver_reserved + unattributed + free = the GPU's total.",
         Some(&Unit::Bytes),
-        memory.iter().map(|(l, v)| (l, *v)),
+        memory.iter().map(|(k, v)| (labels(k), *v)),
     )?;
     gauge_family(
         e,
         "attribution_memory_total",
         "GPU memory total the attribution lines add up to.",
         Some(&Unit::Bytes),
-        totals.iter().map(|(l, v)| (l, *v)),
+        totals.iter().map(|(g, v)| (&gpus[*g], *v)),
     )?;
     gauge_family(
         e,
         "attribution_sm_share",
         "Share of the interval's SM time by line (container, unattributed, idle); sums to 1 per GPU.",
         Some(&ratio_unit()),
-        sm.iter().map(|(l, v)| (l, ratio_of_millipct(*v))),
+        sm.iter().map(|(k, v)| (labels(k), ratio_of_millipct(*v))),
     )?;
     gauge_family(
         e,
         "attribution_interval_energy",
         "GPU energy of the latest interval by line (container, unattributed, idle).",
         Some(&Unit::Joules),
-        energy.iter().map(|(l, v)| (l, joules(*v))),
+        energy.iter().map(|(k, v)| (labels(k), joules(*v))),
     )?;
     gauge_family(
         e,
         "attribution_interval_cost",
         "The GPU's price for the latest interval by line, in the price's currency.",
         None,
-        cost.iter().map(|(l, v)| (l, currency(*v))),
+        cost.iter().map(|(k, v)| (labels(k), currency(*v))),
     )?;
     gauge_family(
         e,
         "attribution_interval_launches",
         "Kernel launches per container and GPU in the latest interval.",
         None,
-        launches.iter().map(|(l, v)| (l, *v)),
+        launches.iter().map(|(k, v)| (labels(k), *v)),
     )?;
     gauge(
         e,
@@ -180,19 +225,6 @@ pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::
         gauge(e, "price_per_gpu_hour", "The price of one GPU for one hour, as applied to cost.", None, p)?;
     }
     Ok(())
-}
-
-/// Labels of a container's rightsizing suggestion.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, EncodeLabelSet)]
-struct RightsizingLabels {
-    #[prometheus(flatten)]
-    container: ContainerLabels,
-    /// `mig_profile`, `fraction` or `whole_gpu`.
-    fit: &'static str,
-    /// The MIG profile, `NN%` of the GPU, or `whole`.
-    suggested: String,
-    /// The fit is smaller than what it asked for (or than a GPU, with no request).
-    smaller: &'static str,
 }
 
 /// Per container across GPUs: cumulative energy and cost, idle reservations and rightsizing.
@@ -208,13 +240,16 @@ pub fn container_totals(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
         idle_bytes: Option<u64>,
         idle_since_ns: u64,
     }
-    let mut acc: BTreeMap<ContainerLabels, Acc> = BTreeMap::new();
-    let mut rightsizing: BTreeMap<RightsizingLabels, u64> = BTreeMap::new();
+    // Keyed by interned container labels (see `attribution_lines`).
+    let mut names = Interned::default();
+    let mut acc: BTreeMap<usize, Acc> = BTreeMap::new();
+    // (container, fit, suggested, smaller) -> 1.
+    let mut rightsizing: BTreeMap<(usize, &'static str, String, &'static str), u64> = BTreeMap::new();
     // (container, stat) -> (memory bytes, SM millipercent).
-    let mut peaks: BTreeMap<(ContainerLabels, &'static str), (u64, u64)> = BTreeMap::new();
+    let mut peaks: BTreeMap<(usize, &'static str), (u64, u64)> = BTreeMap::new();
     for c in &a.containers {
-        let labels = s.container_by_id(c.container.0);
-        let x = acc.entry(labels.clone()).or_default();
+        let labels = names.of_cgroup(s, c.container.0);
+        let x = acc.entry(labels).or_default();
         x.energy_mj = x.energy_mj.saturating_add(c.cumulative_energy_mj);
         x.cost_nano = x.cost_nano.saturating_add(c.cumulative_cost_nano);
         x.has_cost |= a.price_per_gpu_hour.is_some() || c.cumulative_cost_nano > 0;
@@ -229,64 +264,67 @@ pub fn container_totals(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
                 Fit::WholeGpu => ("whole_gpu", "whole".to_owned()),
             };
             let smaller = if suggests_smaller(r) { "true" } else { "false" };
-            rightsizing.insert(RightsizingLabels { container: labels.clone(), fit, suggested, smaller }, 1);
+            rightsizing.insert((labels, fit, suggested, smaller), 1);
             for (stat, mem, sm) in
                 [("peak", r.peak_memory_bytes, r.peak_sm_millipct), ("p95", r.p95_memory_bytes, r.p95_sm_millipct)]
             {
-                let p = peaks.entry((labels.clone(), stat)).or_default();
+                let p = peaks.entry((labels, stat)).or_default();
                 p.0 = p.0.max(mem);
                 p.1 = p.1.max(sm as u64);
             }
         }
     }
+    let l = |i: &usize| &names.labels[*i];
     counter_family(
         e,
         "container_energy",
         "GPU energy attributed to the container since it first appeared (its share of each GPU's energy).",
         Some(&Unit::Joules),
-        acc.iter().map(|(l, x)| (l, joules(x.energy_mj))),
+        acc.iter().map(|(i, x)| (l(i), joules(x.energy_mj))),
     )?;
     counter_family(
         e,
         "container_cost",
         "Cost attributed to the container since it first appeared, in the price's currency.",
         None,
-        acc.iter().filter(|(_, x)| x.has_cost).map(|(l, x)| (l, currency(x.cost_nano))),
+        acc.iter().filter(|(_, x)| x.has_cost).map(|(i, x)| (l(i), currency(x.cost_nano))),
     )?;
     gauge_family(
         e,
         "container_idle_reservation",
         "GPU memory held by a container that has run nothing for the configured time (only flagged containers).",
         Some(&Unit::Bytes),
-        acc.iter().filter_map(|(l, x)| Some((l, x.idle_bytes?))),
+        acc.iter().filter_map(|(i, x)| Some((l(i), x.idle_bytes?))),
     )?;
     gauge_family(
         e,
         "container_idle_reservation_since_timestamp",
         "When a flagged container's idle reservation started (Unix time).",
         Some(&Unit::Seconds),
-        acc.iter().filter(|(_, x)| x.idle_bytes.is_some()).map(|(l, x)| (l, x.idle_since_ns as f64 / 1e9)),
+        acc.iter().filter(|(_, x)| x.idle_bytes.is_some()).map(|(i, x)| (l(i), x.idle_since_ns as f64 / 1e9)),
     )?;
     gauge_family(
         e,
         "container_rightsizing_info",
         "What would fit the container's peak use with headroom (fit, suggested), and whether it is smaller; value 1.",
         None,
-        rightsizing,
+        rightsizing.iter().map(|((i, fit, suggested, smaller), v)| {
+            ((l(i), [("fit", *fit), ("suggested", suggested.as_str()), ("smaller", *smaller)]), *v)
+        }),
     )?;
     gauge_family(
         e,
         "container_rightsizing_memory",
         "Peak and p95 of the container's GPU memory over the rightsizing window, by stat.",
         Some(&Unit::Bytes),
-        peaks.iter().map(|(l, (m, _))| ((&l.0, [("stat", l.1)]), *m)),
+        peaks.iter().map(|((i, stat), (m, _))| ((l(i), [("stat", *stat)]), *m)),
     )?;
     gauge_family(
         e,
         "container_rightsizing_sm_share",
         "Peak and p95 of the container's SM share (of one GPU) over the rightsizing window, by stat.",
         Some(&ratio_unit()),
-        peaks.iter().map(|(l, (_, sm))| ((&l.0, [("stat", l.1)]), ratio_of_millipct(*sm))),
+        peaks.iter().map(|((i, stat), (_, sm))| ((l(i), [("stat", *stat)]), ratio_of_millipct(*sm))),
     )
 }
 

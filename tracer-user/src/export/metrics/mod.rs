@@ -52,7 +52,7 @@ mod process;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::{collections::BTreeMap, fmt, sync::Arc};
+use std::{collections::HashMap, fmt, sync::Arc};
 
 use prometheus_client::{
     collector::Collector,
@@ -408,11 +408,23 @@ fn by_container<'r, T: 'r, A: Default>(
     rows: impl IntoIterator<Item = &'r T>,
     key: impl Fn(&T) -> (u64, Option<&str>),
     mut add: impl FnMut(&mut A, &T),
-) -> BTreeMap<ContainerLabels, A> {
-    let mut out: BTreeMap<ContainerLabels, A> = BTreeMap::new();
+) -> Vec<(ContainerLabels, A)> {
+    // A hash index beside the rows, in first-seen order: a sorted map compared the label strings
+    // ~10 times per row, a large share of a scrape at 800 cgroups.
+    let mut out: Vec<(ContainerLabels, A)> = Vec::new();
+    let mut index: HashMap<ContainerLabels, usize> = HashMap::new();
     for r in rows {
         let (id, path) = key(r);
-        add(out.entry(s.container(id, path)).or_default(), r);
+        let labels = s.container(id, path);
+        let i = match index.get(&labels) {
+            Some(&i) => i,
+            None => {
+                out.push((labels.clone(), A::default()));
+                index.insert(labels, out.len() - 1);
+                out.len() - 1
+            }
+        };
+        add(&mut out[i].1, r);
     }
     out
 }
