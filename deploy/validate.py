@@ -6,6 +6,7 @@ helm-python-sdk, Helm's own Go engine, and kubernetes-validate, the Kubernetes O
 
   validate.py REPO_ROOT  ->  {"base": [...], "privileged_overlay": [...], "chart": {VARIANT: [...]},
                               "lint": {...}, "refused": {CASE: why}, "unvalidated": [...],
+                              "crd_checked": N, "crd_refused": [why, ...],
                               "shipped": {"rules": {FILE: parsed}, "dashboards": {FILE: parsed}}}
                               on stdout, exit 0
 Any render, lint or schema error: a message on stderr, exit 1.
@@ -16,7 +17,11 @@ import shutil
 import subprocess
 import sys
 
+import copy
+import glob
+
 import helm_python
+import jsonschema
 import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError
@@ -24,8 +29,11 @@ from kubernetes_validate.utils import SchemaNotFoundError
 # Oldest Kubernetes the deployment supports (securityContext.appArmorProfile is 1.30) and the
 # newest schema kubernetes-validate ships.
 K8S_VERSIONS = ["1.30.0", kubernetes_validate.utils.latest_version()]
-# Kinds with no schema in Kubernetes' OpenAPI (CRDs): checked structurally by the Rust test.
+# Kinds with no schema in Kubernetes' OpenAPI (the Prometheus operator's CRDs): checked against the
+# CRDs' own openAPIV3Schema, vendored in deploy/schemas/prometheus-operator (its README says which).
 CRD_GROUPS = ("monitoring.coreos.com/",)
+CRD_DIR = "deploy/schemas/prometheus-operator"
+CRD_SCHEMAS = {}
 RELEASE = "gpu-tracer"
 VARIANTS = {
     "default": {},
@@ -87,6 +95,48 @@ MUST_REFUSE = {
 
 errors = []
 unvalidated = []
+crd_checked = [0]
+
+
+def load_crds(root):
+    for f in sorted(glob.glob(os.path.join(root, CRD_DIR, "*.yaml"))):
+        crd = yaml.safe_load(open(f))
+        for v in crd["spec"]["versions"]:
+            key = (f"{crd['spec']['group']}/{v['name']}", crd["spec"]["names"]["kind"])
+            CRD_SCHEMAS[key] = v["schema"]["openAPIV3Schema"]
+
+
+def pruned_fields(obj, schema, path):
+    """Fields the API server would drop without a word (structural pruning): not in the schema."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    out = []
+    if isinstance(obj, dict):
+        props, more = schema.get("properties"), schema.get("additionalProperties")
+        for k, v in obj.items():
+            if props is not None and k in props:
+                out += pruned_fields(v, props[k], f"{path}.{k}")
+            elif isinstance(more, dict):
+                out += pruned_fields(v, more, f"{path}.{k}")
+            elif props is not None or more is False:
+                out.append(f"{path}.{k}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(obj):
+            out += pruned_fields(v, schema["items"], f"{path}[{i}]")
+    return out
+
+
+def crd_errors(o):
+    """What the API server would refuse (schema) or silently drop (unknown fields) in a CRD object.
+    metadata is ObjectMeta, which the API server checks itself (the CRD schema says only "object")."""
+    schema = CRD_SCHEMAS.get((o["apiVersion"], o["kind"]))
+    if schema is None:
+        return [f"no vendored CRD for {o['apiVersion']} {o['kind']} in {CRD_DIR}"]
+    out = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
+           for e in jsonschema.Draft7Validator(schema).iter_errors(o)]
+    body = {k: v for k, v in o.items() if k != "metadata"}
+    out += [f"{f}: not in the CRD's schema (the API server would drop it)" for f in pruned_fields(body, schema, "")]
+    return out
 
 
 def docs(text, origin):
@@ -100,14 +150,15 @@ def docs(text, origin):
 def validate(objs, origin):
     for o in objs:
         what = f"{origin}: {o.get('kind')}/{o.get('metadata', {}).get('name')}"
+        if o["apiVersion"].startswith(CRD_GROUPS):
+            crd_checked[0] += 1
+            errors.extend(f"{what}: invalid against its CRD: {e}" for e in crd_errors(o))
+            continue
         for v in K8S_VERSIONS:
             try:
                 kubernetes_validate.validate(o, v, strict=True)
             except SchemaNotFoundError:
-                if o["apiVersion"].startswith(CRD_GROUPS):
-                    unvalidated.append(f"{what} (CRD, no schema in Kubernetes {v})")
-                else:
-                    errors.append(f"{what}: no schema for {o['apiVersion']} {o['kind']} in Kubernetes {v}")
+                errors.append(f"{what}: no schema for {o['apiVersion']} {o['kind']} in Kubernetes {v}")
             except kubernetes_validate.ValidationError as e:
                 path = ".".join(str(p) for p in e.path)
                 errors.append(f"{what}: invalid against Kubernetes {e.version} (strict): {path}: {e.message}")
@@ -115,6 +166,7 @@ def validate(objs, origin):
 
 def main():
     root = sys.argv[1]
+    load_crds(root)
     base_dir = os.path.join(root, "deploy/kubernetes/base")
     kust = yaml.safe_load(open(os.path.join(base_dir, "kustomization.yaml")))
     base = []
@@ -163,6 +215,12 @@ def main():
         except Exception as e:  # helm_python raises its own error types
             refused[what] = str(e)
 
+    # The CRD check refuses what it must: a typo'd field and an interval Prometheus cannot parse.
+    bad = copy.deepcopy(next(o for o in rendered["servicemonitor"] if o["kind"] == "ServiceMonitor"))
+    bad["spec"]["endpoints"][0]["intervall"] = "15s"
+    bad["spec"]["endpoints"][0]["interval"] = "15 seconds"
+    crd_refused = crd_errors(bad)
+
     if errors:
         print("\n".join(errors), file=sys.stderr)
         sys.exit(1)
@@ -175,7 +233,8 @@ def main():
                        for f in sorted(os.listdir(os.path.join(files, "grafana"))) if f.endswith(".json")},
     }
     json.dump({"base": base, "privileged_overlay": overlay, "chart": rendered, "lint": lint, "refused": refused,
-               "unvalidated": unvalidated, "k8s_versions": K8S_VERSIONS, "shipped": shipped}, sys.stdout)
+               "unvalidated": unvalidated, "crd_checked": crd_checked[0], "crd_refused": crd_refused,
+               "k8s_versions": K8S_VERSIONS, "shipped": shipped}, sys.stdout)
 
 
 main()

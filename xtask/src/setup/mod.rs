@@ -30,9 +30,15 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// helm-python-sdk embeds Helm's own Go engine (`helm template`/`helm lint` without a helm binary,
 /// which no registry we reach ships); kubernetes-validate ships the Kubernetes OpenAPI schemas.
 /// `opentelemetry-proto` decodes what the agent sent over OTLP in tests/tests/otlp.rs (an
-/// implementation independent of the Rust one).
-const DEPLOY_PIP_PACKAGES: &[(&str, &str)] =
-    &[("helm-python-sdk", "0.2.2"), ("kubernetes-validate", "1.37.0"), ("opentelemetry-proto", "1.45.2")];
+/// implementation independent of the Rust one). `jsonschema` (also kubernetes-validate's own
+/// dependency) checks the ServiceMonitor/PodMonitor/PrometheusRule objects against the vendored
+/// CRD schemas (deploy/schemas/prometheus-operator).
+const DEPLOY_PIP_PACKAGES: &[(&str, &str)] = &[
+    ("helm-python-sdk", "0.2.2"),
+    ("kubernetes-validate", "1.37.0"),
+    ("opentelemetry-proto", "1.45.2"),
+    ("jsonschema", "4.26.0"),
+];
 /// Where their venv lives unless `GPU_TRACER_DEPLOY_VENV` says otherwise (tests/tests/deploy.rs
 /// looks in the same place).
 const DEPLOY_VENV: &str = "/opt/gpu-tracer/deploy-venv";
