@@ -36,3 +36,16 @@ pub use harness::{
 };
 pub use pod_resources::{FakePodResources, PodResourcesCalls};
 pub use tracer::{Tracer, config_for};
+
+/// A program of Debian's `prometheus` package (`prometheus`, `promtool`) on `PATH`, or a failure
+/// naming what installs it: the tests that need it fail, never skip, without it.
+pub fn prometheus_tool(name: &str) -> std::path::PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("{name} is not installed: Debian's `prometheus` package has it (`cargo xtask setup` installs it)")
+        })
+}

@@ -9,27 +9,15 @@
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use gpu_tracer_tests::{http, locate_binary};
+use gpu_tracer_tests::{http, locate_binary, prometheus_tool};
 use serde_json::Value;
 
 const SCRAPE_S: i64 = 15;
 const RANGE_S: i64 = 3600;
-
-fn tool(name: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("{name} is not installed: Debian's `prometheus` package has it (`cargo xtask setup`)")
-        })
-}
 
 struct Killed(Child);
 
@@ -93,8 +81,8 @@ fn nano_text(n: i128) -> String {
 
 #[test]
 fn the_fleet_bill_over_a_period_is_exact_across_restarts_and_agents_that_come_and_go() {
-    let promtool = tool("promtool");
-    let prometheus = tool("prometheus");
+    let promtool = prometheus_tool("promtool");
+    let prometheus = prometheus_tool("prometheus");
     let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p tracer-user)");
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
     // The period: the hour that ended 30 min ago, scrapes on a 15 s grid.

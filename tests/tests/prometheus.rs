@@ -29,7 +29,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use gpu_tracer_tests::{http, locate_binary, require_root};
+use gpu_tracer_tests::{http, locate_binary, prometheus_tool, require_root};
 use serde_json::{Value, json};
 
 /// Each test runs simulated nodes (eBPF probes, FUSE, cgroups) on a two-core machine: one test at
@@ -50,16 +50,25 @@ fn files() -> PathBuf {
     repo_root().join("deploy/helm/gpu-tracer/files")
 }
 
-/// A program on `PATH`, or a failure naming what installs it.
-fn tool(name: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("{name} is not installed: Debian's `prometheus` package has it (`cargo xtask setup` installs it)")
-        })
+/// Prometheus serving on `addr` with `config` (JSON is YAML), its data and log under `dir`.
+fn start_prometheus(prometheus: &Path, config: &Value, dir: &Path, addr: String) -> (Stopped, Prom, PathBuf) {
+    let config_file = dir.join("prometheus.yml");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let log = dir.join("prometheus.log");
+    let child = Stopped {
+        child: Command::new(prometheus)
+            .arg(format!("--config.file={}", config_file.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting prometheus"),
+        what: "prometheus".into(),
+        grace: Duration::from_secs(20),
+    };
+    (child, Prom { addr }, log)
 }
 
 /// A loopback port nobody listens on now.
@@ -268,8 +277,8 @@ impl Prom {
 fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes() {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let promtool = tool("promtool");
-    let prometheus = tool("prometheus");
+    let promtool = prometheus_tool("promtool");
+    let prometheus = prometheus_tool("prometheus");
     let rules_dir = files().join("prometheus");
     let rule_files: Vec<PathBuf> =
         ["recording", "dcgm-compat", "alerts"].iter().map(|f| rules_dir.join(format!("{f}.rules.yml"))).collect();
@@ -361,23 +370,7 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
         "rule_files": rule_files,
         "scrape_configs": [{"job_name": "gpu-tracer", "honor_labels": true, "static_configs": targets}],
     });
-    let config_file = tmp.path().join("prometheus.yml");
-    std::fs::write(&config_file, config.to_string()).unwrap();
-    let prom_log = tmp.path().join("prometheus.log");
-    let mut prom_child = Stopped {
-        child: Command::new(&prometheus)
-            .arg(format!("--config.file={}", config_file.display()))
-            .arg(format!("--storage.tsdb.path={}", tmp.path().join("data").display()))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&prom_log).unwrap())
-            .spawn()
-            .expect("starting prometheus"),
-        what: "prometheus".into(),
-        grace: Duration::from_secs(20),
-    };
-    let prom = Prom { addr: prom_addr };
+    let (mut prom_child, prom, prom_log) = start_prometheus(&prometheus, &config, tmp.path(), prom_addr);
     let waited = Instant::now();
     prom.wait_for("both agents up", "up{job=\"gpu-tracer\"} == 1", 2, Duration::from_secs(60));
     // The recorded series of every rule file, from both nodes.
@@ -692,7 +685,7 @@ fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_without() {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let prometheus = tool("prometheus");
+    let prometheus = prometheus_tool("prometheus");
     let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
     let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p tracer-user)");
     let tmp = tempfile::tempdir().unwrap();
@@ -772,24 +765,8 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": scrape_configs,
     });
-    let config_file = tmp.path().join("prometheus.yml");
-    std::fs::write(&config_file, config.to_string()).unwrap();
     let prom_addr = format!("127.0.0.1:{}", free_port());
-    let prom_log = tmp.path().join("prometheus.log");
-    let mut prom_child = Stopped {
-        child: Command::new(&prometheus)
-            .arg(format!("--config.file={}", config_file.display()))
-            .arg(format!("--storage.tsdb.path={}", tmp.path().join("data").display()))
-            .arg(format!("--web.listen-address={prom_addr}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&prom_log).unwrap())
-            .spawn()
-            .expect("starting prometheus"),
-        what: "prometheus".into(),
-        grace: Duration::from_secs(20),
-    };
-    let prom = Prom { addr: prom_addr };
+    let (mut prom_child, prom, prom_log) = start_prometheus(&prometheus, &config, tmp.path(), prom_addr);
 
     // Every job's target has been scraped as it should: up, or down with an error.
     // job → (health, lastError, scrapeUrl)
