@@ -12,13 +12,15 @@
 //! cost per interval on an 8-GPU × 100-container node (no kernel, no root); (7) one NVML pass on that
 //! node against the fake library, and the agent-side memory of that node size; (8) the event API's
 //! delivery to one and to 100 subscribers over its Unix socket; (9) the OTLP exporter's cost per export
-//! on that node, and the agent-side memory with Prometheus, OTLP and 10 subscribers on.
+//! on that node, and the agent-side memory with Prometheus, OTLP and 10 subscribers on; (10) the
+//! fleet's bill from a real Prometheus holding a month of 100 nodes (`cost --prometheus`).
 //!
 //! With `--only`, the sections not run keep their text from the report being overwritten.
 mod agent_run;
 mod api;
 mod attribution;
 mod bpftrace;
+mod cost;
 mod cuda;
 mod cudalib;
 mod exporters;
@@ -87,7 +89,8 @@ pub struct Opts {
     /// Skip the bpftrace comparison.
     #[arg(long)]
     no_bpftrace: bool,
-    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`, 8 or `api`, 9 or `exporters`); with
+    /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`, 8 or `api`, 9 or
+    /// `exporters`, 10 or `cost`); with
     /// --write, the others keep their text from the file being overwritten (or say "skipped").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -646,6 +649,12 @@ fn main() -> Result<()> {
         exporters::ExportersSection::skipped(SKIPPED)
     };
 
+    let cost_section = if opts.wants("10") || opts.wants("cost") {
+        cost::section(opts.quick)
+    } else {
+        cost::CostSection::skipped(SKIPPED)
+    };
+
     let load_end = sys::loadavg();
     let doc = Report {
         ctx: &ctx,
@@ -660,6 +669,7 @@ fn main() -> Result<()> {
         nvml: nvml_section,
         api: api_section,
         exporters: exporters_section,
+        cost: cost_section,
         hwm_before_offline_kb: hwm_kb,
         load: (load_start, load_end),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),

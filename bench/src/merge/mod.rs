@@ -16,6 +16,7 @@ pub const GROUPS: &[(&[&str], &[&str], &str)] = &[
     (&["7", "nvml"], &["7"], "7"),
     (&["8", "api"], &["8"], "8"),
     (&["9", "exporters"], &["9"], "9"),
+    (&["10", "cost"], &["10"], "10"),
 ];
 
 /// Every key `--only` accepts.

@@ -220,6 +220,7 @@ pub struct Report<'a> {
     pub nvml: crate::nvml::NvmlSection,
     pub api: crate::api::ApiSection,
     pub exporters: crate::exporters::ExportersSection,
+    pub cost: crate::cost::CostSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -393,6 +394,7 @@ impl Report<'_> {
         self.nvml.render(&mut s);
         self.api.render(&mut s);
         self.exporters.render(&mut s);
+        self.cost.render(&mut s);
         self.render_reading(&mut s);
         s
     }

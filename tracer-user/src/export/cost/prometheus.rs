@@ -9,10 +9,13 @@
 //! restarts handled exactly. An agent process is told apart by `process_start_time_seconds`
 //! (targets by `job` and `instance`); a restart resets the counters to zero.
 //!
-//! Queries: a handful over all targets (two range functions over the period on one series per
-//! target, instant queries at the end and the start); per target that restarted or stopped
-//! being scraped within the period, a few more (its start-time series in windows, then the
-//! scrape that ended each incarnation).
+//! Queries, all over every target at once, so their number does not grow with the fleet: the
+//! targets from the series index; the start time's min and max in 500 windows (the only reads
+//! of the whole period, one series per target); instant queries at the end and the start; for
+//! the targets whose process changed, the start time raw in the windows that hold a change or a
+//! process's last scrape (one query per such window), then the series at those last scrapes, one
+//! query per series and cluster of ends within 15 min (a rollout is one cluster); pods' labels
+//! from the series index.
 use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
@@ -36,6 +39,10 @@ const START_TIME: &str = "process_start_time_seconds";
 const MAX_ANSWER: usize = 256 << 20;
 /// Windows the period is cut into when an agent's processes are told apart.
 const WINDOWS: f64 = 500.0;
+/// Processes that ended within this many seconds of each other are read together.
+const END_CLUSTER_S: f64 = 900.0;
+/// Windows searched backwards for the last labels of a pod whose labels changed in the period.
+const LABEL_WINDOWS: u32 = 64;
 
 /// Where to ask, and for which period.
 #[derive(Clone, Debug)]
@@ -100,26 +107,22 @@ pub fn incarnations(samples: &[(f64, f64)], from: f64, to: f64) -> Vec<Incarnati
     v
 }
 
-/// The windows worth reading raw, from per-window `(window end, min, max)` of the start time:
-/// those holding more than one process, and for each start time the last window that holds it
-/// (its last scrape is there). A start time strictly between a window's min and max belongs to a
-/// process that lived only in that window (start times grow), so these windows see every one.
-pub fn windows_to_read(windows: &[(f64, f64, f64)]) -> Vec<f64> {
-    let mut last_of: BTreeMap<u64, f64> = BTreeMap::new();
-    let mut out: BTreeSet<u64> = BTreeSet::new();
-    for &(t, min, max) in windows {
-        for v in [min, max] {
-            let e = last_of.entry(v.to_bits()).or_insert(t);
-            *e = e.max(t);
-        }
-        if min != max {
-            out.insert(t.to_bits());
-        }
-    }
-    out.extend(last_of.values().map(|t| t.to_bits()));
-    let mut v: Vec<f64> = out.into_iter().map(f64::from_bits).collect();
-    v.sort_by(f64::total_cmp);
-    v
+/// The windows worth reading raw, from per-window `(window end, min)` of the start time in time
+/// order (windows without samples absent) and the windows' length: each window whose next one
+/// has another minimum, is absent or does not exist. Start times only grow, so a window holding
+/// a process's last scrape is one of them: the next process (started in that window or later)
+/// raises the next window's minimum, and without a next process the series stops. A process
+/// that lived inside one window is seen in that window's raw samples.
+pub fn windows_to_read(windows: &[(f64, f64)], step: f64) -> Vec<f64> {
+    windows
+        .iter()
+        .enumerate()
+        .filter(|&(i, &(t, min))| match windows.get(i + 1) {
+            Some(&(next_t, next_min)) => next_min != min || next_t - t > step * 1.5,
+            None => true,
+        })
+        .map(|(_, &(t, _))| t)
+        .collect()
 }
 
 /// Read the bill over the period from Prometheus.
@@ -129,39 +132,77 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
     }
     let api = Api::new(s)?;
     let (t1, t0) = (s.end_unix_s, s.end_unix_s - s.range_s);
-    let range = duration(s.range_s);
     let sel = |metric: &str, extra: &str| selector(metric, &[&s.matchers, extra]);
     let mut warnings = Vec::new();
 
-    // The targets with a bill in the period, and the range of their processes' start times.
-    let agents = format!(" and on (job, instance) max_over_time({}[{range}])", sel(BILL, "line=\"containers\""));
-    let lo = api.instant(&format!("min_over_time({}[{range}]){agents}", sel(START_TIME, "")), t1).await?;
-    let hi = api.instant(&format!("max_over_time({}[{range}]){agents}", sel(START_TIME, "")), t1).await?;
-    if lo.is_empty() {
+    // The targets with a bill in the period, from the series index (no sample read).
+    let billed: BTreeSet<Target> =
+        api.series(&sel(BILL, "line=\"containers\""), t0, t1).await?.iter().map(target_of).collect();
+    if billed.is_empty() {
         let matchers = if s.matchers.is_empty() { String::new() } else { format!(" matching {{{}}}", s.matchers) };
         return Err(PrometheusError::NoAgents { url: s.url.clone(), matchers });
     }
-    let lo: BTreeMap<Target, f64> = lo.into_iter().map(|(l, v)| (target_of(&l), v)).collect();
-    let hi: BTreeMap<Target, f64> = hi.into_iter().map(|(l, v)| (target_of(&l), v)).collect();
+    // Every target's start time as its minimum in windows over the period: the one query that
+    // reads the whole period, once, for all targets.
+    let step = ((t1 - t0) / WINDOWS).ceil().max(1.0);
+    let w = duration(step);
+    let first = t1 - step * ((t1 - t0) / step).floor();
+    let first = if first <= t0 { first + step } else { first };
+    let start_sel = sel(START_TIME, "");
+    let mins = api.range(&format!("min_over_time({start_sel}[{w}])"), first, t1, step).await?;
+    let mut windows: BTreeMap<Target, Vec<(f64, f64)>> = BTreeMap::new();
+    for (l, pts) in mins {
+        let t = target_of(&l);
+        if billed.contains(&t) {
+            windows.entry(t).or_default().extend(pts);
+        }
+    }
+    for t in billed.iter().filter(|t| !windows.contains_key(*t)) {
+        warnings.push(format!(
+            "{}: its bill has no {START_TIME} beside it (not scraped by the same job?): not counted",
+            t.1
+        ));
+    }
     // Which process each target runs at the end and at the start.
     let at_end: BTreeMap<Target, f64> =
-        api.instant(&sel(START_TIME, ""), t1).await?.into_iter().map(|(l, v)| (target_of(&l), v)).collect();
+        api.instant(&start_sel, t1).await?.into_iter().map(|(l, v)| (target_of(&l), v)).collect();
     let at_start: BTreeMap<Target, f64> =
-        api.instant(&sel(START_TIME, ""), t0).await?.into_iter().map(|(l, v)| (target_of(&l), v)).collect();
+        api.instant(&start_sel, t0).await?.into_iter().map(|(l, v)| (target_of(&l), v)).collect();
 
     // Each target's processes in the period. One process still scraped at the end: its last
-    // scrape is read at the end with everyone else's. Otherwise, read its start times in windows.
+    // scrape is read at the end with everyone else's. Otherwise, its start times raw in the
+    // windows that hold a change or a process's last scrape (one query per window for all
+    // targets that need it).
     let mut ends_at_t1: BTreeSet<Target> = BTreeSet::new();
-    let mut ends: Vec<(Target, f64)> = Vec::new();
     let mut first_start: BTreeMap<Target, f64> = BTreeMap::new();
-    for (t, &min) in &lo {
-        let max = hi.get(t).copied().unwrap_or(min);
-        if min == max && at_end.get(t) == Some(&min) {
+    let mut reads: BTreeMap<u64, BTreeSet<Target>> = BTreeMap::new();
+    for (t, ws) in &windows {
+        // One process throughout (start times only grow: one minimum everywhere, and it runs at the end).
+        if let Some(&(_, min)) = ws.first()
+            && ws.iter().all(|w| w.1 == min)
+            && at_end.get(t) == Some(&min)
+        {
             ends_at_t1.insert(t.clone());
             first_start.insert(t.clone(), min);
             continue;
         }
-        let inc = scan(&api, &s.matchers, t, t0, t1).await?;
+        for end in windows_to_read(ws, step) {
+            reads.entry(end.to_bits()).or_default().insert(t.clone());
+        }
+    }
+    let mut raw: BTreeMap<Target, Vec<(f64, f64)>> = BTreeMap::new();
+    for (end, targets) in &reads {
+        let q = format!("{}[{w}]", selector(START_TIME, &[&s.matchers, &targets_matchers(targets)]));
+        for (l, pts) in api.raw(&q, f64::from_bits(*end)).await? {
+            let t = target_of(&l);
+            if targets.contains(&t) {
+                raw.entry(t).or_default().extend(pts);
+            }
+        }
+    }
+    let mut ends: Vec<(f64, Target)> = Vec::new();
+    for (t, samples) in &raw {
+        let inc = incarnations(samples, t0, t1);
         let Some(first) = inc.first() else { continue };
         first_start.insert(t.clone(), first.start);
         if inc.len() > 1 {
@@ -176,7 +217,7 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
             if at_end.get(t) == Some(&i.start) {
                 ends_at_t1.insert(t.clone());
             } else {
-                ends.push((t.clone(), i.last_scrape));
+                ends.push((i.last_scrape, t.clone()));
             }
         }
     }
@@ -184,6 +225,7 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
     // Series values: + each process's last scrape, - the start for the process running then.
     let mut acc: BTreeMap<(bool, Labels), i128> = BTreeMap::new();
     let mut pods = PodLabels::new();
+    let mut prices: BTreeSet<u64> = BTreeSet::new();
     let mut add = |acc: &mut BTreeMap<(bool, Labels), i128>, is_bill: bool, rows: Vec<(Labels, f64)>, sign: i128| {
         for (l, v) in rows {
             match series::to_nano(v) {
@@ -202,13 +244,44 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
         let rows = keep(api.instant(&sel(POD_LABELS, ""), t1).await?, &in_end_batch);
         series::add_pod_labels(&mut pods, rows.iter().map(|(l, _)| l));
     }
-    for (t, at) in &ends {
-        let m = target_matchers(t);
-        add(&mut acc, false, api.instant(&selector(CONTAINER_COST, &[&s.matchers, &m]), *at).await?, 1);
-        add(&mut acc, true, api.instant(&selector(BILL, &[&s.matchers, &m]), *at).await?, 1);
+    prices.extend(api.instant(&sel(PRICE, ""), t1).await?.into_iter().map(|(_, v)| v.to_bits()));
+    // The processes that ended within the period, in clusters of nearby ends (a rollout restarts
+    // every agent within minutes): per cluster and series, its raw samples over the cluster's
+    // span, of which each process's last scrape (the samples with that scrape's timestamp: what
+    // an instant query there returns, as Prometheus marks series gone from a scrape stale).
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut clusters: Vec<Vec<(f64, Target)>> = Vec::new();
+    for e in ends {
+        match clusters.last_mut() {
+            Some(c) if e.0 - c[0].0 <= END_CLUSTER_S => c.push(e),
+            _ => clusters.push(vec![e]),
+        }
+    }
+    for c in &clusters {
+        let (lo, hi) = (c[0].0, c[c.len() - 1].0);
+        let targets: BTreeSet<Target> = c.iter().map(|(_, t)| t.clone()).collect();
+        let m = targets_matchers(&targets);
+        let span = duration(hi - lo + 1.0);
+        let mut metrics = vec![(CONTAINER_COST, Some(false)), (BILL, Some(true)), (PRICE, None)];
         if s.pod_labels {
-            let rows = api.instant(&selector(POD_LABELS, &[&s.matchers, &m]), *at).await?;
-            series::add_pod_labels(&mut pods, rows.iter().map(|(l, _)| l));
+            metrics.push((POD_LABELS, None));
+        }
+        for (metric, is_bill) in metrics {
+            let q = format!("{}[{span}]", selector(metric, &[&s.matchers, &m]));
+            let mut rows = Vec::new();
+            for (l, pts) in api.raw(&q, hi).await? {
+                let t = target_of(&l);
+                for (end, _) in c.iter().filter(|(_, et)| *et == t) {
+                    if let Some(&(_, v)) = pts.iter().find(|(ts, _)| (ts - end).abs() < 5e-4) {
+                        rows.push((l.clone(), v));
+                    }
+                }
+            }
+            match (metric, is_bill) {
+                (_, Some(b)) => add(&mut acc, b, rows, 1),
+                (PRICE, None) => prices.extend(rows.iter().map(|(_, v)| v.to_bits())),
+                _ => series::add_pod_labels(&mut pods, rows.iter().map(|(l, _)| l)),
+            }
         }
     }
     let running_at_start =
@@ -231,22 +304,50 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
                 missing.entry(ns.clone()).or_default().insert(pod.clone());
             }
         }
-        for (ns, names) in missing {
-            let re = names.iter().map(|p| regex_quote(p)).collect::<Vec<_>>().join("|");
-            let m = format!("namespace=\"{}\",pod=~\"{}\"", escape(&ns), escape(&re));
-            let q = format!("last_over_time({}[{range}])", selector(POD_LABELS, &[&s.matchers, &m]));
-            let rows = api.instant(&q, t1).await?;
-            series::add_pod_labels(&mut pods, rows.iter().map(|(l, _)| l));
+        // From the series index, one query for all (no sample read: a month of samples of a
+        // fleet's gone pods would exceed what Prometheus loads for one query; no per-pod regex
+        // for it to match in every block).
+        let found = if missing.is_empty() {
+            Vec::new()
+        } else {
+            let re = missing.keys().map(|ns| regex_quote(ns)).collect::<Vec<_>>().join("|");
+            let m = format!("namespace=~\"{}\"", escape(&re));
+            api.series(&selector(POD_LABELS, &[&s.matchers, &m]), t0, t1).await?
+        };
+        let mut sets: BTreeMap<(String, String), BTreeSet<Labels>> = BTreeMap::new();
+        for l in found {
+            if let (Some(ns), Some(pod)) = (l.get("namespace"), l.get("pod"))
+                && missing.get(ns).is_some_and(|p| p.contains(pod))
+            {
+                sets.entry((ns.clone(), pod.clone())).or_default().insert(l);
+            }
+        }
+        {
+            for ((ns, pod), set) in sets {
+                if set.len() == 1 {
+                    series::add_pod_labels(&mut pods, set.iter());
+                    continue;
+                }
+                // Its labels changed within the period: the last ones, from the latest window
+                // that holds the pod's series.
+                let m = format!("namespace=\"{}\",pod=\"{}\"", escape(&ns), escape(&pod));
+                let sel = selector(POD_LABELS, &[&s.matchers, &m]);
+                let mut last = None;
+                for k in 0..LABEL_WINDOWS {
+                    let hi = t1 - s.range_s * k as f64 / LABEL_WINDOWS as f64;
+                    let lo = t1 - s.range_s * (k + 1) as f64 / LABEL_WINDOWS as f64;
+                    let mut got = api.series(&sel, lo, hi).await?;
+                    if !got.is_empty() {
+                        got.sort();
+                        last = got.pop();
+                        break;
+                    }
+                }
+                series::add_pod_labels(&mut pods, last.iter());
+            }
         }
     }
 
-    let prices: BTreeSet<u64> = api
-        .instant(&format!("last_over_time({}[{range}])", sel(PRICE, "")), t1)
-        .await?
-        .into_iter()
-        .filter(|(_, v)| v.is_finite())
-        .map(|(_, v)| v.to_bits())
-        .collect();
     let node_of =
         |l: &Labels| l.get("node").filter(|n| !n.is_empty()).or_else(|| l.get("instance")).cloned().unwrap_or_default();
     let charges = series::charges(&containers, &bill, &pods, &node_of, &mut warnings);
@@ -254,7 +355,7 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
         source: format!(
             "Prometheus at {} ({} agents{})",
             s.url,
-            lo.len(),
+            windows.len(),
             if s.matchers.is_empty() { String::new() } else { format!(", {{{}}}", s.matchers) }
         ),
         period: format!(
@@ -270,34 +371,14 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
     })
 }
 
-/// A target's processes in `(t0, t1]`: the start time's min and max in windows, then the raw
-/// samples of the windows that hold a change or a process's last scrape.
-async fn scan(api: &Api, matchers: &str, t: &Target, t0: f64, t1: f64) -> Result<Vec<Incarnation>, PrometheusError> {
-    let step = ((t1 - t0) / WINDOWS).ceil().max(1.0);
-    let series = selector(START_TIME, &[matchers, &target_matchers(t)]);
-    let w = duration(step);
-    let first = t1 - step * ((t1 - t0) / step).floor();
-    let first = if first <= t0 { first + step } else { first };
-    let mins = api.range(&format!("min_over_time({series}[{w}])"), first, t1, step).await?;
-    let maxs = api.range(&format!("max_over_time({series}[{w}])"), first, t1, step).await?;
-    let max_at: BTreeMap<u64, f64> =
-        maxs.into_iter().flat_map(|(_, pts)| pts).map(|(ts, v)| (ts.to_bits(), v)).collect();
-    let windows: Vec<(f64, f64, f64)> = mins
-        .into_iter()
-        .flat_map(|(_, pts)| pts)
-        .map(|(ts, min)| (ts, min, max_at.get(&ts.to_bits()).copied().unwrap_or(min)))
-        .collect();
-    let mut raw = Vec::new();
-    for end in windows_to_read(&windows) {
-        for (_, pts) in api.raw(&format!("{series}[{w}]"), end).await? {
-            raw.extend(pts);
-        }
-    }
-    Ok(incarnations(&raw, t0, t1))
-}
-
-fn target_matchers(t: &Target) -> String {
-    format!("job=\"{}\",instance=\"{}\"", escape(&t.0), escape(&t.1))
+/// Matchers that select these targets (and perhaps others with the same jobs and instances in
+/// other combinations: callers keep only theirs).
+fn targets_matchers(ts: &BTreeSet<Target>) -> String {
+    let alt = |f: fn(&Target) -> &String| {
+        let v: BTreeSet<String> = ts.iter().map(|t| regex_quote(f(t))).collect();
+        escape(&v.into_iter().collect::<Vec<_>>().join("|"))
+    };
+    format!("job=~\"{}\",instance=~\"{}\"", alt(|t| &t.0), alt(|t| &t.1))
 }
 
 /// `metric{a,b}` from matcher lists (empty ones skipped).
@@ -378,10 +459,10 @@ struct Api {
 }
 
 #[derive(Deserialize)]
-struct Answer {
+struct Answer<T> {
     status: String,
-    #[serde(default)]
-    data: Option<Data>,
+    #[serde(default = "Option::default")]
+    data: Option<T>,
     #[serde(default)]
     error: Option<String>,
 }
@@ -430,9 +511,14 @@ impl Api {
         })
     }
 
-    async fn call(&self, path: &str, form: &[(&str, String)]) -> Result<Data, PrometheusError> {
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        form: &[(&str, String)],
+    ) -> Result<T, PrometheusError> {
         let url = format!("{}{path}", self.base);
-        let query = form.iter().find(|(k, _)| *k == "query").map(|(_, v)| v.clone()).unwrap_or_default();
+        let query =
+            form.iter().find(|(k, _)| matches!(*k, "query" | "match[]")).map(|(_, v)| v.clone()).unwrap_or_default();
         let req_err = |why: String| PrometheusError::Request { url: url.clone(), why };
         let body = form.iter().map(|(k, v)| format!("{k}={}", url_encode(v))).collect::<Vec<_>>().join("&");
         let mut req = hyper::Request::post(&url)
@@ -452,7 +538,7 @@ impl Api {
             .map_err(|_| req_err(format!("the answer did not arrive within {} s", self.timeout.as_secs_f64())))?
             .map_err(|e| req_err(format!("reading the answer: {e}")))?
             .to_bytes();
-        let answer: Answer = serde_json::from_slice(&body).map_err(|e| {
+        let answer: Answer<T> = serde_json::from_slice(&body).map_err(|e| {
             req_err(format!(
                 "HTTP {status}, not an answer of Prometheus' query API ({e}): {}",
                 String::from_utf8_lossy(&body[..body.len().min(200)])
@@ -468,9 +554,20 @@ impl Api {
         answer.data.ok_or_else(|| req_err("a successful answer without data".into()))
     }
 
+    /// The label sets (without `__name__`) of the series matching `sel` with samples in
+    /// `[start, end]`: from the index, reading no sample.
+    async fn series(&self, sel: &str, start: f64, end: f64) -> Result<Vec<Labels>, PrometheusError> {
+        let form = [("match[]", sel.to_owned()), ("start", format!("{start:.3}")), ("end", format!("{end:.3}"))];
+        let mut v: Vec<Labels> = self.call("/api/v1/series", &form).await?;
+        for l in &mut v {
+            l.remove("__name__");
+        }
+        Ok(v)
+    }
+
     /// An instant query's vector: labels (without `__name__`) and value.
     async fn instant(&self, q: &str, at: f64) -> Result<Vec<(Labels, f64)>, PrometheusError> {
-        let d = self.call("/api/v1/query", &[("query", q.to_owned()), ("time", format!("{at:.3}"))]).await?;
+        let d: Data = self.call("/api/v1/query", &[("query", q.to_owned()), ("time", format!("{at:.3}"))]).await?;
         if d.result_type != "vector" {
             return Err(self.unexpected(q, &d.result_type, "vector"));
         }
@@ -492,7 +589,7 @@ impl Api {
             ("end", format!("{end:.3}")),
             ("step", format!("{step:.3}")),
         ];
-        let d = self.call("/api/v1/query_range", &form).await?;
+        let d: Data = self.call("/api/v1/query_range", &form).await?;
         if d.result_type != "matrix" {
             return Err(self.unexpected(q, &d.result_type, "matrix"));
         }
@@ -501,7 +598,7 @@ impl Api {
 
     /// Raw samples: an instant query of a range selector.
     async fn raw(&self, q: &str, at: f64) -> Result<Vec<(Labels, Points)>, PrometheusError> {
-        let d = self.call("/api/v1/query", &[("query", q.to_owned()), ("time", format!("{at:.3}"))]).await?;
+        let d: Data = self.call("/api/v1/query", &[("query", q.to_owned()), ("time", format!("{at:.3}"))]).await?;
         if d.result_type != "matrix" {
             return Err(self.unexpected(q, &d.result_type, "matrix"));
         }
@@ -567,19 +664,56 @@ mod tests {
     }
 
     #[test]
-    fn windows_read_are_the_changes_and_each_start_times_last_window() {
-        // Process 100 until window 30, 200 in 30..50 (hidden 150 inside window 30), 300 from 60.
+    fn windows_read_are_each_minimums_last_window_and_those_before_a_gap() {
+        // Process 100 until window 30, then 150 (hidden inside window 30) and 200 until 50, none
+        // in 60, 300 from 70 to 90, 400 from inside window 90 on.
         let w = [
-            (10.0, 100.0, 100.0),
-            (20.0, 100.0, 100.0),
-            (30.0, 100.0, 200.0),
-            (40.0, 200.0, 200.0),
-            (50.0, 200.0, 200.0),
-            (70.0, 300.0, 300.0),
-            (80.0, 300.0, 300.0),
+            (10.0, 100.0),
+            (20.0, 100.0),
+            (30.0, 100.0),
+            (40.0, 200.0),
+            (50.0, 200.0),
+            (70.0, 300.0),
+            (80.0, 300.0),
+            (90.0, 300.0),
+            (100.0, 400.0),
         ];
-        assert_eq!(windows_to_read(&w), vec![30.0, 50.0, 80.0]);
-        assert!(windows_to_read(&[]).is_empty());
+        assert_eq!(windows_to_read(&w, 10.0), vec![30.0, 50.0, 90.0, 100.0]);
+        assert!(windows_to_read(&[], 10.0).is_empty());
+        // Every process's last scrape is in a window read (its raw samples name it): checked
+        // against a simulation of scrapes every second with random restarts.
+        let mut seed = 7u64;
+        let mut rnd = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..200 {
+            let (step, n) = (10.0, 300u64);
+            let mut scrapes: Vec<(f64, f64)> = Vec::new();
+            let mut start = 0.0;
+            for ts in 1..=n {
+                if rnd(20) == 0 {
+                    start = ts as f64; // a restart
+                }
+                if rnd(8) != 0 {
+                    scrapes.push((ts as f64, start));
+                }
+            }
+            let windows: Vec<(f64, f64)> = (1..=n / 10)
+                .filter_map(|k| {
+                    let end = k as f64 * step;
+                    let inside = scrapes.iter().filter(|(ts, _)| *ts > end - step && *ts <= end);
+                    inside.map(|(_, v)| *v).reduce(f64::min).map(|m| (end, m))
+                })
+                .collect();
+            let read = windows_to_read(&windows, step);
+            let raw: Vec<(f64, f64)> = scrapes
+                .iter()
+                .copied()
+                .filter(|(ts, _)| read.iter().any(|end| *ts > end - step && *ts <= *end))
+                .collect();
+            assert_eq!(incarnations(&raw, 0.0, n as f64), incarnations(&scrapes, 0.0, n as f64));
+        }
     }
 
     #[test]
