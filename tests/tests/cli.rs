@@ -370,6 +370,77 @@ fn top_once_json_waits_for_a_complete_attribution_interval() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("no attribution interval completed"));
 }
 
+/// `gpu-tracer events -o FILE` with a price records the node's bill (the first Bill when the first
+/// attribution interval completes, marked `first`, and one at the end), and `gpu-tracer cost
+/// --events FILE` reads it back: the recording's bill is the last Bill's total to the nano, split
+/// by pod with the workload's cgroup among the rows. A JSON recording is refused naming the fix.
+#[test]
+fn events_record_the_bill_and_cost_reads_it_back() {
+    use gpu_tracer_proto::v1::event::Payload;
+    use gpu_tracer_tests::nvml_model::NvmlModel;
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    ok(&mut w, "alloc-rm 1073741824");
+    let nvml_dir = std::env::temp_dir().join(format!("gt-cli-bill-nvml-{}", std::process::id()));
+    let model = NvmlModel::install(&nvml_dir, &driver.stats().unwrap(), 256 << 20).unwrap();
+    let lib = model.library().to_str().unwrap().to_string();
+    let pid = w.pid();
+    let _follower = model.follow(
+        driver.path(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME),
+        Duration::from_millis(200),
+        move || [(pid, gpu_tracer_tests::nvml_model::Busy { sm_pct: 40, mem_pct: 10 })].into(),
+    );
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let out_file = std::env::temp_dir().join(format!("gt-bill-{}.pb", std::process::id()));
+    let out_path = out_file.to_str().unwrap().to_string();
+    let out = Command::new(gpu_tracer())
+        .args(["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"])
+        .args(["--dev-dir", &dev, "--simulated-devices", "events", "--output", &out_path, "--duration", "5"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&nvml_dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&out_file).unwrap();
+    let msgs: Vec<_> = gpu_tracer_proto::read_stream(&bytes).collect::<Result<_, _>>().expect("valid stream");
+    let bills: Vec<_> = msgs
+        .iter()
+        .filter_map(|m| match &m.payload {
+            Some(Payload::Bill(b)) => Some(b.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(bills.len() >= 2, "a first and a final bill: {bills:?}");
+    assert!(bills[0].first && !bills[1..].iter().any(|b| b.first), "{bills:?}");
+    let last = bills.last().unwrap();
+    assert!(last.total_nano > 0 && last.price_per_gpu_hour == 3.6, "{last:?}");
+
+    let cost = Command::new(gpu_tracer())
+        .args(["cost", "--events", &out_path, "--by", "pod", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(cost.status.success(), "{}", String::from_utf8_lossy(&cost.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&cost.stdout).unwrap();
+    assert_eq!(r["total_nano"], last.total_nano.to_string(), "{r:#}");
+    let rows = r["rows"].as_array().unwrap();
+    let name = pod.path().file_name().unwrap().to_str().unwrap().to_string();
+    let pod_row = rows.iter().find(|x| x["group"]["pod"].as_str().is_some_and(|p| p.contains(&name)));
+    assert!(pod_row.is_some_and(|x| x["nano"] != "0"), "the workload's cgroup pays: {r:#}");
+    assert_eq!(r["warnings"].as_array().map(Vec::len), Some(0), "{r:#}");
+
+    // The same recording as JSON lines: refused, naming the fix.
+    let json = std::env::temp_dir().join(format!("gt-bill-{}.json", std::process::id()));
+    std::fs::write(&json, "{\"kind\":\"bill\"}\n").unwrap();
+    let refused = Command::new(gpu_tracer()).args(["cost", "--events", json.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("no --json"), "{err}");
+    let _ = std::fs::remove_file(&json);
+    std::fs::remove_file(&out_file).unwrap();
+    drop(w);
+}
+
 /// The node agent as the DaemonSet runs it: `gpu-tracer agent --listen`, with NVML (the fake
 /// library, whose readings follow the fake driver) — /healthz, /readyz and /metrics answer, and the
 /// attribution lines in /metrics add up to the GPU's total with the pod's memory on its own line.

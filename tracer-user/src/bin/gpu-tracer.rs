@@ -87,7 +87,8 @@ enum Command {
     /// Call a running agent's gRPC API (no probes loaded here).
     Api(ApiArgs),
     /// The bill split per namespace, pod label, pod or node: from a running agent (since it
-    /// started), or over a period for a whole fleet from the Prometheus that scrapes the agents.
+    /// started), over a period for a whole fleet from the Prometheus that scrapes the agents, or
+    /// over a recorded events file.
     Cost(Box<CostArgs>),
 }
 
@@ -97,6 +98,7 @@ Sources (one):
   --connect ADDR        a running agent's API: its bill since it started [default: unix:///run/gpu-tracer/api.sock]
   --metrics URL         an agent's /metrics (e.g. through kubectl port-forward): the same bill
   --prometheus URL      the Prometheus (Thanos, Mimir) that scrapes the agents: the fleet over --range
+  --events FILE         a recording of `gpu-tracer events -o FILE`: the bill over the recording
 
 The rows add up to the total to the cent (largest-remainder rounding of exact integer amounts); idle,
 driver-reserved, unattributed and evicted cost are rows of their own, or spread over each node's
@@ -106,7 +108,8 @@ Examples:
   gpu-tracer cost
   gpu-tracer cost --by label:team --policy spread
   gpu-tracer cost --prometheus http://prometheus:9090 --range 30d --by namespace --format csv > bill.csv
-  gpu-tracer cost --prometheus http://prometheus:9090 --range 7d --by node,namespace --matchers 'cluster=\"eu-1\"'")]
+  gpu-tracer cost --prometheus http://prometheus:9090 --range 7d --by node,namespace --matchers 'cluster=\"eu-1\"'
+  gpu-tracer events -o week.pb --duration 604800 && gpu-tracer cost --events week.pb --by pod")]
 struct CostArgs {
     /// Group by these, in order (comma-separated or repeated): namespace, pod, container, node,
     /// or label:KEY for a pod label the agents export (kubernetes.label_allow_list) [default: namespace].
@@ -140,6 +143,10 @@ struct CostArgs {
     /// An agent's /metrics URL: the bill since that agent started.
     #[arg(long, value_name = "URL", conflicts_with = "connect")]
     metrics: Option<String>,
+    /// A file recorded by `gpu-tracer events -o FILE` (protobuf; `-` for stdin): the bill over the
+    /// recording, from the Bill events the agent writes once a minute.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prometheus", "metrics", "connect"])]
+    events: Option<String>,
     /// With --metrics: a file holding the bearer token /metrics asks for (metrics.token_file).
     #[arg(long, value_name = "FILE", requires = "metrics")]
     metrics_token_file: Option<PathBuf>,
@@ -487,6 +494,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
         };
         return run_events_remote(conn, request, stream, &a).await;
     }
+    let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
@@ -499,7 +507,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     }
     // Events for processes found by the start-up scan were applied before the stream existed; the
     // stream starts with what happens from now on.
-    let mut out = EventOut { stream, filters, last_batch: Instant::now() };
+    let mut out = EventOut { stream, filters, last_batch: Instant::now(), bills };
     let schedule = Schedule {
         // Launch batches once a second; NVML is sampled (and the guardrails checked) on the
         // snapshot interval.
@@ -511,6 +519,11 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     // What is left: the ring buffer's last records, the last launch counts and violations.
     agent.drain(&mut |ev, id| out.event(ev, id));
     out.batches(&mut agent, false);
+    // The bill at the end of the recording (`cost --events` counts up to the last one).
+    let snap = agent.snapshot();
+    if let Some(ev) = out.bills.event(&snap, tracer_user::clock::wall_now_unix_ns()) {
+        Emit::emit(&mut out, ev);
+    }
     let out = out.stream;
     // A broken pipe (`gpu-tracer events | head -1`) is a normal end.
     let written = out.finish().context("writing events")?;
@@ -586,6 +599,8 @@ struct EventOut {
     stream: EventStream<Box<dyn Write + Send>>,
     filters: Filters,
     last_batch: Instant,
+    /// The node's bill, once a minute.
+    bills: cost::events::BillWriter,
 }
 
 impl EventOut {
@@ -596,7 +611,10 @@ impl EventOut {
         let interval = self.last_batch.elapsed();
         emit_launch_batches(self, agent, interval);
         if snapshot {
-            let _ = agent.snapshot();
+            let snap = agent.snapshot();
+            if let Some(ev) = self.bills.due(&snap, tracer_user::clock::wall_now_unix_ns()) {
+                Emit::emit(self, ev);
+            }
         }
         emit_violations(self, agent);
         self.last_batch = Instant::now();
@@ -719,6 +737,8 @@ async fn run_cost(a: CostArgs) -> Result<()> {
             timeout: Duration::from_secs(120),
         };
         cost::prometheus::fetch(&source).await?
+    } else if let Some(path) = &a.events {
+        cost::events::from_file(path)?
     } else if let Some(url) = &a.metrics {
         let node = a.node.clone().unwrap_or_else(|| {
             url.parse::<hyper::Uri>().ok().and_then(|u| u.host().map(str::to_owned)).unwrap_or_else(|| url.clone())
@@ -801,6 +821,8 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         api: Arc<ApiState>,
         last_batch: Instant,
         otlp: Option<OtlpExporter>,
+        /// The node's bill into the event stream, once a minute.
+        bills: cost::events::BillWriter,
     }
     /// The hub and, when OTLP export is on, the exporter (which keeps the kinds it exports).
     struct Tee<'a> {
@@ -862,6 +884,9 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
             emit_launch_batches(&mut tee, agent, self.last_batch.elapsed());
             self.last_batch = Instant::now();
             let mut snap = agent.snapshot();
+            if let Some(ev) = self.bills.due(&snap, tracer_user::clock::wall_now_unix_ns()) {
+                tee.emit(ev);
+            }
             emit_violations(&mut tee, agent);
             snap.otlp = self.otlp.as_ref().map(OtlpExporter::stats);
             snap.api = Some(self.api.hub.stats());
@@ -918,6 +943,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     )
     .context("the metrics endpoint's TLS or token")?;
     let otlp_who = ResourceInfo::detect(cfg.kubernetes.node_name.as_deref());
+    let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);
@@ -942,7 +968,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     };
     let schedule =
         Schedule { interval, tick_at_start: true, duration: a.duration.and_then(Schedule::duration_from_secs) };
-    let mut publish = Publish { serve: state, api, last_batch: Instant::now(), otlp };
+    let mut publish = Publish { serve: state, api, last_batch: Instant::now(), otlp, bills };
     let result = runner::run(&mut agent, schedule, &mut publish).await;
     hub.close();
     if let Some(o) = publish.otlp.take() {

@@ -327,6 +327,7 @@ impl Default for ApiSettings {
 /// The default `api.history_kinds`.
 pub const DEFAULT_HISTORY_KINDS: &[&str] = &[
     "violation",
+    "bill",
     "process_exec",
     "process_exit",
     "process_fork",

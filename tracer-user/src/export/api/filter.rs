@@ -263,8 +263,8 @@ pub fn parse_kind(s: &str) -> Result<i32, String> {
     let name = if upper.starts_with("EVENT_KIND_") { upper } else { format!("EVENT_KIND_{upper}") };
     match v1::EventKind::from_str_name(&name) {
         Some(v1::EventKind::Unspecified) | None => {
-            let known: Vec<String> = (1..=29)
-                .filter_map(|n| v1::EventKind::try_from(n).ok())
+            let known: Vec<String> = (1..)
+                .map_while(|n| v1::EventKind::try_from(n).ok())
                 .map(|k| k.as_str_name().trim_start_matches("EVENT_KIND_").to_ascii_lowercase())
                 .collect();
             Err(format!("unknown event kind `{s}`; one of: {}", known.join(", ")))

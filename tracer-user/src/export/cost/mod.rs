@@ -7,11 +7,14 @@
 //! - [`from_snapshot`]: a running agent's snapshot (its gRPC API), the bill since it started;
 //! - [`series`]: the agent's cost series as Prometheus stores them, from one agent's `/metrics`
 //!   ([`series::from_exposition`]) or from a Prometheus server over a period for a whole fleet
-//!   ([`prometheus`]).
+//!   ([`prometheus`]);
+//! - [`events`]: the `Bill` events of a recorded `gpu-tracer events` stream, the bill over the
+//!   recording.
 //!
 //! [`Report::build`] groups the charges, applies the policy in integers and rounds to cents by
 //! largest remainder, so that the rows add up to the total to the cent and the total is the sum of
 //! the charges (the bill) rounded once. [`render`] writes it as a table, CSV or JSON.
+pub mod events;
 pub mod prometheus;
 pub mod render;
 pub mod series;

@@ -215,6 +215,31 @@ fn payload_json(m: &mut Map<String, Value>, p: &Payload) {
             m.insert("cuda_visible_devices".into(), x.cuda_visible_devices.clone().map_or(Value::Null, Value::from));
             m.insert("allocated".into(), x.allocated.clone().into());
         }
+        Payload::Bill(x) => {
+            m.insert("node".into(), x.node.clone().into());
+            m.insert("agent_start_unix_ns".into(), x.agent_start_unix_ns.into());
+            m.insert("end_unix_ns".into(), x.end_unix_ns.into());
+            m.insert("price_per_gpu_hour".into(), x.price_per_gpu_hour.into());
+            m.insert("first".into(), x.first.into());
+            let containers: Vec<Value> = x
+                .containers
+                .iter()
+                .map(|c| {
+                    let labels: Map<String, Value> =
+                        c.labels.iter().map(|(k, v)| (k.clone(), Value::from(v.clone()))).collect();
+                    serde_json::json!({
+                        "namespace": c.namespace, "pod": c.pod, "container": c.container,
+                        "labels": labels, "nano": c.nano,
+                    })
+                })
+                .collect();
+            m.insert("containers".into(), containers.into());
+            m.insert("idle_nano".into(), x.idle_nano.into());
+            m.insert("driver_reserved_nano".into(), x.driver_reserved_nano.into());
+            m.insert("unattributed_nano".into(), x.unattributed_nano.into());
+            m.insert("evicted_nano".into(), x.evicted_nano.into());
+            m.insert("total_nano".into(), x.total_nano.into());
+        }
         Payload::CudaLaunchBatch(x) => {
             m.insert("entry_point".into(), x.entry_point.clone().into());
             m.insert("launches".into(), x.launches.into());

@@ -243,6 +243,7 @@ pub fn event_kind(p: &Payload) -> v1::EventKind {
     use v1::EventKind as K;
     match p {
         Payload::Violation(_) => K::Violation,
+        Payload::Bill(_) => K::Bill,
         Payload::FdOpened(_) => K::FdOpened,
         Payload::FdClosed(_) => K::FdClosed,
         Payload::FdDuped(_) => K::FdDuped,

@@ -73,6 +73,7 @@ pub use self::{
     nvml::nvml_devices,
     otlp::otlp,
     probes::probe_families,
+    process::ProcessStats,
 };
 use crate::{attribution::gpu::FULL, config::CgroupLabel, model::AgentSnapshot};
 
