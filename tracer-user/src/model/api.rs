@@ -26,4 +26,6 @@ pub struct HttpStats {
     /// Connections closed at accept because their peer address already held
     /// `max_connections_per_peer` (one client cannot take every slot).
     pub refused_peer_limit: u64,
+    /// Scrapes of /metrics answered 401: no or a wrong bearer token (`metrics.token_file`).
+    pub unauthorized: u64,
 }

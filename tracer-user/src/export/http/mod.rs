@@ -79,6 +79,8 @@ pub struct ServeState {
     /// Connections the server closed at accept: over `max_connections`, over the per-peer cap.
     refused_server_limit: AtomicU64,
     refused_peer_limit: AtomicU64,
+    /// Scrapes of /metrics refused for their token.
+    unauthorized: AtomicU64,
     /// The bearer token a scrape of /metrics must carry (`metrics.token_file`).
     token: Option<Secret>,
 }
@@ -226,6 +228,7 @@ impl ServeState {
             published_at_unix_ns: AtomicU64::new(0),
             refused_server_limit: AtomicU64::new(0),
             refused_peer_limit: AtomicU64::new(0),
+            unauthorized: AtomicU64::new(0),
             token: None,
         }
     }
@@ -241,6 +244,7 @@ impl ServeState {
         HttpStats {
             refused_server_limit: self.refused_server_limit.load(Ordering::Relaxed),
             refused_peer_limit: self.refused_peer_limit.load(Ordering::Relaxed),
+            unauthorized: self.unauthorized.load(Ordering::Relaxed),
         }
     }
 
@@ -611,6 +615,7 @@ async fn metrics(State(state): State<Arc<ServeState>>, headers: HeaderMap) -> Re
     if let Some(token) = &state.token
         && !token.admits(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
     {
+        state.unauthorized.fetch_add(1, Ordering::Relaxed);
         return (
             StatusCode::UNAUTHORIZED,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::WWW_AUTHENTICATE, "Bearer")],

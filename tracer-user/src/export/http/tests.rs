@@ -224,7 +224,7 @@ async fn connections_past_the_limit_are_closed_and_counted() {
     let mut extra = tokio::net::TcpStream::connect(srv.local_addr).await.unwrap();
     let (got, closed) = until_closed(&mut extra, Duration::from_millis(500)).await;
     assert!(closed && got.is_empty(), "the connection past the limit was served");
-    assert_eq!(st.http_stats(), HttpStats { refused_server_limit: 1, refused_peer_limit: 0 });
+    assert_eq!(st.http_stats(), HttpStats { refused_server_limit: 1, refused_peer_limit: 0, unauthorized: 0 });
     let t = Instant::now();
     for s in &mut idle {
         let (_, closed) = until_closed(s, Duration::from_secs(3)).await;
@@ -260,7 +260,7 @@ async fn one_client_cannot_take_every_slot() {
     let mut third = connect_from("127.0.0.2", srv.local_addr).await;
     let (got, closed) = until_closed(&mut third, Duration::from_millis(500)).await;
     assert!(closed && got.is_empty(), "a third connection from the same address was served");
-    assert_eq!(st.http_stats(), HttpStats { refused_server_limit: 0, refused_peer_limit: 1 });
+    assert_eq!(st.http_stats(), HttpStats { refused_server_limit: 0, refused_peer_limit: 1, unauthorized: 0 });
     // Another address is served while the first holds its two.
     assert_eq!(get(srv.local_addr, "/metrics", None).await.0, 200);
     assert_eq!(get(srv.local_addr, "/healthz", None).await.0, 200);
@@ -345,7 +345,8 @@ async fn metrics_are_gzipped_when_the_scraper_asks() {
 }
 
 /// `metrics.tls_cert`/`tls_key`/`token_file`: the endpoints answer over TLS only; /metrics wants
-/// the bearer token (none or a wrong one: 401, counted nowhere else), /healthz and /readyz do not.
+/// the bearer token (none or a wrong one: 401, counted in `http_unauthorized_requests_total`),
+/// /healthz and /readyz do not.
 #[tokio::test]
 async fn tls_and_a_bearer_token_guard_the_metrics() {
     let dir = tempfile::tempdir().unwrap();
@@ -404,8 +405,10 @@ async fn tls_and_a_bearer_token_guard_the_metrics() {
     assert!(!body.contains("s3cret"));
     assert_eq!(get("/metrics", Some("Bearer wrong-token!")).await.0, 401);
     assert_eq!(get("/metrics", Some("Basic czNjcmV0LXRva2Vu")).await.0, 401);
+    assert_eq!(st.http_stats().unauthorized, 3, "each refused scrape is counted");
     let (code, body) = get("/metrics", Some("Bearer s3cret-token")).await;
     assert_eq!(code, 200);
+    assert_eq!(st.http_stats().unauthorized, 3);
     assert!(body.contains("gpu_tracer_processes"));
     assert_eq!(get("/healthz", None).await.0, 200);
     assert_eq!(get("/readyz", None).await.0, 200);

@@ -33,7 +33,8 @@ pub fn api(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
 }
 
 /// `http_connections_refused_total{reason}`: connections the HTTP server closed at accept, by
-/// which limit (both reasons, also at 0). Nothing outside the agent.
+/// which limit (both reasons, also at 0); `http_unauthorized_requests_total`: scrapes refused for
+/// their token. Nothing outside the agent.
 pub fn http(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
     let Some(h) = &s.snapshot.http else {
         return Ok(());
@@ -45,5 +46,13 @@ pub fn http(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
          peer_limit: that client address already held max_connections_per_peer).",
         None,
         [([("reason", "server_limit")], h.refused_server_limit), ([("reason", "peer_limit")], h.refused_peer_limit)],
+    )?;
+    counter_family(
+        e,
+        "http_unauthorized_requests",
+        "Scrapes of /metrics answered 401 for want of the bearer token (metrics.token_file): a scraper with a stale \
+         or missing token, or someone probing.",
+        None,
+        [([("endpoint", "/metrics")], h.unauthorized)],
     )
 }

@@ -163,7 +163,7 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
             ..Default::default()
         }),
         api: Some(crate::model::ApiStats { published: 900, subscribers: 2, subscriptions: 3, refused: 1, lost: 40 }),
-        http: Some(crate::model::HttpStats { refused_server_limit: 2, refused_peer_limit: 5 }),
+        http: Some(crate::model::HttpStats { refused_server_limit: 2, refused_peer_limit: 5, unauthorized: 3 }),
         ..Default::default()
     }
 }
@@ -346,6 +346,7 @@ fn openmetrics_exposition_parses_with_names_labels_and_values() {
     assert_eq!(family(&p, "gpu_tracer_cgroup_vidmem_bytes").unit, "bytes");
     assert_eq!(value(&p, "gpu_tracer_cgroup_vidmem_bytes", &container(POD_A)), (3u64 << 30) as f64);
     assert_eq!(value(&p, "gpu_tracer_cgroup_sysmem_bytes", &container(POD_A)), (1u64 << 20) as f64);
+    assert_eq!(value(&p, "gpu_tracer_http_unauthorized_requests", &[("endpoint", "/metrics")]), 3.0);
     // Cgroup 12 has a Kubernetes identity in the snapshot: its series carry it, and no cgroup path
     // (metrics.cgroup_label = "auto": a restarted container continues the same series)...
     let b = [("namespace", "team-b"), ("pod", "serve-1"), ("container", "server"), ("cgroup", "")];
