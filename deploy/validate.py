@@ -81,6 +81,14 @@ VARIANTS = {
         "serviceMonitor": {"enabled": True},
         "podMonitor": {"enabled": True},
     },
+    # OTLP export: endpoint, protocol, events and resource attributes in the config, headers from a
+    # Secret in the environment, the collector's CA mounted.
+    "otlp": {
+        "otlp": {"endpoint": "https://otel-collector.monitoring:4317", "protocol": "grpc",
+                 "metricExportIntervalMs": 30000, "events": ["violation", "bill"],
+                 "resourceAttributes": {"k8s.cluster.name": "eu-1"},
+                 "headersSecret": {"name": "otlp-headers"}, "caSecret": {"name": "otlp-ca"}},
+    },
     # A release named otherwise gets prefixed names (never a ClusterRole called "monitoring").
     "release_monitoring": {},
 }
@@ -91,6 +99,7 @@ MUST_REFUSE = {
     "wrong type": {"metricsPort": "9400"},
     "bad duration": {"serviceMonitor": {"enabled": True, "interval": "30 seconds"}},
     "bad enum": {"image": {"repository": "x", "pullPolicy": "Sometimes"}},
+    "bad otlp endpoint": {"otlp": {"endpoint": "otel-collector:4317"}},
 }
 
 errors = []

@@ -200,6 +200,7 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
     check_options(&r);
     check_rules_and_dashboards(&r);
     check_metrics_security(&r);
+    check_otlp(&r);
 
     // docs/security.md names every capability and host path the deployment uses.
     let doc = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
@@ -269,7 +270,7 @@ fn check_options(r: &Value) {
     assert_eq!(default_pod["priorityClassName"], "system-node-critical");
 
     let refused = r["refused"].as_object().unwrap();
-    assert_eq!(refused.len(), 5, "{refused:?}");
+    assert_eq!(refused.len(), 6, "{refused:?}");
     assert!(refused["unknown top-level key"].as_str().unwrap().contains("imagee"), "{refused:?}");
     assert!(refused["unknown nested key"].as_str().unwrap().contains("intervall"), "{refused:?}");
 }
@@ -305,6 +306,38 @@ fn check_metrics_security(r: &Value) {
     // Off by default: the defaults equal deploy/kubernetes/base (checked above), plain HTTP.
     let default_probe = &container(find(&r["chart"]["default"], "DaemonSet"))["livenessProbe"]["httpGet"];
     assert!(default_probe.get("scheme").is_none());
+}
+
+/// `otlp`: the agent's config (parsed by the agent's own loader) exports to the endpoint with the
+/// chosen kinds, attributes and the mounted CA; the headers come from the Secret as
+/// OTEL_EXPORTER_OTLP_HEADERS and never appear in the ConfigMap.
+fn check_otlp(r: &Value) {
+    let objs = &r["chart"]["otlp"];
+    let cfg = config_of(objs);
+    assert_eq!(cfg.otlp.endpoint.as_deref(), Some("https://otel-collector.monitoring:4317"));
+    assert_eq!(cfg.otlp.metric_export_interval_ms, 30000);
+    assert_eq!(cfg.otlp.events, ["violation", "bill"]);
+    assert_eq!(cfg.otlp.resource_attributes.get("k8s.cluster.name").map(String::as_str), Some("eu-1"));
+    assert_eq!(cfg.otlp.certificate.as_deref(), Some(std::path::Path::new("/var/run/gpu-tracer/otlp-ca/ca.crt")));
+    let ds = find(objs, "DaemonSet");
+    let c = container(ds);
+    let env = c["env"].as_array().unwrap();
+    let headers = env.iter().find(|e| e["name"] == "OTEL_EXPORTER_OTLP_HEADERS").expect("the headers' variable");
+    assert_eq!(headers["valueFrom"]["secretKeyRef"]["name"], "otlp-headers");
+    assert_eq!(headers["valueFrom"]["secretKeyRef"]["key"], "headers");
+    assert!(c["volumeMounts"].as_array().unwrap().iter().any(|m| m["mountPath"] == "/var/run/gpu-tracer/otlp-ca"));
+    assert!(
+        ds["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "otlp-ca")
+    );
+    // Off by default: no [otlp] section, no variable.
+    let default = &r["chart"]["default"];
+    assert!(config_of(default).otlp.endpoint.is_none());
+    let default_env = container(find(default, "DaemonSet"))["env"].to_string();
+    assert!(!default_env.contains("OTEL_EXPORTER_OTLP_HEADERS"));
 }
 
 /// The PrometheusRule holds the rule files as they are (the chosen ones), and each dashboard is a
