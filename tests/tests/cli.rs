@@ -105,6 +105,20 @@ fn events_json_carries_identity_and_allocation_details() {
     assert_eq!(a["device"]["kind"], "ctl");
     assert_eq!(a["success"], true);
     assert!(a["handle"].as_u64().unwrap() > 0);
+    // Every ioctl's time from entry to exit (auto mode is btf-tracepoint: the exit reads the
+    // arguments from the registers and the entry time from the thread's IOCTL_ENTRY slot); a call
+    // answered by the FUSE double takes microseconds, never 0 (0 would mean a lost entry time).
+    let ioctls: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            e["tgid"] == w.pid()
+                && ["rm_alloc", "vid_heap_alloc", "rm_control"].contains(&e["kind"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert!(ioctls.len() >= 3, "{events:#?}");
+    for e in &ioctls {
+        assert!(e["duration_ns"].as_u64().is_some_and(|d| d > 0), "no duration: {e}");
+    }
     let vh: Vec<_> = events.iter().filter(|e| e["kind"] == "vid_heap_alloc").collect();
     assert_eq!(vh.len(), 1);
     assert_eq!(vh[0]["bytes"], 268435456u64);

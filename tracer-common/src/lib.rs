@@ -21,6 +21,7 @@ pub mod map_names {
     pub const NV_FDS: &str = "NV_FDS";
     pub const TRACKED_TGIDS: &str = "TRACKED_TGIDS";
     pub const INFLIGHT: &str = "INFLIGHT";
+    pub const IOCTL_ENTRY: &str = "IOCTL_ENTRY";
     pub const UVM_MAPS: &str = "UVM_MAPS";
     pub const CAPTURE_PLANS: &str = "CAPTURE_PLANS";
     pub const ALLOC_PARAM_SIZES: &str = "ALLOC_PARAM_SIZES";
@@ -608,6 +609,49 @@ pub struct CapturePlan {
     pub ledger: u32,
 }
 
+/// `CAPTURE_PLANS` entry: a direct-mapped slot (see [`plan_slot`]) holding its command, so a
+/// command that shares a slot with a planned one is never mistaken for it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanSlot {
+    /// The command (frontend nr or UVM command) whose plan this is.
+    pub cmd: u32,
+    /// 1 if the slot holds a plan.
+    pub present: u32,
+    pub plan: CapturePlan,
+}
+
+/// Slots of `CAPTURE_PLANS`: 256 per space.
+pub const CAPTURE_PLAN_SLOTS: u32 = 512;
+
+/// The `CAPTURE_PLANS` slot of a command: its space's half, indexed by the command's low byte
+/// (frontend nrs are one byte; UVM commands are small numbers plus two 0x3000_000x ones). An array
+/// load on the hot path instead of a hash lookup; user space refuses a plan table with two
+/// commands in one slot.
+#[inline(always)]
+pub const fn plan_slot(space: u32, cmd: u32) -> u32 {
+    (space & 1) * 256 + (cmd & 0xff)
+}
+
+/// `ALLOC_PARAM_SIZES` entry: an RM class and the bytes of its nested parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassSize {
+    pub class: u32,
+    pub size: u32,
+}
+
+/// Slots of `ALLOC_PARAM_SIZES`.
+pub const ALLOC_PARAM_SLOTS: u32 = 256;
+
+/// The `ALLOC_PARAM_SIZES` slot of an RM class (classes are 16-bit numbers; the two bytes folded
+/// together spread the memory classes over distinct slots). The slot holds its class; user space
+/// refuses two classes in one slot.
+#[inline(always)]
+pub const fn class_slot(class: u32) -> u32 {
+    (class ^ (class >> 8)) & 0xff
+}
+
 /// Bytes of the device-directory prefix (e.g. `/dev/nvidia`) the kernel matches opens against.
 pub const DEV_PREFIX_MAX: usize = 64;
 
@@ -819,9 +863,10 @@ pub mod capacity {
     /// from `/proc/sys/kernel/pid_max`.
     pub const TRACKED_TGID_ENTRIES: u32 = 4194304 / super::TRACKED_TGIDS_PER_ENTRY as u32;
     pub const INFLIGHT: u32 = 16384;
+    /// Slots of `IOCTL_ENTRY` (a power of two): threads inside an ioctl at once, by thread id
+    /// modulo this; two threads sharing a slot lose only a duration, never a record.
+    pub const IOCTL_ENTRY: u32 = 32768;
     pub const UVM_MAPS: u32 = 16384;
-    pub const CAPTURE_PLANS: u32 = 256;
-    pub const ALLOC_PARAM_SIZES: u32 = 64;
     pub const CUDA_COUNTS: u32 = 65536;
     pub const CUDA_INFLIGHT: u32 = 16384;
     /// Default size of each ring buffer, the ledger ring and the bulk ring (bytes, power of two).
@@ -846,6 +891,8 @@ const _: () = {
     assert!(size_of::<UvmMapKey>() == 16);
     assert!(size_of::<CaptureKey>() == 8);
     assert!(size_of::<CapturePlan>() == 32);
+    assert!(size_of::<PlanSlot>() == 40);
+    assert!(size_of::<ClassSize>() == 8);
     assert!(size_of::<DeviceCheck>() == 4 + 4 * DEVICE_MAJORS_MAX + 40);
     assert!(size_of::<SimDeviceKey>() == 16);
     assert!(size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX + size_of::<DeviceCheck>());
@@ -881,6 +928,12 @@ mod pod {
     // SAFETY: CapturePlan is #[repr(C)] with eight u32 fields, the last the explicit `_pad` (size asserted to
     // be 32), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CapturePlan {}
+    // SAFETY: PlanSlot is #[repr(C)] of two u32 fields and a CapturePlan (itself Pod, u32s only; size
+    // asserted to be 40), so it has no implicit padding and any bit pattern is valid.
+    unsafe impl aya::Pod for PlanSlot {}
+    // SAFETY: ClassSize is #[repr(C)] with two u32 fields (size asserted to be 8), so any bit pattern is
+    // valid.
+    unsafe impl aya::Pod for ClassSize {}
     // SAFETY: TracerConfig is #[repr(C)] with four u32 fields, a byte array and a DeviceCheck of u32s only
     // (size asserted to be their sum), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for TracerConfig {}

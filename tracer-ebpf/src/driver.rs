@@ -6,18 +6,24 @@ use aya_ebpf::helpers::{
     bpf_probe_read_user_str_bytes, generated,
 };
 use tracer_common::{
-    CaptureKey, DeviceCheck, DeviceRef, FdCloseRecord, FdDupRecord, FdKey, FdOpenRecord, IOCTL_MAIN_MAX,
-    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, Inflight, IoctlRecord, NO_NESTED, SPACE_FRONTEND, SPACE_UVM, SimDeviceKey,
-    UvmMapKey, UvmMmapRecord, UvmMunmapRecord, counter, device_kind, flags, nv, probe, sysno,
+    DeviceCheck, DeviceRef, FdCloseRecord, FdDupRecord, FdKey, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
+    IOCTL_TAIL_MAX, Inflight, IoctlRecord, NO_NESTED, SPACE_FRONTEND, SPACE_UVM, SimDeviceKey, UvmMapKey,
+    UvmMmapRecord, UvmMunmapRecord, counter, device_kind, flags, nv, probe, sysno,
 };
 
 use crate::{
     emit,
-    maps::{ALLOC_PARAM_SIZES, CAPTURE_PLANS, CONFIG, INFLIGHT, NV_FDS, SIM_DEVICES, TRACKED_TGIDS, UVM_MAPS},
+    maps::{
+        ALLOC_PARAM_SIZES, CAPTURE_PLANS, CONFIG, INFLIGHT, IOCTL_ENTRY, NV_FDS, SIM_DEVICES, TRACKED_TGIDS, UVM_MAPS,
+    },
 };
 
 /// Arguments of the syscall being entered, however the attach mode exposes them.
 pub trait SyscallArgs {
+    /// Whether the exit program sees the same registers (btf and raw tracepoints get the
+    /// syscall's `pt_regs`, whose argument registers still hold the arguments at exit on x86_64),
+    /// so an ioctl's fd, command and argument are read there and need no entry state.
+    const AT_EXIT: bool;
     fn arg(&self, i: usize) -> u64;
 }
 
@@ -123,6 +129,16 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
                 emit_close(dev, fd as i32, 0);
             }
         }
+        sysno::IOCTL if A::AT_EXIT => {
+            // Only the time: the exit program reads the arguments and the fd's device itself.
+            if let Some(slot) = IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) {
+                // SAFETY: a map value of this program's array; two plain stores.
+                unsafe {
+                    (*slot)[0] = pid_tgid;
+                    (*slot)[1] = bpf_ktime_get_ns();
+                }
+            }
+        }
         sysno::IOCTL => {
             let fd = a.arg(0);
             let Some(dev) = lookup_fd(tgid, fd) else { return };
@@ -193,12 +209,39 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
     }
 }
 
-/// Syscall exit.
+/// `IOCTL_ENTRY` slot of a thread.
 #[inline(always)]
-pub fn on_exit(nr: u32, ret: i64) {
+fn ioctl_slot(pid_tgid: u64) -> u32 {
+    (pid_tgid as u32) & (tracer_common::capacity::IOCTL_ENTRY - 1)
+}
+
+/// Syscall exit. `regs`: the syscall's arguments where the attach mode still sees them at exit.
+#[inline(always)]
+pub fn on_exit<A: SyscallArgs>(nr: u32, ret: i64, regs: Option<&A>) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = tgid_of(pid_tgid);
     if nr != sysno::OPENAT && nr != sysno::OPEN && !tracked(tgid) {
+        return;
+    }
+    if nr == sysno::IOCTL
+        && let Some(a) = regs
+    {
+        let fd = a.arg(0);
+        let Some(dev) = lookup_fd(tgid, fd) else { return };
+        let mut st = Inflight { sysno: nr, fd: fd as i32, dev, ..Default::default() };
+        st.args[0] = a.arg(1);
+        st.args[1] = a.arg(2);
+        if let Some(slot) = IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) {
+            // SAFETY: a map value of this program's array. The time counts only if this thread
+            // wrote it (a missed entry or a thread sharing the slot leaves the duration 0).
+            unsafe {
+                if (*slot)[0] == pid_tgid {
+                    st.enter_ktime = (*slot)[1];
+                    (*slot)[0] = 0;
+                }
+            }
+        }
+        exit_ioctl(&st, ret, pid_tgid);
         return;
     }
     // SAFETY: copied out immediately.
@@ -220,7 +263,7 @@ pub fn on_exit(nr: u32, ret: i64) {
     }
     match nr {
         sysno::OPENAT | sysno::OPEN => exit_open(&st, pid_tgid, ret),
-        sysno::IOCTL => exit_ioctl(&st, ret),
+        sysno::IOCTL => exit_ioctl(&st, ret, pid_tgid),
         sysno::MMAP => exit_mmap(&st, tgid, ret),
         sysno::DUP | sysno::DUP2 | sysno::DUP3 | sysno::FCNTL => exit_dup(&st, tgid, ret),
         _ => {}
@@ -347,7 +390,7 @@ unsafe fn read_user_into(dst: *mut u8, cap: u32, len: u32, src: u64) -> bool {
     unsafe { generated::bpf_probe_read_user(dst as *mut _, n, src as *const _) == 0 }
 }
 
-fn exit_ioctl(st: &Inflight, ret: i64) {
+fn exit_ioctl(st: &Inflight, ret: i64, pid_tgid: u64) {
     let cmd = st.args[0] as u32;
     let arg = st.args[1];
     let is_uvm = st.dev.kind == device_kind::UVM || st.dev.kind == device_kind::UVM_TOOLS;
@@ -365,9 +408,11 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
             Err(_) => fl |= flags::FAULT_XFER,
         }
     }
-    let key = CaptureKey { space: if is_uvm { SPACE_UVM } else { SPACE_FRONTEND }, cmd: nr };
-    // SAFETY: copied out immediately.
-    let plan = unsafe { CAPTURE_PLANS.get(&key) }.copied();
+    let space = if is_uvm { SPACE_UVM } else { SPACE_FRONTEND };
+    let plan = match CAPTURE_PLANS.get(tracer_common::plan_slot(space, nr)) {
+        Some(s) if s.present != 0 && s.cmd == nr => Some(s.plan),
+        _ => None,
+    };
     let mut main_len = match plan {
         Some(p) if is_uvm => p.main_len,
         Some(p) if p.main_len < size => p.main_len,
@@ -385,7 +430,9 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
         Some(p) if p.ledger != 0 => emit::Ring::Ledger,
         _ => emit::Ring::Bulk,
     };
-    let Some(mut e) = emit::reserve_in::<IoctlRecord>(ring, probe::IOCTL, 0) else { return };
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(mut e) = emit::reserve_at::<IoctlRecord>(ring, probe::IOCTL, 0, pid_tgid, now) else { return };
     let r = e.as_mut_ptr();
     // SAFETY: r points at a reserved IoctlRecord; every write stays inside it.
     unsafe {
@@ -394,7 +441,7 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
         (*r).cmd = cmd;
         (*r).arg = arg;
         (*r).ret = ret;
-        (*r).duration_ns = bpf_ktime_get_ns().wrapping_sub(st.enter_ktime);
+        (*r).duration_ns = if st.enter_ktime != 0 { now.wrapping_sub(st.enter_ktime) } else { 0 };
         (*r).nr = nr;
         (*r).size = size;
         (*r).data_ptr = ptr;
@@ -440,7 +487,10 @@ fn exit_ioctl(st: &Inflight, ret: i64) {
                         bpf_probe_read_user((ptr + p.class_off as u64) as *const u32)
                     };
                     match class {
-                        Ok(class) => ALLOC_PARAM_SIZES.get(&class).copied().unwrap_or(0),
+                        Ok(class) => match ALLOC_PARAM_SIZES.get(tracer_common::class_slot(class)) {
+                            Some(c) if c.class == class => c.size,
+                            _ => 0,
+                        },
                         Err(_) => 0,
                     }
                 } else {

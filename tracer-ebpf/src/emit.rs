@@ -63,6 +63,20 @@ pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEnt
 /// fills the body and calls [`submit`].
 #[inline(always)]
 pub fn reserve_in<R: Record + 'static>(ring: Ring, probe: u32, flags: u16) -> Option<RingBufEntry<R>> {
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
+    reserve_at::<R>(ring, probe, flags, bpf_get_current_pid_tgid(), unsafe { bpf_ktime_get_ns() })
+}
+
+/// [`reserve_in`] with the caller's `pid_tgid` and clock reading (a hot path that has both already
+/// saves two helper calls).
+#[inline(always)]
+pub fn reserve_at<R: Record + 'static>(
+    ring: Ring,
+    probe: u32,
+    flags: u16,
+    pid_tgid: u64,
+    ktime_ns: u64,
+) -> Option<RingBufEntry<R>> {
     count(probe, counter::SEEN);
     let reserved = match ring {
         Ring::Ledger => EVENTS.reserve::<R>(0),
@@ -77,13 +91,11 @@ pub fn reserve_in<R: Record + 'static>(ring: Ring, probe: u32, flags: u16) -> Op
         }
         return None;
     };
-    let pid_tgid = bpf_get_current_pid_tgid();
     let hdr = EventHeader {
         kind: R::KIND,
         flags,
         size: size_of::<R>() as u32,
-        // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
-        ktime_ns: unsafe { bpf_ktime_get_ns() },
+        ktime_ns,
         tgid: (pid_tgid >> 32) as u32,
         pid: pid_tgid as u32,
         // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.

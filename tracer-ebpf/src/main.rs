@@ -19,6 +19,7 @@ use driver::SyscallArgs;
 /// `syscalls:sys_enter_<name>` records: `__syscall_nr` at 8, six u64 args from 16.
 struct TpArgs<'a>(&'a TracePointContext);
 impl SyscallArgs for TpArgs<'_> {
+    const AT_EXIT: bool = false;
     #[inline(always)]
     fn arg(&self, i: usize) -> u64 {
         // SAFETY: every sys_enter_* record has six 8-byte argument slots from offset 16 (fewer are
@@ -32,6 +33,7 @@ const PT_REGS_ARG_OFF: [usize; 6] = [112, 104, 96, 56, 72, 64];
 const PT_REGS_ORIG_AX: usize = 120;
 struct RegsArgs(*const u8);
 impl SyscallArgs for RegsArgs {
+    const AT_EXIT: bool = true;
     #[inline(always)]
     fn arg(&self, i: usize) -> u64 {
         let off = if i < 6 { PT_REGS_ARG_OFF[i] } else { return 0 };
@@ -44,6 +46,7 @@ impl SyscallArgs for RegsArgs {
 /// verifier checks against the type, instead of a helper call per argument.
 struct BtfRegsArgs(*const u8);
 impl SyscallArgs for BtfRegsArgs {
+    const AT_EXIT: bool = true;
     #[inline(always)]
     fn arg(&self, i: usize) -> u64 {
         // SAFETY: constant offsets of `struct pt_regs` fields, validated by the verifier via BTF.
@@ -82,7 +85,7 @@ pub fn sys_exit_tp(ctx: TracePointContext) -> u32 {
     if driver::interesting(nr) {
         // SAFETY: `ret` (a long) is at offset 16 of the same record, per its format file.
         let ret = unsafe { ctx.read_at::<i64>(16) }.unwrap_or(0);
-        driver::on_exit(nr, ret);
+        driver::on_exit::<TpArgs>(nr, ret, None);
     }
     0
 }
@@ -105,7 +108,7 @@ pub fn sys_exit_raw(ctx: RawTracePointContext) -> i32 {
     let nr = unsafe { bpf_probe_read_kernel(regs.add(PT_REGS_ORIG_AX) as *const u64) }.unwrap_or(u64::MAX) as u32;
     if driver::interesting(nr) {
         let ret: i64 = ctx.arg(1);
-        driver::on_exit(nr, ret);
+        driver::on_exit(nr, ret, Some(&RegsArgs(regs)));
     }
     0
 }
@@ -129,7 +132,7 @@ pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
     let nr = unsafe { core::ptr::read_volatile(regs.add(PT_REGS_ORIG_AX) as *const u64) } as u32;
     if driver::interesting(nr) {
         let ret: i64 = ctx.arg(1);
-        driver::on_exit(nr, ret);
+        driver::on_exit(nr, ret, Some(&BtfRegsArgs(regs)));
     }
     0
 }

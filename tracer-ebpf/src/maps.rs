@@ -4,8 +4,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    COUNTER_ENTRIES, CaptureKey, CapturePlan, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight,
-    PerEventKey, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
+    COUNTER_ENTRIES, ClassSize, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight, PerEventKey,
+    PlanSlot, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
 };
 
 /// The ledger ring: records a ledger is built from (fds, lifecycle, allocations, frees). Written
@@ -48,17 +48,27 @@ pub static TRACKED_TGIDS: Array<[u8; tracer_common::TRACKED_TGIDS_PER_ENTRY]> =
 #[map]
 pub static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(capacity::INFLIGHT, 0);
 
+/// Entry time of the ioctl each thread is inside, in the modes whose exit program sees the
+/// syscall's registers (btf and raw tracepoints; the arguments are read again there, so no entry
+/// state is needed but the time): slot `tid % IOCTL_ENTRY` holds `[pid_tgid, ktime]`, cleared at
+/// exit. An array store and load instead of a hash insert, lookup and delete on the hottest path;
+/// a thread whose slot another overwrote gets duration 0 (unknown), its record is unaffected.
+#[map]
+pub static IOCTL_ENTRY: Array<[u64; 2]> = Array::with_max_entries(capacity::IOCTL_ENTRY, 0);
+
 /// Live managed-memory mappings of UVM fds: (tgid, address) → length.
 #[map]
 pub static UVM_MAPS: LruHashMap<UvmMapKey, u64> = LruHashMap::with_max_entries(capacity::UVM_MAPS, 0);
 
-/// What to copy for each ioctl command, for the running driver version (written by user space).
+/// What to copy for each ioctl command, for the running driver version (written by user space):
+/// direct-mapped by `tracer_common::plan_slot`, each slot holding its command.
 #[map]
-pub static CAPTURE_PLANS: HashMap<CaptureKey, CapturePlan> = HashMap::with_max_entries(capacity::CAPTURE_PLANS, 0);
+pub static CAPTURE_PLANS: Array<PlanSlot> = Array::with_max_entries(tracer_common::CAPTURE_PLAN_SLOTS, 0);
 
-/// RM_ALLOC nested parameter sizes by class (written by user space).
+/// RM_ALLOC nested parameter sizes by class (written by user space): direct-mapped by
+/// `tracer_common::class_slot`, each slot holding its class.
 #[map]
-pub static ALLOC_PARAM_SIZES: HashMap<u32, u32> = HashMap::with_max_entries(capacity::ALLOC_PARAM_SIZES, 0);
+pub static ALLOC_PARAM_SIZES: Array<ClassSize> = Array::with_max_entries(tracer_common::ALLOC_PARAM_SLOTS, 0);
 
 /// `CONFIG[0]`: agent tgid, device prefix, wake-up batching.
 #[map]

@@ -9,7 +9,8 @@ use aya::{
 };
 use serde::Serialize;
 use tracer_common::{
-    CaptureKey, CapturePlan, DeviceCheck, SimDeviceKey, TracerConfig, map_names, nv::DriverAbi, prog_names, sysno,
+    CaptureKey, CapturePlan, ClassSize, DeviceCheck, PlanSlot, SimDeviceKey, TracerConfig, map_names, nv::DriverAbi,
+    prog_names, sysno,
 };
 
 use crate::config::{AttachMode, Config};
@@ -195,6 +196,10 @@ pub enum ProbeError {
     MissingMap(&'static str),
     #[error("writing eBPF map {map}: {source}")]
     Map { map: &'static str, source: aya::maps::MapError },
+    #[error(
+        "the capture tables for this driver do not fit the kernel's direct-mapped arrays: {0} (a bug: please report it with the driver version)"
+    )]
+    PlanTable(String),
     #[error("every probe family failed or is disabled: driver: {driver}; lifecycle: {lifecycle}; cuda: {cuda}")]
     NothingAttached { driver: String, lifecycle: String, cuda: String },
 }
@@ -207,6 +212,7 @@ impl ProbeError {
             ProbeError::MissingMap(_) => "missing_map",
             ProbeError::Map { .. } => "map",
             ProbeError::NothingAttached { .. } => "nothing_attached",
+            ProbeError::PlanTable(_) => "plan_table",
         }
     }
 }
@@ -304,21 +310,23 @@ impl Probes {
             }
         }
         {
+            let slots = crate::decode::plan::plan_slots(plans).map_err(ProbeError::PlanTable)?;
             let m = ebpf.map_mut(map_names::CAPTURE_PLANS).ok_or(ProbeError::MissingMap(map_names::CAPTURE_PLANS))?;
-            let mut h: BpfHashMap<&mut MapData, CaptureKey, CapturePlan> =
-                BpfHashMap::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
-            for (k, p) in plans {
-                h.insert(k, p, 0).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
+            let mut a: Array<&mut MapData, PlanSlot> =
+                Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
+            for (slot, entry) in slots {
+                a.set(slot, entry, 0).map_err(|source| ProbeError::Map { map: map_names::CAPTURE_PLANS, source })?;
             }
         }
         {
+            let slots = crate::decode::plan::class_slots(alloc_sizes).map_err(ProbeError::PlanTable)?;
             let m = ebpf
                 .map_mut(map_names::ALLOC_PARAM_SIZES)
                 .ok_or(ProbeError::MissingMap(map_names::ALLOC_PARAM_SIZES))?;
-            let mut h: BpfHashMap<&mut MapData, u32, u32> = BpfHashMap::try_from(m)
-                .map_err(|source| ProbeError::Map { map: map_names::ALLOC_PARAM_SIZES, source })?;
-            for (class, len) in alloc_sizes {
-                h.insert(class, len, 0)
+            let mut a: Array<&mut MapData, ClassSize> =
+                Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::ALLOC_PARAM_SIZES, source })?;
+            for (slot, entry) in slots {
+                a.set(slot, entry, 0)
                     .map_err(|source| ProbeError::Map { map: map_names::ALLOC_PARAM_SIZES, source })?;
             }
         }

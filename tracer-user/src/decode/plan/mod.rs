@@ -9,8 +9,10 @@
 //! without a plan copy nothing (UVM commands do not encode their size).
 
 use tracer_common::{
-    CaptureKey, CapturePlan, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX, NO_NESTED, SPACE_FRONTEND, SPACE_UVM,
+    ALLOC_PARAM_SLOTS, CAPTURE_PLAN_SLOTS, CaptureKey, CapturePlan, ClassSize, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
+    NO_NESTED, PlanSlot, SPACE_FRONTEND, SPACE_UVM, class_slot,
     nv::{DriverAbi, class, esc, size, uvm},
+    plan_slot,
 };
 
 /// A plan that copies the first `main_len` bytes and nothing else.
@@ -101,6 +103,43 @@ pub fn alloc_param_sizes(abi: &DriverAbi) -> Vec<(u32, u32)> {
         (class::NV01_DEVICE_0, cap(size::NV0080_ALLOC_PARAMETERS)),
         (class::NV20_SUBDEVICE_0, cap(size::NV2080_ALLOC_PARAMETERS)),
     ]
+}
+
+/// `plans` as the kernel's `CAPTURE_PLANS` array: (slot, entry) per plan. Two commands of one space
+/// whose low bytes agree would share a slot: an error naming both (a table for a new driver must
+/// then change [`tracer_common::plan_slot`], which the tests check for every known layout).
+pub fn plan_slots(plans: &[(CaptureKey, CapturePlan)]) -> Result<Vec<(u32, PlanSlot)>, String> {
+    let mut out: Vec<(u32, PlanSlot)> = Vec::with_capacity(plans.len());
+    for (k, p) in plans {
+        let slot = plan_slot(k.space, k.cmd);
+        debug_assert!(slot < CAPTURE_PLAN_SLOTS);
+        if k.space > 1 {
+            return Err(format!("capture plan for command {:#x} in unknown space {}", k.cmd, k.space));
+        }
+        if let Some((_, other)) = out.iter().find(|(s, _)| *s == slot) {
+            return Err(format!(
+                "capture plans for commands {:#x} and {:#x} (space {}) share slot {slot}",
+                other.cmd, k.cmd, k.space
+            ));
+        }
+        out.push((slot, PlanSlot { cmd: k.cmd, present: 1, plan: *p }));
+    }
+    Ok(out)
+}
+
+/// `sizes` as the kernel's `ALLOC_PARAM_SIZES` array: (slot, entry) per class; two classes in one
+/// slot are an error naming both.
+pub fn class_slots(sizes: &[(u32, u32)]) -> Result<Vec<(u32, ClassSize)>, String> {
+    let mut out: Vec<(u32, ClassSize)> = Vec::with_capacity(sizes.len());
+    for &(class, size) in sizes {
+        let slot = class_slot(class);
+        debug_assert!(slot < ALLOC_PARAM_SLOTS);
+        if let Some((_, other)) = out.iter().find(|(s, _)| *s == slot) {
+            return Err(format!("RM classes {:#x} and {class:#x} share nested-size slot {slot}", other.class));
+        }
+        out.push((slot, ClassSize { class, size }));
+    }
+    Ok(out)
 }
 
 /// The nested length [`alloc_param_sizes`] gives `class` (0 if none).

@@ -1,7 +1,7 @@
 use super::*;
 use crate::decode::ioctl::memory_class;
 use tracer_common::{
-    IOCTL_TAIL_MAX, capacity,
+    IOCTL_TAIL_MAX,
     nv::{DriverVersion, off},
 };
 
@@ -16,7 +16,8 @@ fn versions() -> Vec<DriverAbi> {
 fn plans_fit_the_record_windows_and_the_maps() {
     for abi in versions() {
         let plans = capture_plans(&abi);
-        assert!(plans.len() <= capacity::CAPTURE_PLANS as usize);
+        let slots = plan_slots(&plans).unwrap_or_else(|e| panic!("{abi:?}: {e}"));
+        assert_eq!(slots.len(), plans.len());
         let mut keys: Vec<_> = plans.iter().map(|(k, _)| (k.space, k.cmd)).collect();
         keys.sort();
         keys.dedup();
@@ -31,7 +32,7 @@ fn plans_fit_the_record_windows_and_the_maps() {
             }
         }
         let sizes = alloc_param_sizes(&abi);
-        assert!(sizes.len() <= capacity::ALLOC_PARAM_SIZES as usize);
+        assert_eq!(class_slots(&sizes).unwrap_or_else(|e| panic!("{abi:?}: {e}")).len(), sizes.len());
         assert!(sizes.iter().all(|&(_, n)| n as usize <= IOCTL_NESTED_MAX && n > 0));
     }
 }
@@ -103,4 +104,18 @@ fn only_the_commands_the_memory_ledger_applies_go_through_the_ledger_ring() {
         got.sort();
         assert_eq!(got, want);
     }
+}
+
+#[test]
+fn slot_tables_refuse_two_commands_in_one_slot() {
+    let fe = |cmd| CaptureKey { space: SPACE_FRONTEND, cmd };
+    let uv = |cmd| CaptureKey { space: SPACE_UVM, cmd };
+    // The same low byte in different spaces is fine; in one space it is refused, naming both.
+    assert!(plan_slots(&[(fe(0x2b), main_only(8)), (uv(0x2b), main_only(8))]).is_ok());
+    let e = plan_slots(&[(uv(uvm::INITIALIZE), main_only(8)), (uv(1), main_only(8))]).unwrap_err();
+    assert!(e.contains("0x30000001") && e.contains("0x1"), "{e}");
+    // 0x141 folds to 0x41 ^ 0x01 = 0x40, the slot of 0x40.
+    assert!(class_slots(&[(0x40, 8), (0x4040, 8)]).is_ok());
+    let e = class_slots(&[(0x40, 8), (0x141, 8)]).unwrap_err();
+    assert!(e.contains("0x40") && e.contains("0x141"), "{e}");
 }
