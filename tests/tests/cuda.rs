@@ -154,6 +154,17 @@ fn a_second_libcuda_copy_in_a_process_is_found_and_probed() {
         (t.agent.stats.cuda_libraries_detached == 1).then_some(())
     })
     .unwrap_or_else(|e| panic!("{e}: pid {pid} exit not seen or not detached"));
+    // The copy's uprobes are unregistered on a thread of their own (seconds); a process mapping
+    // the copy right away gets it probed again once that is done, and every launch counted once.
+    let mut w2 = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&copy).spawn().unwrap();
+    ok(&mut w2, "cuda-init");
+    ok(&mut w2, "init 0");
+    t.settle();
+    assert_eq!(t.agent.stats.cuda_libraries_found, 2, "errors: {}", t.agent.stats.cuda_library_errors);
+    ok(&mut w2, "cuda-launch 50");
+    let s = t.settle();
+    assert_eq!(cg(&s, pod.id()).launches, 450);
+    drop(w2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -166,6 +166,8 @@ pub struct CudaSection {
     pub throughput_rounds: u32,
     /// Why nothing was measured (e.g. a library is missing), when the whole section failed.
     pub skipped: Option<String>,
+    /// 5c: attach and detach times per library.
+    pub detach: Vec<detach::DetachRow>,
 }
 
 impl CudaSection {
@@ -183,6 +185,7 @@ impl CudaSection {
             rounds: 0,
             throughput_rounds: 0,
             skipped: Some(why.to_string()),
+            detach: vec![],
         }
     }
 
@@ -617,6 +620,7 @@ pub fn section(ctx: &Ctx) -> CudaSection {
         rounds: o.cuda_runs.unwrap_or(o.runs.min(3)),
         throughput_rounds: o.runs.min(3),
         skipped: None,
+        detach: vec![],
     };
     for (i, l) in sec.libs.iter().enumerate() {
         for probe in PROBES {
@@ -679,8 +683,10 @@ pub fn section(ctx: &Ctx) -> CudaSection {
         }
     }
     throughput(ctx, &mut sec);
+    sec.detach = detach::measure(&sec.libs, sec.rounds);
     sec
 }
 
+pub mod detach;
 #[cfg(test)]
 mod tests;

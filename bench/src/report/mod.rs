@@ -1432,6 +1432,7 @@ impl Report<'_> {
             }
         }
         s.push('\n');
+        crate::cuda::detach::render(s, &sec.detach, sec.rounds);
     }
 
     /// Section 5's lines for "Reading the numbers".

@@ -27,6 +27,10 @@ pub(super) struct LateLibcuda {
     pub(super) reports: Vec<LibraryReport>,
     /// Links of those copies, and the GPU processes seen mapping each (detached when all exit).
     links: HashMap<Inode, (Links, HashSet<u32>)>,
+    /// Copies being detached on a thread of their own (a library's uprobes take seconds to
+    /// unregister; the pipeline does not wait for them). A copy is attached again only once its
+    /// detach has finished, so its calls are never counted twice.
+    detaching: HashMap<Inode, std::thread::JoinHandle<()>>,
 }
 
 impl LateLibcuda {
@@ -61,6 +65,10 @@ impl LateLibcuda {
             if !self.inodes.insert(inode) {
                 continue;
             }
+            if let Some(detaching) = self.detaching.remove(&inode) {
+                // Rare: a copy detached a moment ago is mapped again. Its old probes go first.
+                let _ = detaching.join();
+            }
             match attach::attach_library(ebpf, &through_root) {
                 Ok((report, links)) => {
                     stats.cuda_libraries_found += 1;
@@ -89,7 +97,18 @@ impl LateLibcuda {
         for inode in done {
             if let Some((links, _)) = self.links.remove(&inode) {
                 if let Some(e) = ebpf.as_deref_mut() {
-                    attach::detach(e, links);
+                    let owned = attach::take_links(e, links);
+                    self.detaching.retain(|_, h| !h.is_finished());
+                    match std::thread::Builder::new()
+                        .name("libcuda-detach".into())
+                        .spawn(move || attach::drop_concurrently(owned))
+                    {
+                        Ok(h) => {
+                            self.detaching.insert(inode, h);
+                        }
+                        // The closure, and the links in it, were dropped: detached on this thread.
+                        Err(e) => tracing::warn!(error = %e, "detaching a libcuda copy on the pipeline thread"),
+                    }
                 }
                 self.inodes.remove(&inode);
                 stats.cuda_libraries_detached += 1;

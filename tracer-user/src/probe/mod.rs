@@ -225,6 +225,38 @@ pub struct Probes {
     pub accepted: devcheck::Accepted,
     /// Entries `TRACKED_TGIDS` was created with (from `pid_max`).
     pub tracked_entries: u32,
+    /// The cuda family's uprobe links on the libraries found at start, detached all at once when
+    /// this drops (see [`crate::cuda::attach::detach`]).
+    cuda_links: crate::cuda::attach::Links,
+}
+
+impl Probes {
+    /// Detach the cuda family's uprobes on the libraries found at start, concurrently (what the
+    /// drop does first); returns how many links were detached. Idempotent.
+    pub fn detach_cuda(&mut self) -> usize {
+        crate::cuda::attach::detach(&mut self.ebpf, std::mem::take(&mut self.cuda_links))
+    }
+
+    /// The same, one link after the other, as dropping the programs does: the benchmark's baseline
+    /// for [`Probes::detach_cuda`].
+    pub fn detach_cuda_one_by_one(&mut self) -> usize {
+        let links = crate::cuda::attach::take_links(&mut self.ebpf, std::mem::take(&mut self.cuda_links));
+        let n = links.len();
+        links.into_iter().for_each(drop);
+        n
+    }
+
+    /// How many cuda uprobe links are attached on the libraries found at start.
+    pub fn cuda_link_count(&self) -> usize {
+        self.cuda_links.len()
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        // The other programs' links and every fd go with `ebpf`, after this.
+        self.detach_cuda();
+    }
 }
 
 /// Kernel config for the programs (the device check off; [`Probes::load`] turns it on).
@@ -348,10 +380,12 @@ impl Probes {
             FamilyStatus::Disabled
         };
         let mut cuda_libraries = Vec::new();
+        let mut cuda_links = Vec::new();
         let cuda = if cfg.families.cuda {
             let libs = crate::cuda::attach::library_candidates(&cfg.cuda_libraries);
             match crate::cuda::attach::attach_all(&mut ebpf, &libs) {
-                Ok(reports) => {
+                Ok((reports, links)) => {
+                    cuda_links = links;
                     let programs =
                         reports.iter().map(|r| format!("uprobe/{} ({} entry points)", r.path, r.attached())).collect();
                     cuda_libraries = reports;
@@ -388,7 +422,7 @@ impl Probes {
                 cuda: s(&report.cuda),
             });
         }
-        Ok(Probes { ebpf, report, accepted, tracked_entries })
+        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links })
     }
 
     /// Re-read `/proc/devices` and give the kernel any NVIDIA major that appeared since start
