@@ -3,7 +3,7 @@
 //! program serves every entry point of the same shape. Launches are aggregated in the kernel;
 //! allocations and frees are reported one by one, with the pointer read at return.
 use aya_ebpf::{
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, generated},
     programs::{ProbeContext, RetProbeContext},
 };
 use tracer_common::{
@@ -25,12 +25,15 @@ fn cookie<C: aya_ebpf::EbpfContext>(ctx: &C) -> u32 {
 /// Add one call (and `bytes`) to this process's row for `entry`.
 #[inline(always)]
 fn count(probe_id: u32, entry: u32, bytes: u64) {
-    let key = CudaCountKey {
-        // SAFETY: helpers without preconditions.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        entry,
-    };
+    // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    count_as(probe_id, entry, bytes, cgroup_id, bpf_get_current_pid_tgid());
+}
+
+/// [`count`] with the caller's cgroup id and `pid_tgid`.
+#[inline(always)]
+fn count_as(probe_id: u32, entry: u32, bytes: u64, cgroup_id: u64, pid_tgid: u64) {
+    let key = CudaCountKey { cgroup_id, tgid: (pid_tgid >> 32) as u32, entry };
     emit::count(probe_id, counter::SEEN);
     // A CUDA process is a GPU process: track it so its exit is reported (its CUDA ledger and
     // counts are then released), even if it never opened a device node itself.
@@ -54,47 +57,56 @@ fn count(probe_id: u32, entry: u32, bytes: u64) {
     }
 }
 
-/// Launches, context creation: count; in per-event mode, launches are also sent one by one.
+/// Launches, context creation: count; in per-event mode, launches are also sent one by one. The
+/// cgroup id and `pid_tgid` are read once and shared by the count, the selection and the record.
 pub fn on_call(ctx: &ProbeContext) {
     let entry = cookie(ctx);
-    count(probe::CUDA_CALL, entry, 0);
-    if cuda_entry::is_launch(entry) && per_event_selected() {
-        send_launch(ctx, entry);
+    // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    count_as(probe::CUDA_CALL, entry, 0, cgroup_id, pid_tgid);
+    if cuda_entry::is_launch(entry) && per_event_selected(cgroup_id, pid_tgid) {
+        send_launch(ctx, entry, cgroup_id, pid_tgid);
     }
 }
 
 /// Is per-event mode on for the current process or its cgroup? One flag test when it is off.
 #[inline(always)]
-fn per_event_selected() -> bool {
+fn per_event_selected(cgroup_id: u64, pid_tgid: u64) -> bool {
     let Some(cfg) = CONFIG.get(0) else { return false };
     if cfg.families & family::CUDA_PER_EVENT == 0 {
         return false;
     }
-    // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
-    let cg = PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: unsafe { bpf_get_current_cgroup_id() } };
+    let cg = PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: cgroup_id };
     // SAFETY: HashMap::get is unsafe because the returned reference may see a concurrent update or
     // delete; we only test for presence and never read through it.
     if unsafe { CUDA_PER_EVENT.get(&cg) }.is_some() {
         return true;
     }
-    let tg = PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: bpf_get_current_pid_tgid() >> 32 };
+    let tg = PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: pid_tgid >> 32 };
     // SAFETY: as above: a presence check, the value is never read.
     unsafe { CUDA_PER_EVENT.get(&tg) }.is_some()
 }
 
-/// Read the `n`th stack argument (n ≥ 7 in the SysV numbering: `rsp + 8 * (n - 6)`); the probe
-/// point has the function's entry stack (placement never skips a push).
+/// The 7th to 9th arguments (SysV: on the stack at `rsp + 8`, `+ 16`, `+ 24`; the probe point has
+/// the function's entry stack, placement never skips a push), in one read; faults give zeros.
 #[inline(always)]
-fn stack_arg(ctx: &ProbeContext, n: u64) -> u64 {
-    // SAFETY: reads the saved user rsp, then user memory (faults give 0).
+fn stack_args_7_to_9(ctx: &ProbeContext) -> [u64; 3] {
+    // SAFETY: reads the saved user rsp, then user memory through the helper.
     unsafe {
         let sp = (*ctx.regs).rsp;
-        bpf_probe_read_user((sp + 8 * (n - 6)) as *const u64).unwrap_or(0)
+        bpf_probe_read_user((sp + 8) as *const [u64; 3]).unwrap_or([0; 3])
     }
 }
 
-fn send_launch(ctx: &ProbeContext, entry: u32) {
-    let Some(mut e) = emit::reserve_in::<CudaLaunchRecord>(emit::Ring::Bulk, probe::CUDA_LAUNCH, 0) else { return };
+fn send_launch(ctx: &ProbeContext, entry: u32, cgroup_id: u64, pid_tgid: u64) {
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(mut e) =
+        emit::reserve_at::<CudaLaunchRecord>(emit::Ring::Bulk, probe::CUDA_LAUNCH, 0, pid_tgid, now, cgroup_id)
+    else {
+        return;
+    };
     let r = e.as_mut_ptr();
     let a = |i: usize| -> u64 { ctx.arg(i).unwrap_or(0) };
     // SAFETY: r points at a reserved record.
@@ -102,14 +114,15 @@ fn send_launch(ctx: &ProbeContext, entry: u32) {
         (*r).entry = entry;
         match entry {
             cuda_entry::LAUNCH_KERNEL_EX | cuda_entry::LAUNCH_KERNEL_EX_PTSZ => {
-                // (const CUlaunchConfig *config, CUfunction f, ...): grid@0, block@12, shmem@24, stream@32.
+                // (const CUlaunchConfig *config, CUfunction f, ...): grid@0, block@12, shmem@24,
+                // stream@32: the first 40 bytes in one read.
                 let cfg = a(0);
-                let c: [u32; 8] = bpf_probe_read_user(cfg as *const [u32; 8]).unwrap_or([0; 8]);
+                let c: [u64; 5] = bpf_probe_read_user(cfg as *const [u64; 5]).unwrap_or([0; 5]);
                 (*r).function = a(1);
-                (*r).grid = [c[0], c[1], c[2]];
-                (*r).block = [c[3], c[4], c[5]];
-                (*r).shared_mem_bytes = c[6];
-                (*r).stream = bpf_probe_read_user((cfg + 32) as *const u64).unwrap_or(0);
+                (*r).grid = [c[0] as u32, (c[0] >> 32) as u32, c[1] as u32];
+                (*r).block = [(c[1] >> 32) as u32, c[2] as u32, (c[2] >> 32) as u32];
+                (*r).shared_mem_bytes = c[3] as u32;
+                (*r).stream = c[4];
             }
             cuda_entry::GRAPH_LAUNCH | cuda_entry::GRAPH_LAUNCH_PTSZ => {
                 (*r).function = a(0);
@@ -120,11 +133,12 @@ fn send_launch(ctx: &ProbeContext, entry: u32) {
             }
             _ => {
                 // (f, gx, gy, gz, bx, by, | bz, shmem, stream, ...) — the last three on the stack.
+                let st = stack_args_7_to_9(ctx);
                 (*r).function = a(0);
                 (*r).grid = [a(1) as u32, a(2) as u32, a(3) as u32];
-                (*r).block = [a(4) as u32, a(5) as u32, stack_arg(ctx, 7) as u32];
-                (*r).shared_mem_bytes = stack_arg(ctx, 8) as u32;
-                (*r).stream = stack_arg(ctx, 9);
+                (*r).block = [a(4) as u32, a(5) as u32, st[0] as u32];
+                (*r).shared_mem_bytes = st[1] as u32;
+                (*r).stream = st[2];
             }
         }
     }

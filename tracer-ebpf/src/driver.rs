@@ -2,8 +2,8 @@
 //! managed-memory mmap/munmap of UVM fds. One handler for every attach mode: the entry points in
 //! `main.rs` only extract the syscall number and arguments.
 use aya_ebpf::helpers::{
-    bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-    bpf_probe_read_user_str_bytes, generated,
+    bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated,
 };
 use tracer_common::{
     DeviceCheck, DeviceRef, FdCloseRecord, FdDupRecord, FdKey, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
@@ -432,7 +432,9 @@ fn exit_ioctl(st: &Inflight, ret: i64, pid_tgid: u64) {
     };
     // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(mut e) = emit::reserve_at::<IoctlRecord>(ring, probe::IOCTL, 0, pid_tgid, now) else { return };
+    // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let Some(mut e) = emit::reserve_at::<IoctlRecord>(ring, probe::IOCTL, 0, pid_tgid, now, cgroup_id) else { return };
     let r = e.as_mut_ptr();
     // SAFETY: r points at a reserved IoctlRecord; every write stays inside it.
     unsafe {

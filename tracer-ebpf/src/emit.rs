@@ -63,12 +63,13 @@ pub fn reserve<R: Record + 'static>(probe: u32, flags: u16) -> Option<RingBufEnt
 /// fills the body and calls [`submit`].
 #[inline(always)]
 pub fn reserve_in<R: Record + 'static>(ring: Ring, probe: u32, flags: u16) -> Option<RingBufEntry<R>> {
-    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
-    reserve_at::<R>(ring, probe, flags, bpf_get_current_pid_tgid(), unsafe { bpf_ktime_get_ns() })
+    // SAFETY: helpers without arguments: the monotonic clock and the current task's cgroup.
+    let (now, cgroup_id) = unsafe { (bpf_ktime_get_ns(), bpf_get_current_cgroup_id()) };
+    reserve_at::<R>(ring, probe, flags, bpf_get_current_pid_tgid(), now, cgroup_id)
 }
 
-/// [`reserve_in`] with the caller's `pid_tgid` and clock reading (a hot path that has both already
-/// saves two helper calls).
+/// [`reserve_in`] with the caller's `pid_tgid`, clock reading and cgroup id (a hot path that has
+/// them already saves the helper calls).
 #[inline(always)]
 pub fn reserve_at<R: Record + 'static>(
     ring: Ring,
@@ -76,6 +77,7 @@ pub fn reserve_at<R: Record + 'static>(
     flags: u16,
     pid_tgid: u64,
     ktime_ns: u64,
+    cgroup_id: u64,
 ) -> Option<RingBufEntry<R>> {
     count(probe, counter::SEEN);
     let reserved = match ring {
@@ -98,8 +100,7 @@ pub fn reserve_at<R: Record + 'static>(
         ktime_ns,
         tgid: (pid_tgid >> 32) as u32,
         pid: pid_tgid as u32,
-        // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        cgroup_id,
     };
     // SAFETY: every record starts with an EventHeader (repr(C)); the entry is R-sized.
     unsafe { core::ptr::write(entry.as_mut_ptr() as *mut EventHeader, hdr) };
