@@ -406,7 +406,8 @@ impl Report<'_> {
         let _ = writeln!(
             s,
             "**Method.** A child process pinned to CPU {} makes {} calls of `ioctl(fd of /dev/null, TCGETS)` (a foreign \
-             ioctl: the driver family's entry handler looks the fd up in `NV_FDS` and misses; `-ENOTTY`), then {} of \
+             ioctl from a process that never opened an NVIDIA node: the driver family's handlers stop at its \
+             `TRACKED_TGIDS` byte; `-ENOTTY`), then {} of \
              `syscall(SYS_getppid)` (a syscall the driver family does not handle). ns/call is the child thread's CPU time \
              (`CLOCK_THREAD_CPUTIME_ID`, which includes the kernel's syscall and probe work but not time the thread spent \
              waiting for the CPU) divided by the calls; wall-clock medians follow the table. Configurations: no \
