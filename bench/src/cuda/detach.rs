@@ -14,7 +14,7 @@ use tracer_user::{
 };
 
 use super::LibInfo;
-use crate::progress;
+use crate::{progress, sys};
 
 /// One load, detach and teardown.
 #[derive(Clone, Debug)]
@@ -91,14 +91,6 @@ pub fn measure(libs: &[LibInfo], rounds: u32) -> Vec<DetachRow> {
     rows
 }
 
-fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return (0.0, 0.0, 0.0);
-    }
-    (v[v.len() / 2], v[0], v[v.len() - 1])
-}
-
 /// The 5c block of the report.
 pub fn render(s: &mut String, rows: &[DetachRow], rounds: u32) {
     let _ = writeln!(s, "### 5c. Attaching and detaching one library's uprobes\n");
@@ -127,8 +119,8 @@ pub fn render(s: &mut String, rows: &[DetachRow], rounds: u32) {
                         continue;
                     }
                     let cell = |f: fn(&DetachRun) -> f64| {
-                        let (m, lo, hi) = median(r.iter().map(|x| f(x)).collect());
-                        format!("{m:.0} ({lo:.0}–{hi:.0})")
+                        let v: Vec<f64> = r.iter().map(|x| f(x)).collect();
+                        format!("{:.0} ({:.0}–{:.0})", sys::median(&v), sys::min(&v), sys::max(&v))
                     };
                     let way = if concurrent { "**all at once** (the agent)" } else { "one by one (before)" };
                     let _ = writeln!(
