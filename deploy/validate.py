@@ -39,7 +39,7 @@ VARIANTS = {
     "default": {},
     "privileged": {"privileged": True},
     "cuda_memlock_price": {
-        "cudaProbes": True,
+        "cudaPerfEventUprobes": True,
         "memlockCapability": True,
         "config": {"attribution": {"pricePerGpuHour": 2.5}},
         "priorityClassName": "system-node-critical",

@@ -3,7 +3,12 @@
 use std::{sync::Mutex, time::Duration};
 
 use gpu_tracer_tests::{FakeDriver, PodCgroup, Tracer, Workload, config_for, eventually, fake_libcuda, require_root};
-use tracer_user::{cuda::ledger::CudaUsage, model::AgentSnapshot, probe::FamilyStatus};
+use tracer_user::{
+    config::CudaAttach,
+    cuda::{attach::Method, ledger::CudaUsage},
+    model::AgentSnapshot,
+    probe::FamilyStatus,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -29,15 +34,23 @@ fn ok(w: &mut Workload, cmd: &str) -> gpu_tracer_tests::Answer {
     w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"))
 }
 
-/// Launch counts and live CUDA bytes per cgroup are exact, in every prologue variant.
-fn counts_and_ledger(variant: &str) {
+/// Launch counts and live CUDA bytes per cgroup are exact, in every prologue variant, with the
+/// uprobes attached by `method` (`cuda_attach`).
+fn counts_and_ledger(variant: &str, method: CudaAttach) {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lib = fake_libcuda(variant);
     let driver = FakeDriver::start(1).unwrap();
-    let mut t = tracer(&driver, vec![lib.clone()]);
+    let mut cfg = config_for(&driver);
+    cfg.families.cuda = true;
+    cfg.cuda_libraries = vec![lib.clone()];
+    cfg.cuda_attach = method;
+    let mut t = Tracer::start(cfg);
     let r = t.agent.report();
     assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
+    // This kernel (6.18) has multi-uprobe links: `auto` must pick them.
+    let want = if method == CudaAttach::PerfEvent { Method::PerfEvent } else { Method::UprobeMulti };
+    assert!(r.cuda_libraries.iter().all(|l| l.method == want), "{:#?}", r.cuda_libraries);
     let attached: usize = r.cuda_libraries.iter().map(|l| l.attached()).sum();
     assert_eq!(attached, tracer_common::cuda_entry::COUNT as usize, "{:#?}", r.cuda_libraries);
 
@@ -91,17 +104,23 @@ fn counts_and_ledger(variant: &str) {
 
 #[test]
 fn cuda_counts_and_ledger_push_prologue() {
-    counts_and_ledger("push");
+    counts_and_ledger("push", CudaAttach::Auto);
 }
 
 #[test]
 fn cuda_counts_and_ledger_endbr64_prologue() {
-    counts_and_ledger("endbr64");
+    counts_and_ledger("endbr64", CudaAttach::UprobeMulti);
+}
+
+/// The fallback for kernels before 6.6 (and `cuda_attach = "perf-event"`): the same numbers.
+#[test]
+fn cuda_counts_and_ledger_push_prologue_perf_events() {
+    counts_and_ledger("push", CudaAttach::PerfEvent);
 }
 
 #[test]
 fn cuda_counts_and_ledger_thunk_prologue() {
-    counts_and_ledger("thunk");
+    counts_and_ledger("thunk", CudaAttach::Auto);
 }
 
 #[test]
@@ -115,6 +134,7 @@ fn real_libcuda_entry_points_attach_past_the_thunks() {
     let r = t.agent.report();
     assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
     let lib = &r.cuda_libraries[0];
+    assert_eq!(lib.method, Method::UprobeMulti, "{}", lib.method_detail);
     for name in ["cuLaunchKernel", "cuMemAlloc_v2", "cuMemFree_v2", "cuGraphLaunch"] {
         let e = lib.entries.iter().find(|e| e.symbol == name).unwrap();
         assert_eq!(e.status, "attached", "{name}: {}", e.detail);
@@ -143,6 +163,8 @@ fn a_second_libcuda_copy_in_a_process_is_found_and_probed() {
     t.settle();
     assert_eq!(t.agent.stats.cuda_libraries_found, 1, "errors: {}", t.agent.stats.cuda_library_errors);
     assert!(t.agent.cuda_late_libraries()[0].path.ends_with("libcuda.so.1"));
+    // Through /proc/PID/root, too.
+    assert_eq!(t.agent.cuda_late_libraries()[0].method, Method::UprobeMulti);
     ok(&mut w, "cuda-launch 400");
     let s = t.settle();
     assert_eq!(cg(&s, pod.id()).launches, 400);

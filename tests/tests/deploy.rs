@@ -113,7 +113,9 @@ fn check_least_privilege(objs: &Value, what: &str) {
     }
     assert_eq!(resources, BTreeSet::from(["pods".to_string(), "resourceclaims".to_string()]), "{what}");
     let cfg = config_of(objs);
-    assert!(!cfg.families.cuda, "{what}: the cuda family needs SYS_ADMIN, so it is off");
+    // Multi-uprobe links (Linux 6.6+) need no capability beyond the four: the cuda family is on.
+    assert!(cfg.families.cuda, "{what}: the cuda family is on by default");
+    assert_eq!(cfg.cuda_attach, tracer_user::config::CudaAttach::Auto, "{what}");
 }
 
 /// Drops what only Helm adds: its labels and the config checksum annotation.
@@ -168,7 +170,8 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
         assert_eq!(b, c, "chart default differs from deploy/kubernetes/base for {}", key(b));
     }
 
-    // Opt-ins: privileged (overlay and chart), cuda probes (+SYS_ADMIN), memlock (+SYS_RESOURCE).
+    // Opt-ins: privileged (overlay and chart), perf-event uprobes for kernels before 6.6
+    // (+SYS_ADMIN), memlock (+SYS_RESOURCE).
     for (objs, what) in [(&r["privileged_overlay"], "overlay"), (&r["chart"]["privileged"], "chart privileged=true")] {
         let sc = &container(find(objs, "DaemonSet"))["securityContext"];
         assert_eq!(sc["privileged"], true, "{what}");

@@ -93,6 +93,8 @@ pub struct CudaMeasured {
     pub detach_s: Vec<f64>,
     /// Uprobes the configuration attached.
     pub uprobes: usize,
+    /// The kernel links (perf events or BPF links) holding them.
+    pub links: usize,
     /// What the first launch and `cuInit` returned, and how `cuLaunchKernel` was resolved.
     pub first_ret: i32,
     pub init: i32,
@@ -448,27 +450,30 @@ fn agent_session(
         if let Some(p) = &running.started.cuda_problem {
             bail!("cuda family not attached: {p}");
         }
-        let launch = running.with_agent(|a, _| {
-            a.report()
+        let (launch, placed) = running.with_agent(|a, _| {
+            let r = a.report();
+            let launch = r
                 .cuda_libraries
                 .iter()
                 .flat_map(|r| r.entries.iter())
                 .find(|e| e.symbol == SYMBOL)
-                .map(|e| (e.status, e.detail.clone()))
+                .map(|e| (e.status, e.detail.clone()));
+            (launch, r.cuda_libraries.iter().map(|l| l.uprobes).sum::<usize>())
         })?;
+        let links = uprobes;
         match launch {
             Some(("attached", _)) => {}
             Some((status, detail)) => bail!("{SYMBOL} not attached: {status} {detail}"),
             None => bail!("{SYMBOL} not in the attach report"),
         }
-        count.uprobes = uprobes;
+        (count.uprobes, count.links) = (placed, links);
         let call = counter_name();
         let run = run_worker(ctx, sec, &lib.path)?;
         let pid = run.pid;
         let (kc, launches) = running.with_agent(move |a, sink| settle(a, sink, pid))?;
         record(ctx, count, &run, Some(launches), Some(kc.get(call)));
         let Some(pe) = per_event else { return Ok(()) };
-        pe.uprobes = uprobes;
+        (pe.uprobes, pe.links) = (placed, links);
         let cg = own_cgroup_id()?;
         running.with_agent(move |a, _| a.set_per_event(&[cg], &[]))?.context("switching per-event mode on")?;
         let run2 = run_worker(ctx, sec, &lib.path);
@@ -517,7 +522,7 @@ fn measure_one(
         CudaProbe::Symbol => {
             let e = symbol_probe(&lib.path)?;
             ctx.note_ours();
-            acc.uprobes = 1;
+            (acc.uprobes, acc.links) = (1, 1);
             let r = run_worker(ctx, sec, &lib.path);
             let counts = r.as_ref().ok().map(|r| kernel_counts(&e, r.pid));
             let t = Instant::now();
@@ -529,7 +534,7 @@ fn measure_one(
         CudaProbe::Bpftrace => {
             let program = crate::bpftrace::cuda_program(&lib.path.display().to_string());
             let (r, n) = crate::bpftrace::while_attached_program(ctx, &program, || run_worker(ctx, sec, &lib.path))?;
-            acc.uprobes = 1;
+            (acc.uprobes, acc.links) = (1, 1);
             record(ctx, acc, &r, Some(n), None);
         }
     }

@@ -42,6 +42,31 @@ impl AttachMode {
     }
 }
 
+/// How the cuda family's uprobes are attached to each libcuda copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CudaAttach {
+    /// Multi-uprobe links where the kernel has them (Linux 6.6+), else one perf event per probe.
+    #[default]
+    Auto,
+    /// Multi-uprobe links only (`BPF_TRACE_UPROBE_MULTI`): CAP_BPF + CAP_PERFMON; one RCU grace
+    /// period to detach a library. A kernel without them fails the family.
+    UprobeMulti,
+    /// One perf event per probe (the only way before Linux 6.6): needs CAP_SYS_ADMIN, and each
+    /// probe waits for a grace period of its own when detached.
+    PerfEvent,
+}
+
+impl CudaAttach {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CudaAttach::Auto => "auto",
+            CudaAttach::UprobeMulti => "uprobe-multi",
+            CudaAttach::PerfEvent => "perf-event",
+        }
+    }
+}
+
 /// Which probe families to load. A family that fails to load or attach is reported; the others
 /// keep running.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +131,8 @@ pub struct Config {
     pub max_processes: usize,
     /// libcuda.so.1 copies to probe; empty: search the usual places (`cuda::attach::SEARCH_PATHS`).
     pub cuda_libraries: Vec<PathBuf>,
+    /// How the cuda family's uprobes are attached. Default `auto`.
+    pub cuda_attach: CudaAttach,
     /// NVML sampling (device and per-process readings).
     pub nvml: NvmlSettings,
     /// How each GPU's memory, compute, energy and cost are split between containers.
@@ -417,6 +444,7 @@ impl Default for Config {
             snapshot_interval_ms: 1000,
             max_processes: 16384,
             cuda_libraries: Vec::new(),
+            cuda_attach: CudaAttach::Auto,
             nvml: NvmlSettings::default(),
             attribution: AttributionSettings::default(),
             kubernetes: KubeSettings::default(),
@@ -795,6 +823,9 @@ pub struct Overrides {
     /// Where the driver probes attach [default: auto = the cheapest this kernel offers].
     #[arg(long, global = true, value_enum)]
     pub attach_mode: Option<AttachMode>,
+    /// How libcuda's uprobes attach [default: auto = multi-uprobe links where the kernel has them].
+    #[arg(long, global = true, value_enum)]
+    pub cuda_attach: Option<CudaAttach>,
     /// Driver version for struct layouts (default: read /proc/driver/nvidia/version).
     #[arg(long, global = true)]
     pub driver_version: Option<String>,
@@ -861,6 +892,9 @@ impl Overrides {
         }
         if let Some(m) = self.attach_mode {
             cfg.attach_mode = m;
+        }
+        if let Some(m) = self.cuda_attach {
+            cfg.cuda_attach = m;
         }
         if let Some(v) = &self.driver_version {
             cfg.driver_version = Some(v.clone());

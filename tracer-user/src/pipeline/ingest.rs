@@ -64,6 +64,7 @@ impl Agent {
                 if self.cfg.families.cuda {
                     self.late_libcuda.process_opened_device(
                         &mut k.probes.ebpf,
+                        &k.probes.cuda_backend,
                         &self.cfg.proc_root,
                         tgid,
                         &mut self.stats,

@@ -49,6 +49,7 @@ impl LateLibcuda {
     pub(super) fn process_opened_device(
         &mut self,
         ebpf: &mut aya::Ebpf,
+        backend: &attach::Backend,
         proc_root: &Path,
         tgid: u32,
         stats: &mut PipelineStats,
@@ -69,10 +70,10 @@ impl LateLibcuda {
                 // Rare: a copy detached a moment ago is mapped again. Its old probes go first.
                 let _ = detaching.join();
             }
-            match attach::attach_library(ebpf, &through_root) {
+            match attach::attach_library(ebpf, backend, &through_root) {
                 Ok((report, links)) => {
                     stats.cuda_libraries_found += 1;
-                    tracing::info!(tgid, path = %through_root.display(), "probing a libcuda copy found in a process's mappings");
+                    tracing::info!(tgid, path = %through_root.display(), method = report.method.as_str(), "probing a libcuda copy found in a process's mappings");
                     self.reports.push(report);
                     self.links.insert(inode, (links, [tgid].into_iter().collect()));
                 }

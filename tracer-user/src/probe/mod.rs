@@ -228,6 +228,8 @@ pub struct Probes {
     /// The cuda family's uprobe links on the libraries found at start, detached all at once when
     /// this drops (see [`crate::cuda::attach::detach`]).
     cuda_links: crate::cuda::attach::Links,
+    /// How libcuda copies are attached (also the ones found later, in processes' mappings).
+    pub cuda_backend: crate::cuda::attach::Backend,
 }
 
 impl Probes {
@@ -380,18 +382,24 @@ impl Probes {
             FamilyStatus::Disabled
         };
         let mut cuda_libraries = Vec::new();
-        let mut cuda_links = Vec::new();
+        let mut cuda_links = crate::cuda::attach::Links::default();
+        let mut cuda_backend = crate::cuda::attach::Backend::perf("the cuda family is off");
         let cuda = if cfg.families.cuda {
             let libs = crate::cuda::attach::library_candidates(&cfg.cuda_libraries);
-            match crate::cuda::attach::attach_all(&mut ebpf, &libs) {
-                Ok((reports, links)) => {
-                    cuda_links = links;
-                    let programs =
-                        reports.iter().map(|r| format!("uprobe/{} ({} entry points)", r.path, r.attached())).collect();
-                    cuda_libraries = reports;
-                    FamilyStatus::Attached { programs }
+            match crate::cuda::attach::Backend::new(cfg.cuda_attach, &ebpf, EBPF_OBJECT) {
+                Err(e) => FamilyStatus::Failed { error: e },
+                Ok(backend) => {
+                    cuda_backend = backend;
+                    match crate::cuda::attach::attach_all(&mut ebpf, &cuda_backend, &libs) {
+                        Ok((reports, links)) => {
+                            cuda_links = links;
+                            let programs = reports.iter().map(library_summary).collect();
+                            cuda_libraries = reports;
+                            FamilyStatus::Attached { programs }
+                        }
+                        Err(e) => FamilyStatus::from_cuda_attach_error(&e),
+                    }
                 }
-                Err(e) => FamilyStatus::from_cuda_attach_error(&e),
             }
         } else {
             FamilyStatus::Disabled
@@ -422,7 +430,7 @@ impl Probes {
                 cuda: s(&report.cuda),
             });
         }
-        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links })
+        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links, cuda_backend })
     }
 
     /// Re-read `/proc/devices` and give the kernel any NVIDIA major that appeared since start
@@ -445,6 +453,17 @@ impl Probes {
         tracing::info!(?majors, "NVIDIA device majors changed");
         self.accepted.majors = majors;
         Ok(true)
+    }
+}
+
+/// One library in the cuda family's status: `uprobe-multi:PATH (N entry points)`, or for perf
+/// events `uprobe:PATH (N entry points; perf events: WHY)`.
+pub fn library_summary(r: &crate::cuda::attach::LibraryReport) -> String {
+    match r.method {
+        crate::cuda::attach::Method::UprobeMulti => format!("uprobe-multi:{} ({} entry points)", r.path, r.attached()),
+        crate::cuda::attach::Method::PerfEvent => {
+            format!("uprobe:{} ({} entry points; perf events: {})", r.path, r.attached(), r.method_detail)
+        }
     }
 }
 

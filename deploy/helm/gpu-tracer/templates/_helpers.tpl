@@ -44,7 +44,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* Capabilities: the least-privilege set plus the opt-ins (docs/security.md). */}}
 {{- define "gpu-tracer.capabilities" -}}
 {{- $caps := list "BPF" "PERFMON" "SYS_PTRACE" "DAC_READ_SEARCH" -}}
-{{- if .Values.cudaProbes }}{{ $caps = append $caps "SYS_ADMIN" }}{{ end -}}
+{{- if and .Values.cudaProbes .Values.cudaPerfEventUprobes }}{{ $caps = append $caps "SYS_ADMIN" }}{{ end -}}
 {{- if .Values.memlockCapability }}{{ $caps = append $caps "SYS_RESOURCE" }}{{ end -}}
 {{- toJson $caps -}}
 {{- end -}}

@@ -6,7 +6,7 @@
 //! lacks is reported, not fatal.
 use std::{
     collections::HashSet,
-    os::unix::fs::MetadataExt,
+    os::{fd::OwnedFd, unix::fs::MetadataExt},
     path::{Path, PathBuf},
 };
 
@@ -21,6 +21,10 @@ use serde::Serialize;
 use tracer_common::{cuda_entry, prog_names};
 
 use super::placement;
+use crate::config::CudaAttach;
+
+pub mod multi;
+pub use multi::MultiPrograms;
 
 /// Where libcuda is looked for when `cuda_libraries` is empty: distribution paths, the NVIDIA
 /// container toolkit's, and the GPU operator's driver container.
@@ -87,6 +91,13 @@ pub struct EntryReport {
 pub struct LibraryReport {
     pub path: String,
     pub inode: u64,
+    /// How its uprobes are attached.
+    pub method: Method,
+    /// Why not with multi links (the kernel refused them, or the configuration); empty with them.
+    pub method_detail: String,
+    /// Uprobes placed on it (entry and return probes), and the kernel links holding them.
+    pub uprobes: usize,
+    pub links: usize,
     pub entries: Vec<EntryReport>,
 }
 
@@ -116,30 +127,95 @@ fn load<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, String> {
     Ok(p)
 }
 
-/// The uprobe links of one library, so they can be detached when no process uses it any more.
-pub type Links = Vec<(&'static str, UProbeLinkId)>;
+/// How a library's uprobes are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// One `uprobe_multi` link per program ([`multi`]): CAP_BPF + CAP_PERFMON, detached under one
+    /// RCU grace period.
+    UprobeMulti,
+    /// One perf event per probe (aya's `UProbe::attach`): needs CAP_SYS_ADMIN; each detaches
+    /// with a grace period of its own.
+    PerfEvent,
+}
 
-fn attach_at(
-    ebpf: &mut Ebpf,
-    links: &mut Links,
-    prog: &'static str,
-    lib: &Path,
-    offset: u64,
-    entry: u32,
-) -> Result<(), String> {
-    let p = load(ebpf, prog)?;
-    let point =
-        UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
-    let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| format!("attaching {prog}: {e:#}"))?;
-    links.push((prog, id));
-    Ok(())
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::UprobeMulti => "uprobe-multi",
+            Method::PerfEvent => "perf-event",
+        }
+    }
+}
+
+/// How [`attach_library`] attaches: the cuda programs loaded for multi links, or why not.
+pub enum Backend {
+    /// Multi links; when the kernel refuses one and `fallback` is set, perf events instead.
+    Multi { programs: MultiPrograms, fallback: bool },
+    /// Perf events only; `why` not multi links.
+    Perf { why: String },
+}
+
+impl Backend {
+    /// The backend `setting` asks for on this kernel. `ebpf` is the loaded object (none of its maps
+    /// taken yet). An error only when multi links are required and cannot be had.
+    pub fn new(setting: CudaAttach, ebpf: &Ebpf, object: &[u8]) -> Result<Backend, String> {
+        match setting {
+            CudaAttach::PerfEvent => Ok(Backend::Perf { why: "cuda_attach = \"perf-event\"".into() }),
+            CudaAttach::UprobeMulti => MultiPrograms::load(object, ebpf)
+                .map(|programs| Backend::Multi { programs, fallback: false })
+                .map_err(|e| format!("cuda_attach = \"uprobe-multi\", but {e} (needs Linux 6.6+)")),
+            CudaAttach::Auto => Ok(match MultiPrograms::load(object, ebpf) {
+                Ok(programs) => Backend::Multi { programs, fallback: true },
+                Err(e) => {
+                    tracing::info!(error = %e, "no multi-uprobe links on this kernel: one perf event per libcuda probe");
+                    Backend::Perf { why: e }
+                }
+            }),
+        }
+    }
+
+    /// A backend without multi links, for tests and tools that never attach.
+    pub fn perf(why: &str) -> Backend {
+        Backend::Perf { why: why.into() }
+    }
+}
+
+/// The uprobe links of one library (or of several), so they can be detached when no process uses
+/// it any more: perf-event links, still owned by their programs, and multi links.
+#[derive(Default)]
+pub struct Links {
+    perf: Vec<(&'static str, UProbeLinkId)>,
+    multi: Vec<OwnedFd>,
+}
+
+impl Links {
+    /// Kernel links held: one per perf-event probe, one per program for multi links.
+    pub fn len(&self) -> usize {
+        self.perf.len() + self.multi.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn extend(&mut self, other: Links) {
+        self.perf.extend(other.perf);
+        self.multi.extend(other.multi);
+    }
+}
+
+/// A link that detaches when dropped.
+pub enum OwnedLink {
+    Perf(UProbeLink),
+    Multi(OwnedFd),
 }
 
 /// Detach links attached with [`attach_library`] or [`attach_all`], all at once: each is taken
-/// from its program and dropped on a thread of its own. Unregistering a uprobe waits for an RCU
-/// grace period in the kernel (about 0.1 s on these kernels, measured in the bench's section 5c);
-/// one after the other, a library's 35 took 3.8 s, while concurrent waits share grace periods.
-/// Returns how many were detached.
+/// from its program and dropped on a thread of its own. Unregistering uprobes waits for an RCU
+/// grace period in the kernel (about 0.1 s on these kernels, measured in the bench's section 5c):
+/// once per perf-event probe (a library's 35 took 3.8 s one after the other; concurrent waits
+/// share grace periods), once per multi link. Returns how many links were detached.
 pub fn detach(ebpf: &mut Ebpf, links: Links) -> usize {
     let owned = take_links(ebpf, links);
     let n = owned.len();
@@ -148,21 +224,22 @@ pub fn detach(ebpf: &mut Ebpf, links: Links) -> usize {
 }
 
 /// The owned links behind `links` (taken from their programs, so dropping one detaches it).
-pub fn take_links(ebpf: &mut Ebpf, links: Links) -> Vec<UProbeLink> {
+pub fn take_links(ebpf: &mut Ebpf, links: Links) -> Vec<OwnedLink> {
     let mut out = Vec::with_capacity(links.len());
-    for (prog, id) in links {
+    for (prog, id) in links.perf {
         if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut UProbe>::try_from)
             && let Ok(link) = p.take_link(id)
         {
-            out.push(link);
+            out.push(OwnedLink::Perf(link));
         }
     }
+    out.extend(links.multi.into_iter().map(OwnedLink::Multi));
     out
 }
 
 /// Drop (detach) `links` concurrently, one thread each; returns when all are detached. A thread
 /// that cannot be started drops its link on the caller's thread instead.
-pub fn drop_concurrently(links: Vec<UProbeLink>) {
+pub fn drop_concurrently(links: Vec<OwnedLink>) {
     std::thread::scope(|s| {
         for link in links {
             // When the thread cannot start, the closure, and the link in it, is dropped right here.
@@ -171,21 +248,128 @@ pub fn drop_concurrently(links: Vec<UProbeLink>) {
     });
 }
 
-/// Attach every entry point of one library; returns its report and links. Fails when nothing
-/// could be attached.
-pub fn attach_library(ebpf: &mut Ebpf, lib: &Path) -> Result<(LibraryReport, Links), AttachError> {
+/// One uprobe: the program and the file offset it goes at.
+type Probe = (&'static str, u64);
+
+/// Where one entry point's probes go; their cookie is the entry id.
+struct Planned {
+    id: u32,
+    symbol: &'static str,
+    /// Placed: the probes and the placement's description; not: (`missing`|`failed`, why).
+    placed: Result<(Vec<Probe>, String), (&'static str, String)>,
+}
+
+fn plan(bytes: &[u8], id: u32, symbol: &'static str, action: cuda_entry::Action) -> Planned {
+    let placed = (|| {
+        let place = placement::place(bytes, symbol).map_err(|e| {
+            let status = if e.is_missing_symbol() { "missing" } else { "failed" };
+            (status, e.to_string())
+        })?;
+        let ret = |prog: &'static str| {
+            // A return probe hijacks the return address on the stack: it needs a point before any push.
+            placement::place_for_return(bytes, symbol)
+                .map(|r| (prog, r.file_offset))
+                .map_err(|e| ("failed", e.to_string()))
+        };
+        let probes = match action {
+            cuda_entry::Action::Count => vec![(prog_names::CUDA_COUNT, place.file_offset)],
+            cuda_entry::Action::Free => vec![(prog_names::CUDA_FREE, place.file_offset)],
+            cuda_entry::Action::Lookup => {
+                vec![(prog_names::CUDA_LOOKUP_ENTER, place.file_offset), ret(prog_names::CUDA_LOOKUP_RETURN)?]
+            }
+            cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => {
+                vec![(prog_names::CUDA_ALLOC_ENTER, place.file_offset), ret(prog_names::CUDA_ALLOC_RETURN)?]
+            }
+        };
+        Ok((probes, placement::describe(&place)))
+    })();
+    Planned { id, symbol, placed }
+}
+
+/// One multi link per program for every placed probe of `planned`; all or nothing.
+fn attach_multi(multi: &MultiPrograms, lib: &Path, planned: &[Planned]) -> Result<Vec<OwnedFd>, String> {
+    let mut by_prog: Vec<(&'static str, Vec<u64>, Vec<u64>)> = Vec::new();
+    for p in planned {
+        let Ok((probes, _)) = &p.placed else { continue };
+        for &(prog, offset) in probes {
+            match by_prog.iter_mut().find(|(name, _, _)| *name == prog) {
+                Some((_, offsets, cookies)) => {
+                    offsets.push(offset);
+                    cookies.push(p.id as u64);
+                }
+                None => by_prog.push((prog, vec![offset], vec![p.id as u64])),
+            }
+        }
+    }
+    // On an error the links made so far drop with `fds`: nothing stays half attached.
+    let mut fds = Vec::with_capacity(by_prog.len());
+    for (prog, offsets, cookies) in &by_prog {
+        fds.push(multi.attach(prog, lib, offsets, cookies)?);
+    }
+    Ok(fds)
+}
+
+/// Attach every entry point of one library, with multi links when `multi` is given (falling back
+/// to perf-event uprobes when the kernel refuses them); returns its report and links. Fails when
+/// nothing could be attached.
+pub fn attach_library(ebpf: &mut Ebpf, backend: &Backend, lib: &Path) -> Result<(LibraryReport, Links), AttachError> {
     let md = std::fs::metadata(lib).map_err(|error| AttachError::Stat { path: lib.into(), error })?;
     let bytes = std::fs::read(lib).map_err(|error| AttachError::Read { path: lib.into(), error })?;
-    let mut links = Links::new();
+    let planned: Vec<Planned> =
+        cuda_entry::ALL.into_iter().map(|(id, symbol, action)| plan(&bytes, id, symbol, action)).collect();
+    let planned_probes = planned.iter().filter_map(|p| p.placed.as_ref().ok()).map(|(probes, _)| probes.len()).sum();
+    let mut links = Links::default();
+    let mut method = Method::PerfEvent;
+    let method_detail = match backend {
+        Backend::Perf { why } => why.clone(),
+        Backend::Multi { programs, fallback } => match attach_multi(programs, lib, &planned) {
+            Ok(fds) => {
+                links.multi = fds;
+                method = Method::UprobeMulti;
+                String::new()
+            }
+            Err(e) if *fallback => {
+                tracing::warn!(lib = %lib.display(), error = %e, "multi-uprobe links refused; one perf event per probe");
+                format!("uprobe_multi refused ({e})")
+            }
+            Err(e) => {
+                let why = format!("cuda_attach = \"uprobe-multi\": {e}");
+                return Err(AttachError::NoEntryPoint { path: lib.into(), why });
+            }
+        },
+    };
     let mut entries = Vec::new();
-    for (id, symbol, action) in cuda_entry::ALL {
-        let result = attach_entry(ebpf, &mut links, lib, &bytes, id, symbol, action);
-        entries.push(match result {
-            Ok(detail) => EntryReport { symbol, status: "attached", detail },
-            Err((status, detail)) => EntryReport { symbol, status, detail },
-        });
+    for p in planned {
+        let report = match p.placed {
+            Err((status, detail)) => EntryReport { symbol: p.symbol, status, detail },
+            Ok((_, detail)) if method == Method::UprobeMulti => {
+                EntryReport { symbol: p.symbol, status: "attached", detail }
+            }
+            Ok((probes, detail)) => {
+                let attached = probes
+                    .into_iter()
+                    .try_for_each(|(prog, offset)| attach_at(ebpf, &mut links.perf, prog, lib, offset, p.id));
+                match attached {
+                    Ok(()) => EntryReport { symbol: p.symbol, status: "attached", detail },
+                    Err(e) => EntryReport { symbol: p.symbol, status: "failed", detail: e },
+                }
+            }
+        };
+        entries.push(report);
     }
-    let report = LibraryReport { path: lib.display().to_string(), inode: md.ino(), entries };
+    let uprobes = match method {
+        Method::UprobeMulti => planned_probes,
+        Method::PerfEvent => links.perf.len(),
+    };
+    let report = LibraryReport {
+        path: lib.display().to_string(),
+        inode: md.ino(),
+        method,
+        method_detail,
+        uprobes,
+        links: links.len(),
+        entries,
+    };
     if report.attached() == 0 {
         let why: Vec<String> = report
             .entries
@@ -200,16 +384,56 @@ pub fn attach_library(ebpf: &mut Ebpf, lib: &Path) -> Result<(LibraryReport, Lin
     Ok((report, links))
 }
 
+fn attach_at(
+    ebpf: &mut Ebpf,
+    links: &mut Vec<(&'static str, UProbeLinkId)>,
+    prog: &'static str,
+    lib: &Path,
+    offset: u64,
+    entry: u32,
+) -> Result<(), String> {
+    let p = load(ebpf, prog)?;
+    let point =
+        UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
+    let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| {
+        // aya's message leaves out its causes (the syscall's errno): walk them.
+        let mut msg = format!("attaching {prog}: {e}");
+        let mut denied = false;
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            msg.push_str(&format!(": {c}"));
+            if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                denied |= matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+            }
+            cause = c.source();
+        }
+        if denied {
+            format!(
+                "{msg}: the kernel allows perf-event uprobes only with CAP_SYS_ADMIN (multi-uprobe links, Linux \
+                 6.6+, need only CAP_BPF + CAP_PERFMON; Helm: cudaPerfEventUprobes=true adds SYS_ADMIN)"
+            )
+        } else {
+            msg
+        }
+    })?;
+    links.push((prog, id));
+    Ok(())
+}
+
 /// Attach every entry point of every library (distinct inodes only). Returns the per-library
-/// report and the links (for [`detach`]); an error only when nothing could be attached at all ([`AttachError::NoLibrary`] when
-/// `libs` is empty).
-pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<(Vec<LibraryReport>, Links), AttachError> {
+/// report and the links (for [`detach`]); an error only when nothing could be attached at all
+/// ([`AttachError::NoLibrary`] when `libs` is empty).
+pub fn attach_all(
+    ebpf: &mut Ebpf,
+    backend: &Backend,
+    libs: &[PathBuf],
+) -> Result<(Vec<LibraryReport>, Links), AttachError> {
     if libs.is_empty() {
         return Err(AttachError::NoLibrary { searched: SEARCH_PATHS });
     }
     let mut seen = HashSet::new();
     let mut reports = Vec::new();
-    let mut all_links = Links::new();
+    let mut all_links = Links::default();
     let mut errors = Vec::new();
     for lib in libs {
         let md = match std::fs::metadata(lib) {
@@ -224,7 +448,7 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<(Vec<LibraryRepor
         }
         // The host's libraries stay attached for the agent's life; their links are kept so that
         // the end detaches them all at once (`detach`), not one by one as the programs drop.
-        match attach_library(ebpf, lib) {
+        match attach_library(ebpf, backend, lib) {
             Ok((report, links)) => {
                 reports.push(report);
                 all_links.extend(links);
@@ -244,42 +468,6 @@ pub fn attach_all(ebpf: &mut Ebpf, libs: &[PathBuf]) -> Result<(Vec<LibraryRepor
         return Err(AttachError::NothingAttached { why: why.join("; ") });
     }
     Ok((reports, all_links))
-}
-
-fn attach_entry(
-    ebpf: &mut Ebpf,
-    links: &mut Links,
-    lib: &Path,
-    bytes: &[u8],
-    id: u32,
-    symbol: &'static str,
-    action: cuda_entry::Action,
-) -> Result<String, (&'static str, String)> {
-    let place = placement::place(bytes, symbol).map_err(|e| {
-        let status = if e.is_missing_symbol() { "missing" } else { "failed" };
-        (status, e.to_string())
-    })?;
-    let failed = |e: String| ("failed", e);
-    match action {
-        cuda_entry::Action::Count => {
-            attach_at(ebpf, links, prog_names::CUDA_COUNT, lib, place.file_offset, id).map_err(failed)?
-        }
-        cuda_entry::Action::Free => {
-            attach_at(ebpf, links, prog_names::CUDA_FREE, lib, place.file_offset, id).map_err(failed)?
-        }
-        cuda_entry::Action::Lookup => {
-            attach_at(ebpf, links, prog_names::CUDA_LOOKUP_ENTER, lib, place.file_offset, id).map_err(failed)?;
-            let ret = placement::place_for_return(bytes, symbol).map_err(|e| failed(e.to_string()))?;
-            attach_at(ebpf, links, prog_names::CUDA_LOOKUP_RETURN, lib, ret.file_offset, id).map_err(failed)?;
-        }
-        cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => {
-            attach_at(ebpf, links, prog_names::CUDA_ALLOC_ENTER, lib, place.file_offset, id).map_err(failed)?;
-            // A return probe hijacks the return address on the stack: it needs a point before any push.
-            let ret = placement::place_for_return(bytes, symbol).map_err(|e| failed(e.to_string()))?;
-            attach_at(ebpf, links, prog_names::CUDA_ALLOC_RETURN, lib, ret.file_offset, id).map_err(failed)?;
-        }
-    }
-    Ok(placement::describe(&place))
 }
 
 #[cfg(test)]

@@ -42,8 +42,10 @@ pub const CAPABILITIES: [Capability; 6] = [
     Capability {
         bit: 21,
         name: "CAP_SYS_ADMIN",
-        needed_for: "uprobe perf events (the kernel asks for it), and kernels before 5.8",
-        lost_without: "the cuda family (libcuda uprobes: launch counts, CUDA allocations)",
+        needed_for: "attach perf-event uprobes, used on kernels before 6.6 (no multi-uprobe links there), and \
+                     everything BPF on kernels before 5.8",
+        lost_without: "on kernels before 6.6 the cuda family (libcuda uprobes: launch counts, CUDA allocations); \
+                       nothing on 6.6 and later",
     },
     Capability {
         bit: 24,
@@ -69,6 +71,8 @@ pub fn capability_checks(caps: u64, kernel_release: &str) -> Vec<Check> {
     let has = |bit: u32| caps & (1u64 << bit) != 0;
     let admin = has(21);
     let old_memlock = kernel_before(kernel_release, 5, 11);
+    // Multi-uprobe links (6.6+) need only BPF and PERFMON; before, uprobes are perf events.
+    let uprobe_multi = kernel_at_least(kernel_release, 6, 6);
     CAPABILITIES
         .iter()
         .map(|c| {
@@ -76,14 +80,27 @@ pub fn capability_checks(caps: u64, kernel_release: &str) -> Vec<Check> {
             // BPF and PERFMON are required unless SYS_ADMIN stands in for them; SYS_RESOURCE
             // only on kernels that charge maps to RLIMIT_MEMLOCK. The rest degrade features.
             let required = matches!(c.bit, 39 | 38) && !admin || c.bit == 24 && old_memlock;
+            // Not held and not needed on this kernel: nothing to warn about.
+            let unneeded = c.bit == 21 && uprobe_multi || c.bit == 24 && kernel_at_least(kernel_release, 5, 11);
             let detail = if held {
                 format!("held: {}", c.needed_for)
+            } else if unneeded {
+                format!("not held, not needed on kernel {kernel_release} (it is needed to {})", c.needed_for)
             } else {
                 format!("missing: needed to {}; without it: {}", c.needed_for, c.lost_without)
             };
-            Check::new(c.name, held, !required, detail)
+            Check::new(c.name, held || unneeded, !required, detail)
         })
         .collect()
+}
+
+/// True when `release` is `major.minor` or newer; unknown: false.
+fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
 }
 
 /// True when `release` (`6.1.0-18-amd64`) is older than `major.minor`; unknown: false.

@@ -19,8 +19,12 @@ fn least_privilege_set_passes_and_missing_bpf_fails() {
     let checks = capability_checks(least, "6.1.0-18-amd64");
     assert!(checks.iter().all(|c| c.status != CheckStatus::Fail), "{checks:?}");
     let admin = checks.iter().find(|c| c.name == "CAP_SYS_ADMIN").unwrap();
-    assert_eq!(admin.status, CheckStatus::Warn);
+    assert_eq!(admin.status, CheckStatus::Warn, "6.1 has no multi-uprobe links");
     assert!(admin.detail.contains("cuda family"));
+    // 6.6+: multi-uprobe links, so neither SYS_ADMIN nor (5.11+) SYS_RESOURCE is missed.
+    let new = capability_checks(least, "6.18.44");
+    assert!(new.iter().all(|c| c.status == CheckStatus::Ok), "{new:?}");
+    assert!(new.iter().find(|c| c.name == "CAP_SYS_ADMIN").unwrap().detail.starts_with("not held, not needed"));
     let no_bpf = capability_checks(least & !(1 << 39), "6.1.0");
     assert_eq!(no_bpf.iter().find(|c| c.name == "CAP_BPF").unwrap().status, CheckStatus::Fail);
     // SYS_ADMIN stands in for BPF and PERFMON.

@@ -1612,6 +1612,10 @@ fn library_to_proto(l: &LibraryReport) -> v1::CudaLibrary {
     v1::CudaLibrary {
         path: l.path.clone(),
         inode: l.inode,
+        method: l.method.as_str().into(),
+        method_detail: l.method_detail.clone(),
+        uprobes: l.uprobes as u32,
+        links: l.links as u32,
         entries: l
             .entries
             .iter()

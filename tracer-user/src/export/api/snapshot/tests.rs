@@ -656,6 +656,10 @@ fn report(cuda: FamilyStatus) -> ProbeReport {
         cuda_libraries: vec![LibraryReport {
             path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
             inode: 1234,
+            method: crate::cuda::attach::Method::UprobeMulti,
+            method_detail: String::new(),
+            uprobes: 1,
+            links: 1,
             entries: vec![
                 EntryReport { symbol: "cuLaunchKernel", status: "attached", detail: "at 0x1a2b0".into() },
                 EntryReport { symbol: "cuMemCreate", status: "missing", detail: String::new() },
@@ -690,6 +694,7 @@ fn the_status_names_each_family_state() {
         assert_eq!(st.attach_mode(), v1::AttachMode::BtfTracepoint);
         assert_eq!((st.driver_version.as_str(), st.driver_abi.as_str()), ("550.54.15", "nvos64-48"));
         assert_eq!(st.cuda_libraries[0].entries[1].status, "missing");
+        assert_eq!(st.cuda_libraries[0].method, "uprobe-multi");
         assert_eq!((st.nvml_status(), st.nvml_reason.as_deref()), (v1::NvmlStatus::Ready, None));
         assert_eq!(st.kubernetes_status(), v1::KubernetesStatus::Running);
         assert_eq!(st.accounting.as_ref().map(|a| (a.seen, a.in_flight, a.exact)), Some((991_254, 2, false)));

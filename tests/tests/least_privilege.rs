@@ -1,0 +1,162 @@
+//! The agent under exactly the capability list the chart grants (docs/security.md: `BPF`, `PERFMON`,
+//! `SYS_PTRACE`, `DAC_READ_SEARCH`, as uid 0), and with each of them removed in turn: which probe
+//! families attach, that they count, and that `doctor` names what is missing. The list is dropped
+//! from root's with `setpriv --bounding-set` (util-linux), as the container runtime does. Needs root.
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, fake_libcuda, locate_binary, require_root};
+use serde_json::Value;
+
+/// The chart's capabilities (`gpu-tracer.capabilities` in the chart's `_helpers.tpl`).
+const CHART: [&str; 4] = ["bpf", "perfmon", "sys_ptrace", "dac_read_search"];
+
+fn gpu_tracer() -> PathBuf {
+    locate_binary("gpu-tracer").unwrap_or_else(|e| panic!("{e}: build it first (`cargo xtask test` does)"))
+}
+
+/// `gpu-tracer ARGS` holding exactly `caps` (uid 0, every other capability out of the bounding
+/// set, nothing inheritable).
+fn with_caps(caps: &[&str], args: &[&str]) -> Command {
+    let bounding: Vec<String> =
+        std::iter::once("-all".to_string()).chain(caps.iter().map(|c| format!("+{c}"))).collect();
+    let mut c = Command::new("setpriv");
+    c.args(["--bounding-set", &bounding.join(","), "--inh-caps", "-all", "--"]).arg(gpu_tracer()).args(args);
+    c
+}
+
+fn doctor(caps: &[&str], args: &[&str]) -> (Option<i32>, Value) {
+    let out = with_caps(caps, &[args, &["--log", "error", "doctor", "--json"]].concat())
+        .output()
+        .expect("setpriv (util-linux) runs gpu-tracer");
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), v)
+}
+
+fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no {name}: {v:#}"))
+}
+
+/// The chart's list is enough for every family, the cuda family included (multi-uprobe links);
+/// `doctor` finds nothing missing among the capabilities.
+#[test]
+fn the_charts_capabilities_attach_every_family() {
+    require_root();
+    let (code, v) = doctor(&CHART, &[]);
+    assert_eq!(code, Some(0), "{v:#}");
+    for family in ["driver", "lifecycle", "cuda"] {
+        assert_eq!(v["probes"][family]["state"], "attached", "{family}: {:#}", v["probes"][family]);
+    }
+    // The real libcuda (installed by `cargo xtask setup`) is found and probed with multi links.
+    let libs = v["probes"]["cuda_libraries"].as_array().unwrap();
+    assert!(!libs.is_empty() && libs.iter().all(|l| l["method"] == "uprobe-multi"), "{libs:#?}");
+    for cap in ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_SYS_ADMIN"] {
+        assert_eq!(check(&v, cap)["status"], "ok", "{:#}", check(&v, cap));
+    }
+    // Perf-event uprobes (what kernels before 6.6 get) are what needs SYS_ADMIN: refused, and the
+    // error says so.
+    let (_, v) = doctor(&CHART, &["--cuda-attach", "perf-event"]);
+    assert_eq!(v["probes"]["cuda"]["state"], "failed", "{:#}", v["probes"]["cuda"]);
+    let why = v["probes"]["cuda"]["error"].as_str().unwrap();
+    assert!(why.contains("CAP_SYS_ADMIN") && why.contains("cudaPerfEventUprobes"), "{why}");
+    assert_eq!(v["probes"]["driver"]["state"], "attached", "the other families are unaffected");
+}
+
+/// Each capability of the list, removed: `doctor` says it is missing and what is lost, and the
+/// families behave as docs/security.md says.
+#[test]
+fn each_capability_removed_is_named_by_doctor() {
+    require_root();
+    for removed in CHART {
+        let caps: Vec<&str> = CHART.iter().copied().filter(|c| *c != removed).collect();
+        let (code, v) = doctor(&caps, &[]);
+        let name = format!("CAP_{}", removed.to_uppercase());
+        let c = check(&v, &name);
+        let detail = c["detail"].as_str().unwrap();
+        assert!(detail.starts_with("missing:") && detail.contains("without it:"), "{name}: {c:#}");
+        match removed {
+            // Nothing loads without these: a failed check, doctor exits 1, the probes check says why.
+            "bpf" | "perfmon" => {
+                assert_eq!(c["status"], "fail", "{name}");
+                assert_eq!(code, Some(1), "{name}: {v:#}");
+                assert_eq!(check(&v, "probes")["status"], "fail", "{name}");
+            }
+            // These cost reads of other users' /proc entries, not the probes.
+            _ => {
+                assert_eq!(c["status"], "warn", "{name}");
+                for family in ["driver", "lifecycle", "cuda"] {
+                    assert_eq!(v["probes"][family]["state"], "attached", "{name}: {family}");
+                }
+            }
+        }
+    }
+}
+
+/// Under the chart's list the agent does not only attach: a workload's driver allocation and its
+/// libcuda launches and allocation arrive, exact.
+#[test]
+fn the_charts_capabilities_count_launches_and_allocations() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let lib = fake_libcuda("thunk");
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let args = [
+        "--log",
+        "info",
+        "--libcuda",
+        lib.to_str().unwrap(),
+        "--dev-dir",
+        &dev,
+        "--simulated-devices",
+        "events",
+        "--json",
+        "--duration",
+        "4",
+    ];
+    let mut child: Child = with_caps(&CHART, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut log = Vec::new();
+    while !log.iter().any(|l: &String| l.contains("probes loaded")) {
+        assert!(Instant::now() < deadline, "gpu-tracer did not start: {log:#?}");
+        if let Ok(l) = rx.recv_timeout(Duration::from_secs(1)) {
+            log.push(l);
+        }
+    }
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    for cmd in ["init 0", "alloc-vidheap 134217728", "cuda-init", "cuda-launch 300", "cuda-alloc 8388608"] {
+        w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{log:#?}");
+    let events: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mine = |kind: &str| -> Vec<&Value> {
+        events.iter().filter(|e| e["kind"] == kind && e["tgid"] == w.pid()).collect::<Vec<_>>()
+    };
+    let vh = mine("vid_heap_alloc");
+    assert_eq!(vh.len(), 1, "{events:#?}");
+    assert_eq!(vh[0]["bytes"], 134217728u64);
+    let launches: u64 = mine("cuda_launch_batch")
+        .iter()
+        .filter(|e| e["entry_point"] == "cuLaunchKernel")
+        .map(|e| e["launches"].as_u64().unwrap())
+        .sum();
+    assert_eq!(launches, 300, "{events:#?}");
+    let a = mine("cuda_alloc");
+    assert_eq!(a.len(), 1, "{events:#?}");
+    assert_eq!(a[0]["bytes"], 8388608u64);
+}
