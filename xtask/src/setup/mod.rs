@@ -42,6 +42,8 @@ const DEPLOY_PIP_PACKAGES: &[(&str, &str)] = &[
 /// Where their venv lives unless `GPU_TRACER_DEPLOY_VENV` says otherwise (tests/tests/deploy.rs
 /// looks in the same place).
 const DEPLOY_VENV: &str = "/opt/gpu-tracer/deploy-venv";
+/// Where Debian's arm64 libcuda is unpacked (the arm64 placement tests read it; never run).
+pub const ARM64_LIBCUDA: &str = "/opt/gpu-tracer/arm64/libcuda.so.1";
 /// The apt sources file setup writes (and may rewrite) when contrib or non-free is missing.
 const OUR_SOURCES: &str = "/etc/apt/sources.list.d/gpu-tracer-contrib-non-free.sources";
 
@@ -107,6 +109,7 @@ pub fn run_setup() -> anyhow::Result<BuildEnv> {
     apt(&mut step);
     step("deployment validator (helm-python-sdk, kubernetes-validate)", deploy_validator());
     step("kubectl (kustomize, for the privileged overlay)", kubectl());
+    step(&format!("arm64 libcuda (libcuda1:arm64 unpacked at {ARM64_LIBCUDA})"), arm64_libcuda());
 
     if !failed.is_empty() {
         bail!("setup failed: {} (see the FAILED lines above)", failed.join(", "));
@@ -447,6 +450,62 @@ fn kubectl() -> anyhow::Result<Outcome> {
     }
     install(&["kubernetes-client"])?;
     Ok(Outcome::Installed)
+}
+
+/// The real arm64 libcuda for the arm64 placement tests (tracer-user `cuda::placement::aarch64`):
+/// `libcuda1:arm64` downloaded with a private apt configuration (arm64 added to the architectures,
+/// lists, cache and an empty dpkg status of its own, so the machine's dpkg architectures and
+/// package state stay as they were) and unpacked, never installed or run.
+fn arm64_libcuda() -> anyhow::Result<Outcome> {
+    let dest = Path::new(ARM64_LIBCUDA);
+    if dest.is_file() {
+        return Ok(Outcome::Already);
+    }
+    if !cmd::is_root() {
+        bail!("cause: writing {} needs root; fix: rerun as root", dest.display());
+    }
+    let work = std::env::temp_dir().join(format!("gpu-tracer-arm64-apt-{}", std::process::id()));
+    let result = (|| -> anyhow::Result<()> {
+        for d in ["lists/partial", "cache/archives/partial", "deb"] {
+            std::fs::create_dir_all(work.join(d))?;
+        }
+        std::fs::write(work.join("status"), "")?;
+        let conf = work.join("apt.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "APT::Architectures {{ \"amd64\"; \"arm64\"; }};\nDir::State::Lists \"{w}/lists\";\n\
+                 Dir::Cache \"{w}/cache\";\nDir::State::status \"{w}/status\";\nAPT::Sandbox::User \"root\";\n",
+                w = work.display()
+            ),
+        )?;
+        let apt = |args: &[&str]| {
+            let mut c = apt_get();
+            c.env("APT_CONFIG", &conf).current_dir(work.join("deb")).args(args);
+            c
+        };
+        cmd::run(&mut apt(&["-qq", "update"])).map_err(|e| {
+            anyhow!(
+                "{e:#}; cause: the arm64 package lists could not be fetched; fix: check network access to the mirror"
+            )
+        })?;
+        cmd::run(&mut apt(&["-qq", "download", "libcuda1:arm64"]))
+            .map_err(|e| anyhow!("{e:#}; cause: libcuda1:arm64 is not in the configured non-free component"))?;
+        let deb = std::fs::read_dir(work.join("deb"))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "deb"))
+            .ok_or_else(|| anyhow!("apt-get download left no .deb in {}", work.join("deb").display()))?;
+        let root = work.join("x");
+        cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
+        let lib = root.join("usr/lib/aarch64-linux-gnu/nvidia/current/libcuda.so.1");
+        let real = std::fs::canonicalize(&lib).with_context(|| format!("{} not in the package", lib.display()))?;
+        std::fs::create_dir_all(dest.parent().expect("absolute path"))?;
+        std::fs::copy(&real, dest).with_context(|| format!("copying {} to {}", real.display(), dest.display()))?;
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    result.map(|()| Outcome::Installed)
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! instruction instead of single-stepping it, while the eBPF program still finds the function's
 //! arguments where the ABI put them.
 //!
-//! Pure: ELF bytes in, [`ProbePlacement`] out. No eBPF, no `/proc`, no root.
+//! Pure: ELF bytes in, [`ProbePlacement`] out. No eBPF, no `/proc`, no root. What follows is the
+//! x86-64 case; arm64 libraries are placed by the rules of `aarch64` (this module's submodule).
 //!
 //! # Why
 //!
@@ -169,6 +170,8 @@ pub enum PlacementKind {
     ThunkTargetAfterEndbr,
     /// After safe prologue instructions of the thunk's target.
     ThunkTargetAfterPrologueSkip,
+    /// arm64: after a `bti` landing pad and/or (entry probes only) a `pac*sp`.
+    AfterLandingPad,
 }
 
 impl PlacementKind {
@@ -180,6 +183,7 @@ impl PlacementKind {
             PlacementKind::ThunkTarget => "thunk-target",
             PlacementKind::ThunkTargetAfterEndbr => "thunk-target-after-endbr",
             PlacementKind::ThunkTargetAfterPrologueSkip => "thunk-target-after-prologue-skip",
+            PlacementKind::AfterLandingPad => "after-landing-pad",
         }
     }
 
@@ -261,6 +265,10 @@ pub enum PlacementError {
     UnreadableCode { symbol: String, addr: u64, why: String },
     #[error("{symbol}: no probe point is valid for a uretprobe: {why}")]
     NotReturnSafe { symbol: String, why: String },
+    /// The instruction where the probe would go is one the kernel refuses to probe or cannot
+    /// execute safely out of line (arm64: exclusive load/store, `mrs`, `svc`, …).
+    #[error("{symbol}: the instruction at {addr:#x} must not be probed: {why}")]
+    NotProbeSafe { symbol: String, addr: u64, why: String },
 }
 
 impl PlacementError {
@@ -276,6 +284,7 @@ impl PlacementError {
             PlacementError::NotAFunction { .. } => "not a function",
             PlacementError::UnreadableCode { .. } => "unreadable code",
             PlacementError::NotReturnSafe { .. } => "no return-safe point",
+            PlacementError::NotProbeSafe { .. } => "unsafe instruction",
         }
     }
 
@@ -354,6 +363,8 @@ pub fn describe(p: &ProbePlacement) -> String {
 /// An ELF file parsed once, for placing probes on several of its symbols.
 pub struct Placer<'a> {
     data: &'a [u8],
+    /// `EM_X86_64` or `EM_AARCH64`.
+    machine: u16,
     elf: ElfFile64<'a, Endianness>,
     endian: Endianness,
     loads: Vec<Load>,
@@ -397,7 +408,7 @@ impl<'a> Placer<'a> {
         match FileKind::parse(data) {
             Ok(FileKind::Elf64) => {}
             Ok(FileKind::Elf32) => {
-                return Err(PlacementError::Unsupported("32-bit ELF; only x86-64 is handled".into()));
+                return Err(PlacementError::Unsupported("32-bit ELF; only x86-64 and arm64 are handled".into()));
             }
             Ok(other) => return Err(PlacementError::NotElf(format!("{other:?} file"))),
             Err(e) => return Err(PlacementError::NotElf(e.to_string())),
@@ -409,8 +420,12 @@ impl<'a> Placer<'a> {
             return Err(PlacementError::Unsupported("big-endian ELF".into()));
         }
         let machine = elf.elf_header().e_machine(endian);
-        if machine != elf::EM_X86_64 {
-            return Err(PlacementError::Unsupported(format!("machine {machine} is not x86-64 ({})", elf::EM_X86_64)));
+        if machine != elf::EM_X86_64 && machine != elf::EM_AARCH64 {
+            return Err(PlacementError::Unsupported(format!(
+                "machine {machine} is neither x86-64 ({}) nor arm64 ({})",
+                elf::EM_X86_64,
+                elf::EM_AARCH64
+            )));
         }
         let loads: Vec<Load> = elf
             .elf_program_headers()
@@ -426,17 +441,21 @@ impl<'a> Placer<'a> {
         if !loads.iter().any(|l| l.exec) {
             return Err(PlacementError::Unsupported("no executable PT_LOAD segment".into()));
         }
-        Ok(Placer { data, elf, endian, loads, relocs: OnceCell::new() })
+        Ok(Placer { data, machine, elf, endian, loads, relocs: OnceCell::new() })
     }
 
     /// See [`place`].
     pub fn place(&self, symbol: &str) -> Result<ProbePlacement, PlacementError> {
+        if self.machine == elf::EM_AARCH64 {
+            return self.place_aarch64(symbol, false);
+        }
         self.place_inner(symbol)
     }
 
     /// See [`place_for_return`].
     pub fn place_for_return(&self, symbol: &str) -> Result<ProbePlacement, PlacementError> {
-        let p = self.place_inner(symbol)?;
+        let p =
+            if self.machine == elf::EM_AARCH64 { self.place_aarch64(symbol, true)? } else { self.place_inner(symbol)? };
         if !p.valid_for_return() {
             return Err(PlacementError::NotReturnSafe {
                 symbol: symbol.to_string(),
@@ -1025,6 +1044,8 @@ fn fmt_insn(insn: &Instruction) -> String {
     f.format(insn, &mut out);
     out
 }
+
+mod aarch64;
 
 #[cfg(test)]
 mod tests;
