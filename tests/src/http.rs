@@ -43,8 +43,9 @@ pub fn encode(s: &str) -> String {
 
 fn request(addr: &str, req: &str) -> (u16, String) {
     let Some(sock) = addr.to_socket_addrs().ok().and_then(|mut a| a.next()) else { return (0, String::new()) };
-    let Ok(mut s) = TcpStream::connect_timeout(&sock, TIMEOUT) else { return (0, String::new()) };
-    let _ = s.set_read_timeout(Some(TIMEOUT));
+    let timeout = crate::scaled(TIMEOUT);
+    let Ok(mut s) = TcpStream::connect_timeout(&sock, timeout) else { return (0, String::new()) };
+    let _ = s.set_read_timeout(Some(timeout));
     if s.write_all(req.as_bytes()).is_err() {
         return (0, String::new());
     }

@@ -32,7 +32,7 @@ pub use fake_driver::DriverStats;
 pub use fake_libcuda::fake_libcuda;
 pub use harness::{
     Answer, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime, Workload, WorkloadBuilder,
-    cgroup2_mount, eventually, locate_binary, require_root,
+    auto_cuda_method, cgroup2_mount, eventually, kernel_at_least, locate_binary, require_root, scaled, time_scale,
 };
 pub use pod_resources::{FakePodResources, PodResourcesCalls};
 pub use tracer::{Tracer, config_for};

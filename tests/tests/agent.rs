@@ -8,7 +8,7 @@ use std::{sync::Mutex, time::Duration};
 
 use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Tracer, Workload, config_for, require_root};
 use tracer_user::{
-    config::{AttachMode, Config},
+    config::{AttachMode, Config, LifecycleAttach},
     model::AgentSnapshot,
     state::snapshot::{CgroupRow, Usage},
 };
@@ -526,4 +526,73 @@ fn a_flood_of_count_only_records_does_not_crowd_out_the_ledger() {
     assert_eq!(s.pipeline.lost_records_untracked, 0);
     let a = &s.accounting;
     assert!(a.exact, "seen {} != received {} + dropped {} ({:?})", a.seen, a.received, a.dropped, s.kernel);
+}
+
+/// The lifecycle family gives the same records through `tp_btf` programs (BPF links; fields at
+/// BTF offsets; the only way on Debian/Ubuntu kernels, whose `perf_event_paranoid` ≥ 3 refuses
+/// tracepoint perf events to an agent without CAP_SYS_ADMIN) and through classic tracepoints
+/// (perf events; fields at the `format` files' offsets): every fork's child id, the exit of each
+/// child and of the killed workload (a process's, not a thread's), and the pod cgroup's removal
+/// with its id, level and path.
+fn lifecycle_records(attach: LifecycleAttach, prefix: &str) {
+    use std::collections::BTreeSet;
+    use tracer_user::decode::Event;
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = Tracer::start(Config { lifecycle_attach: attach, ..config_for(&driver) });
+    let programs = match &t.agent.report().lifecycle {
+        tracer_user::probe::FamilyStatus::Attached { programs } => programs.clone(),
+        other => panic!("lifecycle family not attached: {other:?}"),
+    };
+    assert_eq!(programs.iter().filter(|p| p.starts_with(prefix)).count(), 4, "{programs:?}");
+    let pod = PodCgroup::new().unwrap();
+    let (id, path) = (pod.id(), format!("/{}", pod.relative_path().trim_start_matches('/')));
+    let level = path.matches('/').count() as u32;
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    ok(&mut w, "init 0");
+    t.settle();
+    let parent = w.pid();
+    let (mut forked, mut exits, mut removed) = (BTreeSet::new(), Vec::new(), Vec::new());
+    assert_eq!(ok(&mut w, "fork-exit 50").number("forked").unwrap(), 50);
+    drop(w); // SIGKILL
+    drop(pod); // rmdir once its processes are gone
+    let deadline = std::time::Instant::now() + gpu_tracer_tests::scaled(Duration::from_secs(10));
+    while (exits.len() < 51 || removed.is_empty()) && std::time::Instant::now() < deadline {
+        let mut sink = |e: &Event, _: &_| match e {
+            Event::ProcessFork { header, child_pid } if header.tgid == parent => {
+                forked.insert(*child_pid);
+            }
+            Event::ProcessExit { header, .. } => {
+                exits.push(header.tgid);
+            }
+            Event::CgroupRemoved { cgroup_id, level, path, .. } if *cgroup_id == id => {
+                removed.push((*level, path.clone()));
+            }
+            _ => {}
+        };
+        t.agent.drain(&mut sink);
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let exited: BTreeSet<u32> = exits.iter().copied().collect();
+    assert_eq!(forked.len(), 50, "one fork record per child: {forked:?}");
+    assert!(forked.iter().all(|c| exited.contains(c)), "every child's exit: forked {forked:?}, exited {exited:?}");
+    assert!(exited.contains(&parent), "the workload's exit: {exited:?}");
+    assert_eq!(exits.len(), 51, "one exit per process, none per thread: {exits:?}");
+    // The path is informational (state keys on the id) and cut to the record's array, NUL included.
+    let cut = path.len().min(tracer_common::CGROUP_PATH_MAX - 1);
+    assert_eq!(removed, vec![(level, path[..cut].to_string())], "the pod cgroup's removal");
+    let s = t.settle();
+    assert!(s.state.processes.is_empty(), "nothing left tracked: {:?}", s.state.processes);
+    assert_accounting(&s);
+}
+
+#[test]
+fn lifecycle_records_through_tp_btf() {
+    lifecycle_records(LifecycleAttach::TpBtf, "tp_btf/");
+}
+
+#[test]
+fn lifecycle_records_through_tracepoints() {
+    lifecycle_records(LifecycleAttach::Tracepoint, "tracepoint/");
 }

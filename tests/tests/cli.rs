@@ -9,7 +9,12 @@ use std::{
 };
 
 use gpu_tracer_tests::http::get as http_get;
-use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, locate_binary, require_root};
+use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, locate_binary, require_root, scaled};
+
+/// `n` seconds as a command-line value, stretched for slow hosts ([`scaled`]).
+fn secs(n: u64) -> String {
+    scaled(Duration::from_secs(n)).as_secs().to_string()
+}
 
 fn gpu_tracer() -> PathBuf {
     locate_binary("gpu-tracer").unwrap_or_else(|e| {
@@ -39,9 +44,9 @@ fn start_with(global: &[&str], args: &[&str]) -> (Child, mpsc::Receiver<String>)
             let _ = tx.send(line);
         }
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + scaled(Duration::from_secs(20));
     loop {
-        let line = rx.recv_timeout(Duration::from_secs(20)).expect("gpu-tracer said nothing");
+        let line = rx.recv_timeout(scaled(Duration::from_secs(20))).expect("gpu-tracer said nothing");
         if line.contains("probes loaded") {
             break;
         }
@@ -81,7 +86,7 @@ fn events_json_carries_identity_and_allocation_details() {
     let pod = PodCgroup::new().unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let (child, log) =
-        start(&["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", "3", "--summary"]);
+        start(&["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", &secs(3), "--summary"]);
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 1073741824");
@@ -136,7 +141,7 @@ fn events_protobuf_stream_decodes_and_top_once_json_has_exact_bytes() {
     let out_file = std::env::temp_dir().join(format!("gt-events-{}.pb", std::process::id()));
     let out_path = out_file.to_str().unwrap().to_string();
     let (events, _l1) =
-        start(&["--dev-dir", &dev, "--simulated-devices", "events", "--output", &out_path, "--duration", "4"]);
+        start(&["--dev-dir", &dev, "--simulated-devices", "events", "--output", &out_path, "--duration", &secs(4)]);
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 536870912");
@@ -197,7 +202,7 @@ fn events_json_reports_cuda_launch_batches_and_allocations() {
     let libs = lib.to_str().unwrap().to_string();
     let (child, _log) = start_with(
         &["--libcuda", &libs],
-        &["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", "3"],
+        &["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", &secs(3)],
     );
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     ok(&mut w, "cuda-init");
@@ -236,7 +241,17 @@ fn events_per_event_cgroup_sends_every_launch_with_its_kernel_name() {
     let cg = pod.relative_path().to_string();
     let (child, _log) = start_with(
         &["--libcuda", &libs],
-        &["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", "3", "--per-event-cgroup", &cg],
+        &[
+            "--dev-dir",
+            &dev,
+            "--simulated-devices",
+            "events",
+            "--json",
+            "--duration",
+            &secs(3),
+            "--per-event-cgroup",
+            &cg,
+        ],
     );
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     ok(&mut w, "cuda-init");
@@ -351,7 +366,8 @@ fn a_full_output_is_an_error_message_not_a_panic() {
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let args =
         ["--no-cuda", "--log", "info", "--dev-dir", &dev, "--simulated-devices", "agent", "--listen", "127.0.0.1:0"];
-    let out = run(&[&args[..], &["--grpc-listen", "off", "--duration", "3"]].concat(), Stdio::null(), full().into());
+    let out =
+        run(&[&args[..], &["--grpc-listen", "off", "--duration", &secs(3)]].concat(), Stdio::null(), full().into());
     println!("reliability: agent_stderr_full_exit={}", out.status.code().unwrap_or(-1));
     assert_eq!(out.status.code(), Some(0), "the agent with stderr on /dev/full");
 }
@@ -376,7 +392,7 @@ fn top_once_json_waits_for_a_complete_attribution_interval() {
         .unwrap();
     let _ = std::fs::remove_dir_all(&nvml_dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
+    assert!(t.elapsed() < scaled(Duration::from_secs(15)), "took {:?}", t.elapsed());
     let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let a = &snap["attribution"];
     assert!(a["interval_ns"].as_u64().is_some_and(|n| n > 0), "{a:#}");
@@ -412,7 +428,7 @@ fn events_record_the_bill_and_cost_reads_it_back() {
     let out_path = out_file.to_str().unwrap().to_string();
     let out = Command::new(gpu_tracer())
         .args(["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"])
-        .args(["--dev-dir", &dev, "--simulated-devices", "events", "--output", &out_path, "--duration", "5"])
+        .args(["--dev-dir", &dev, "--simulated-devices", "events", "--output", &out_path, "--duration", &secs(5)])
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&nvml_dir);
@@ -497,14 +513,14 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
         ],
     );
     let addr = loop {
-        let line = log.recv_timeout(Duration::from_secs(20)).expect("the agent names its address");
+        let line = log.recv_timeout(scaled(Duration::from_secs(20))).expect("the agent names its address");
         if let Some(rest) = line.split("serving http://").nth(1) {
             break rest.trim_end_matches("/metrics").to_string();
         }
     };
     assert_eq!(http_get(&addr, "/healthz").0, 200);
     // Ready once a snapshot is published (the first interval).
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let deadline = std::time::Instant::now() + scaled(Duration::from_secs(15));
     while http_get(&addr, "/readyz").0 != 200 {
         assert!(std::time::Instant::now() < deadline, "/readyz never became ready");
         std::thread::sleep(Duration::from_millis(200));
@@ -736,12 +752,12 @@ fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
         &["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "30"],
     );
     let addr = loop {
-        let line = log.recv_timeout(Duration::from_secs(20)).expect("the agent names its address");
+        let line = log.recv_timeout(scaled(Duration::from_secs(20))).expect("the agent names its address");
         if let Some(rest) = line.split("serving http://").nth(1) {
             break rest.trim_end_matches("/metrics").to_string();
         }
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let deadline = std::time::Instant::now() + scaled(Duration::from_secs(15));
     let body = loop {
         let (code, body) = http_get(&addr, "/readyz");
         assert_eq!(code, 503, "{body}");

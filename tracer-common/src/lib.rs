@@ -46,6 +46,11 @@ pub mod prog_names {
     pub const PROC_EXIT: &str = "proc_exit";
     pub const PROC_FORK: &str = "proc_fork";
     pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
+    /// The lifecycle programs as `tp_btf` (no perf event to open).
+    pub const PROC_EXEC_BTF: &str = "proc_exec_btf";
+    pub const PROC_EXIT_BTF: &str = "proc_exit_btf";
+    pub const PROC_FORK_BTF: &str = "proc_fork_btf";
+    pub const CGROUP_RMDIR_BTF: &str = "cgroup_rmdir_btf";
     /// libcuda uprobes (the attach cookie is the `cuda_entry` id).
     pub const CUDA_COUNT: &str = "cuda_count";
     pub const CUDA_ALLOC_ENTER: &str = "cuda_alloc_enter";
@@ -719,6 +724,7 @@ pub struct TracerConfig {
     pub families: u32,
     pub dev_prefix: [u8; DEV_PREFIX_MAX],
     pub device_check: DeviceCheck,
+    pub lifecycle: LifecycleLayout,
 }
 
 impl Default for TracerConfig {
@@ -730,6 +736,68 @@ impl Default for TracerConfig {
             families: 0,
             dev_prefix: [0; DEV_PREFIX_MAX],
             device_check: DeviceCheck::default(),
+            lifecycle: LifecycleLayout::default(),
+        }
+    }
+}
+
+/// Where the lifecycle tracepoints keep their fields on the running kernel, read by user space
+/// from their `format` files (the layouts change between kernels: `sched_process_fork`'s comms
+/// became `__data_loc` strings, `sched_process_exit` gained `group_dead`), how the exit
+/// program tells that a process's last thread exited ([`exit_by`]), and for the `tp_btf`
+/// programs (which get the kernel objects, not a record) the BTF offsets of the fields they read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LifecycleLayout {
+    /// `sched_process_fork.child_pid`.
+    pub fork_child_pid: u32,
+    /// `sched_process_exit.group_dead`, for [`exit_by::GROUP_DEAD`].
+    pub exit_group_dead: u32,
+    /// One of [`exit_by`].
+    pub exit_by: u32,
+    /// BTF offsets `task_struct.signal` and `signal_struct.live`, for [`exit_by::SIGNAL_LIVE`].
+    pub task_signal: u32,
+    pub signal_live: u32,
+    /// `cgroup_rmdir.level`, `.id` and `.path` (a `__data_loc` string).
+    pub rmdir_level: u32,
+    pub rmdir_id: u32,
+    pub rmdir_path: u32,
+    /// BTF offsets for the `tp_btf` programs: `task_struct.pid` (the forked child's id),
+    /// `cgroup.level`, `cgroup.kn` and `kernfs_node.id` (a cgroup's id is its kernfs node's).
+    pub task_pid: u32,
+    pub cgroup_level: u32,
+    pub cgroup_kn: u32,
+    pub kernfs_id: u32,
+}
+
+/// How `sched_process_exit` knows the whole process is gone.
+pub mod exit_by {
+    /// The tracepoint's own `group_dead` field (recent kernels).
+    pub const GROUP_DEAD: u32 = 1;
+    /// `current->signal->live` is 0 (it is decremented before the tracepoint fires), read at
+    /// offsets from the kernel's BTF: exact on kernels without `group_dead`.
+    pub const SIGNAL_LIVE: u32 = 2;
+    /// The thread-group leader exits (no BTF either): early when the leader exits before its
+    /// other threads, which CUDA programs do not do in practice.
+    pub const LEADER: u32 = 3;
+}
+
+impl Default for LifecycleLayout {
+    /// The layout of kernel 6.18 (the development machines').
+    fn default() -> Self {
+        Self {
+            fork_child_pid: 20,
+            exit_group_dead: 32,
+            exit_by: exit_by::GROUP_DEAD,
+            task_signal: 0,
+            signal_live: 0,
+            rmdir_level: 12,
+            rmdir_id: 16,
+            rmdir_path: 24,
+            task_pid: 0,
+            cgroup_level: 0,
+            cgroup_kn: 0,
+            kernfs_id: 0,
         }
     }
 }
@@ -895,7 +963,8 @@ const _: () = {
     assert!(size_of::<ClassSize>() == 8);
     assert!(size_of::<DeviceCheck>() == 4 + 4 * DEVICE_MAJORS_MAX + 40);
     assert!(size_of::<SimDeviceKey>() == 16);
-    assert!(size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX + size_of::<DeviceCheck>());
+    assert!(size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX + size_of::<DeviceCheck>() + size_of::<LifecycleLayout>());
+    assert!(size_of::<LifecycleLayout>() == 48);
     assert!(size_of::<CudaCountKey>() == 16);
     assert!(size_of::<PerEventKey>() == 16);
     assert!(size_of::<CudaCount>() == 16);

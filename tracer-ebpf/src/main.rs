@@ -138,8 +138,8 @@ pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
 }
 
 #[tracepoint]
-pub fn proc_exec(ctx: TracePointContext) -> u32 {
-    lifecycle::exec(&ctx);
+pub fn proc_exec(_ctx: TracePointContext) -> u32 {
+    lifecycle::exec();
     0
 }
 
@@ -158,6 +158,31 @@ pub fn proc_fork(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     lifecycle::cgroup_rmdir(&ctx);
+    0
+}
+
+// The same four as tp_btf programs: attached through BPF links, not perf events.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn proc_exec_btf(_ctx: BtfTracePointContext) -> i32 {
+    lifecycle::exec();
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn proc_exit_btf(_ctx: BtfTracePointContext) -> i32 {
+    lifecycle::exit_btf();
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn proc_fork_btf(ctx: BtfTracePointContext) -> i32 {
+    lifecycle::fork_btf(&ctx);
+    0
+}
+
+#[btf_tracepoint(function = "cgroup_rmdir")]
+pub fn cgroup_rmdir_btf(ctx: BtfTracePointContext) -> i32 {
+    lifecycle::cgroup_rmdir_btf(&ctx);
     0
 }
 

@@ -9,6 +9,7 @@ mod build;
 mod cmd;
 mod gpu_check;
 mod image;
+mod kernel_matrix;
 mod reliability;
 mod setup;
 mod sim;
@@ -72,6 +73,19 @@ enum Command {
         #[arg(long)]
         refresh_base: bool,
     },
+    /// The root end-to-end tests on a second kernel: Debian's packaged kernel (6.1 on bookworm)
+    /// booted under QEMU (TCG) with this machine's root shared read-only, the test executables built
+    /// here run inside, one after the other. Kernel, modules and initramfs are cached in
+    /// /opt/gpu-tracer/qemu; logs in target/kernel-matrix/VERSION/. Needs root. Exits non-zero if a
+    /// test file failed there.
+    KernelMatrix {
+        /// Root test files to run (tests/tests/NAME.rs); default: cuda, least_privilege, agent, cli.
+        #[arg(long = "test", value_name = "NAME")]
+        tests: Vec<String>,
+        /// Arguments for every test executable (a name filter, `--exact NAME`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Prepare the real-GPU check: a stripped release `gpu-tracer` in target/gpu-check for the device
     /// machine, where `scripts/gpu-check/run.sh` compares the tracer with nvidia-smi and torch.cuda.
     GpuCheck,
@@ -113,6 +127,7 @@ fn main() {
         Command::Image { binary, out, tag, refresh_base } => {
             image::run(&image::Options { binary, out, tag, refresh_base })
         }
+        Command::KernelMatrix { tests, args } => kernel_matrix::run(&kernel_matrix::Options { tests, test_args: args }),
         Command::GpuCheck => gpu_check::run(),
         Command::Reliability { out, only, long, soak_seconds } => {
             reliability::run(&reliability::Options { out, only, long, soak_seconds })

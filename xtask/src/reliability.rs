@@ -465,7 +465,7 @@ fn build(env: &setup::BuildEnv, rows: &[&Row], root: &Path, target: &Path) -> an
 
 /// Runs `cargo test --no-run` (progress on stderr) and returns its test executables:
 /// (target kind, target name, executable, package directory).
-fn test_executables(cargo: &mut Command) -> anyhow::Result<Vec<(String, String, PathBuf, PathBuf)>> {
+pub(crate) fn test_executables(cargo: &mut Command) -> anyhow::Result<Vec<(String, String, PathBuf, PathBuf)>> {
     cargo.arg("--message-format=json-render-diagnostics").stdout(Stdio::piped()).stderr(Stdio::inherit());
     let line = cmd::display(cargo);
     println!("+ {line}");

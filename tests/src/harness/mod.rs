@@ -84,6 +84,23 @@ pub fn require_root() {
     );
 }
 
+/// Whether the running kernel is `major.minor` or newer (`/proc/sys/kernel/osrelease`); what a
+/// test expects where kernels differ (multi-uprobe links: 6.6).
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    matches!((it.next(), it.next()), (Some(a), Some(b)) if (a, b) >= (major, minor))
+}
+
+/// How `cuda_attach = "auto"` attaches on the running kernel: multi-uprobe links from 6.6.
+pub fn auto_cuda_method() -> tracer_user::cuda::attach::Method {
+    if kernel_at_least(6, 6) {
+        tracer_user::cuda::attach::Method::UprobeMulti
+    } else {
+        tracer_user::cuda::attach::Method::PerfEvent
+    }
+}
+
 /// Find a binary of this package: `$GPU_TRACER_TEST_BIN_DIR/<name>`, else next to the running
 /// executable or one directory up (test executables live in `target/<profile>/deps/`). Integration
 /// tests of this package can pass `env!("CARGO_BIN_EXE_<name>")` to the builders instead.
@@ -104,8 +121,22 @@ pub fn locate_binary(name: &str) -> Result<PathBuf> {
         .ok_or(HarnessError::BinaryNotFound { name: name.into(), searched: dirs })
 }
 
-/// Poll `f` every 25 ms until it returns `Some`, for up to `timeout`.
+/// How much slower than this machine the tests' clock should assume the host to be: the
+/// integer in `GPU_TRACER_TEST_TIME_SCALE` (at least 1; `cargo xtask kernel-matrix` sets it for a
+/// guest under QEMU's TCG, where everything runs several times slower). Only waits scale — what is
+/// counted never does.
+pub fn time_scale() -> u32 {
+    std::env::var("GPU_TRACER_TEST_TIME_SCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1)
+}
+
+/// `d` stretched by [`time_scale`].
+pub fn scaled(d: Duration) -> Duration {
+    d * time_scale()
+}
+
+/// Poll `f` every 25 ms until it returns `Some`, for up to `timeout` (stretched by [`time_scale`]).
 pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
+    let timeout = scaled(timeout);
     let start = Instant::now();
     loop {
         if let Some(v) = f() {

@@ -57,6 +57,32 @@ pub enum CudaAttach {
     PerfEvent,
 }
 
+/// How the lifecycle family's four programs (exec, exit, fork, cgroup removal) attach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LifecycleAttach {
+    /// `tp-btf` where the kernel's BTF has every field they read, else `tracepoint`; also
+    /// `tracepoint` when the tp_btf programs fail to load or attach (the reason is reported).
+    #[default]
+    Auto,
+    /// BTF-typed tracepoints through BPF links: no perf event, so kernels with
+    /// `perf_event_paranoid` ≥ 3 (Debian, Ubuntu) allow them with CAP_BPF + CAP_PERFMON.
+    TpBtf,
+    /// Classic tracepoints (one perf event each, ids from tracefs): works without BTF; needs
+    /// CAP_SYS_ADMIN where `perf_event_paranoid` ≥ 3.
+    Tracepoint,
+}
+
+impl LifecycleAttach {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleAttach::Auto => "auto",
+            LifecycleAttach::TpBtf => "tp-btf",
+            LifecycleAttach::Tracepoint => "tracepoint",
+        }
+    }
+}
+
 impl CudaAttach {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -133,6 +159,8 @@ pub struct Config {
     pub cuda_libraries: Vec<PathBuf>,
     /// How the cuda family's uprobes are attached. Default `auto`.
     pub cuda_attach: CudaAttach,
+    /// How the lifecycle family's programs are attached. Default `auto`.
+    pub lifecycle_attach: LifecycleAttach,
     /// NVML sampling (device and per-process readings).
     pub nvml: NvmlSettings,
     /// How each GPU's memory, compute, energy and cost are split between containers.
@@ -445,6 +473,7 @@ impl Default for Config {
             max_processes: 16384,
             cuda_libraries: Vec::new(),
             cuda_attach: CudaAttach::Auto,
+            lifecycle_attach: LifecycleAttach::Auto,
             nvml: NvmlSettings::default(),
             attribution: AttributionSettings::default(),
             kubernetes: KubeSettings::default(),
@@ -826,6 +855,9 @@ pub struct Overrides {
     /// How libcuda's uprobes attach [default: auto = multi-uprobe links where the kernel has them].
     #[arg(long, global = true, value_enum)]
     pub cuda_attach: Option<CudaAttach>,
+    /// How the lifecycle programs attach [default: auto = tp_btf where the kernel's BTF allows].
+    #[arg(long, global = true, value_enum)]
+    pub lifecycle_attach: Option<LifecycleAttach>,
     /// Driver version for struct layouts (default: read /proc/driver/nvidia/version).
     #[arg(long, global = true)]
     pub driver_version: Option<String>,
@@ -895,6 +927,9 @@ impl Overrides {
         }
         if let Some(m) = self.cuda_attach {
             cfg.cuda_attach = m;
+        }
+        if let Some(m) = self.lifecycle_attach {
+            cfg.lifecycle_attach = m;
         }
         if let Some(v) = &self.driver_version {
             cfg.driver_version = Some(v.clone());

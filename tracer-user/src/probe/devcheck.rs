@@ -23,7 +23,7 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// The byte offset of `member` in struct `name`, looking through anonymous struct and union
 /// members (the kernel nests fields in them).
-fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<u32, String> {
+pub(crate) fn member_offset(btf: &Btf, name: &str, member: &str) -> Result<u32, String> {
     let types = btf.resolve_types_by_name(name).map_err(|e| format!("struct {name}: {e}"))?;
     let s = types
         .iter()

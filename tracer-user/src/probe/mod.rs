@@ -13,9 +13,10 @@ use tracer_common::{
     prog_names, sysno,
 };
 
-use crate::config::{AttachMode, Config};
+use crate::config::{AttachMode, Config, LifecycleAttach};
 
 pub mod devcheck;
+pub mod lifecycle_layout;
 
 /// The compiled kernel programs, embedded at build time.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
@@ -328,7 +329,9 @@ impl Probes {
             .map_err(ProbeError::Load)?;
 
         let (check, accepted, simulated, device_check) = device_check(cfg);
-        let kernel_config = TracerConfig { device_check: check, ..tracer_config(cfg) };
+        let layout =
+            lifecycle_layout::detect(Path::new("/sys/kernel/tracing/events"), Path::new(devcheck::VMLINUX_BTF));
+        let kernel_config = TracerConfig { device_check: check, lifecycle: layout.layout, ..tracer_config(cfg) };
         {
             let m = ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
             let mut a: Array<&mut MapData, TracerConfig> =
@@ -374,7 +377,7 @@ impl Probes {
             FamilyStatus::Disabled
         };
         let lifecycle = if cfg.families.lifecycle {
-            match attach_lifecycle(&mut ebpf) {
+            match attach_lifecycle(&mut ebpf, cfg.lifecycle_attach, &layout) {
                 Ok(p) => FamilyStatus::Attached { programs: p },
                 Err(e) => FamilyStatus::Failed { error: e },
             }
@@ -467,6 +470,31 @@ pub fn library_summary(r: &crate::cuda::attach::LibraryReport) -> String {
     }
 }
 
+/// `what` failed with `e`: the message with its causes (aya's leaves out the errno), and when the
+/// kernel refused the tracepoint's perf event, why that happens with CAP_PERFMON held and the fix.
+pub fn tracepoint_error(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = format!("{what}: {e}");
+    let mut denied = false;
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        msg.push_str(&format!(": {c}"));
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            denied |= matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+        }
+        cause = c.source();
+    }
+    if denied {
+        let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+        msg.push_str(&format!(
+            " (kernel.perf_event_paranoid is {}: Debian's and Ubuntu's kernels refuse perf events without \
+             CAP_SYS_ADMIN at 3 and above, CAP_PERFMON notwithstanding; fix: `sysctl kernel.perf_event_paranoid=2` \
+             on the node, or add SYS_ADMIN)",
+            paranoid.trim()
+        ));
+    }
+    msg
+}
+
 /// The program `name` of the object, as its concrete type.
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
 where
@@ -523,7 +551,68 @@ fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, Strin
     Ok(attached)
 }
 
-fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
+/// The lifecycle programs as `setting` asks: tp_btf (BPF links; the fields at BTF offsets) where
+/// it can, classic tracepoints (perf events; the fields at `format` offsets) otherwise. What was
+/// attached ends with how its fields are read, and under `auto` why not tp_btf.
+fn attach_lifecycle(
+    ebpf: &mut Ebpf,
+    setting: LifecycleAttach,
+    layout: &lifecycle_layout::Detected,
+) -> Result<Vec<String>, String> {
+    let btf_first = match (setting, &layout.btf) {
+        (LifecycleAttach::Tracepoint, _) => Err("lifecycle_attach = tracepoint".to_string()),
+        (_, Err(e)) => Err(format!("the kernel's BTF lacks what they read: {e}")),
+        (_, Ok(())) => Ok(()),
+    };
+    let tried = btf_first.and_then(|()| attach_lifecycle_btf(ebpf));
+    match (tried, setting) {
+        (Ok(mut attached), _) => {
+            attached.push("(fields at BTF offsets; exit by current->signal->live)".to_string());
+            Ok(attached)
+        }
+        (Err(e), LifecycleAttach::TpBtf) => Err(format!("lifecycle_attach = tp-btf: {e}")),
+        (Err(why), _) => {
+            let mut attached = attach_lifecycle_tracepoints(ebpf)?;
+            attached.push(format!("(tracepoint fields: {})", layout.words));
+            if setting == LifecycleAttach::Auto {
+                attached.push(format!("(not tp_btf: {why})"));
+            }
+            Ok(attached)
+        }
+    }
+}
+
+const LIFECYCLE_BTF: [(&str, &str); 4] = [
+    (prog_names::PROC_EXEC_BTF, "sched_process_exec"),
+    (prog_names::PROC_EXIT_BTF, "sched_process_exit"),
+    (prog_names::PROC_FORK_BTF, "sched_process_fork"),
+    (prog_names::CGROUP_RMDIR_BTF, "cgroup_rmdir"),
+];
+
+/// All four tp_btf programs, or none: on a failure the ones already attached are unloaded, so
+/// that the tracepoint fallback does not report an event twice.
+fn attach_lifecycle_btf(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
+    let attach = |ebpf: &mut Ebpf| {
+        let btf = Btf::from_sys_fs().map_err(|e| format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}"))?;
+        let mut attached = Vec::new();
+        for (prog, name) in LIFECYCLE_BTF {
+            let p: &mut BtfTracePoint = program(ebpf, prog)?;
+            p.load(name, &btf).map_err(|e| format!("loading {prog}: {e:#}"))?;
+            p.attach().map_err(|e| format!("attaching tp_btf/{name}: {e:#}"))?;
+            attached.push(format!("tp_btf/{name}"));
+        }
+        Ok(attached)
+    };
+    attach(ebpf).inspect_err(|_| {
+        for (prog, _) in LIFECYCLE_BTF {
+            if let Ok(p) = program::<BtfTracePoint>(ebpf, prog) {
+                let _ = p.unload();
+            }
+        }
+    })
+}
+
+fn attach_lifecycle_tracepoints(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
     let mut attached = Vec::new();
     for (prog, cat, name) in [
         (prog_names::PROC_EXEC, "sched", "sched_process_exec"),
@@ -533,7 +622,7 @@ fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<String>, String> {
     ] {
         let p: &mut TracePoint = program(ebpf, prog)?;
         p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
-        p.attach(cat, name).map_err(|e| format!("attaching tracepoint/{cat}/{name}: {e:#}"))?;
+        p.attach(cat, name).map_err(|e| tracepoint_error(&format!("attaching tracepoint/{cat}/{name}"), &e))?;
         attached.push(format!("tracepoint/{cat}/{name}"));
     }
     Ok(attached)

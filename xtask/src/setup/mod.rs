@@ -19,8 +19,19 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// (the server and promtool) checks the chart's rules and dashboards (tests/tests/prometheus.rs).
 /// `buildah` and `mmdebstrap` build the container image without a registry or a daemon
 /// (`cargo xtask image`, tests/tests/image.rs; vfs storage and chroot isolation need nothing more).
-const APT_PACKAGES: &[&str] =
-    &["fuse3", "bpftrace", "libcuda1", "libnvidia-ml1", "python3-venv", "prometheus", "buildah", "mmdebstrap"];
+/// `qemu-system-x86` and `busybox-static` boot the second kernel of `cargo xtask kernel-matrix`.
+const APT_PACKAGES: &[&str] = &[
+    "fuse3",
+    "bpftrace",
+    "libcuda1",
+    "libnvidia-ml1",
+    "python3-venv",
+    "prometheus",
+    "buildah",
+    "mmdebstrap",
+    "qemu-system-x86",
+    "busybox-static",
+];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];
 /// The components [`NON_FREE_PACKAGES`] and their dependencies need.
