@@ -222,6 +222,63 @@ fn pod_resources(cfg: &Config) -> Check {
     }
 }
 
+/// `perf events`: whether `kernel.perf_event_paranoid` (`paranoid`; `None`: unreadable) lets this
+/// process open perf events, and whether anything configured needs them. Debian and Ubuntu patch
+/// their kernels so that 3 and above refuse `perf_event_open` without CAP_SYS_ADMIN, CAP_PERFMON
+/// notwithstanding. The defaults need no perf event (tp_btf, raw_tp and multi-uprobe links are
+/// `bpf()` links); the syscall-tracepoint mode, classic lifecycle tracepoints and perf-event
+/// uprobes do. A warning only when something configured explicitly would be refused.
+pub fn perf_events(cfg: &Config, caps: u64, paranoid: Option<i32>) -> Check {
+    use crate::config::{AttachMode, CudaAttach, LifecycleAttach};
+    let Some(level) = paranoid else {
+        return Check::new("perf events", true, true, "kernel.perf_event_paranoid unreadable: not checked");
+    };
+    let admin = caps & (1 << 21) != 0;
+    if level < 3 || admin {
+        let who = if level < 3 { "below 3: CAP_PERFMON suffices" } else { "CAP_SYS_ADMIN held" };
+        return Check::new(
+            "perf events",
+            true,
+            true,
+            format!("kernel.perf_event_paranoid is {level} ({who}): perf events can be opened"),
+        );
+    }
+    let mut needs = Vec::new();
+    if cfg.attach_mode == AttachMode::SyscallTracepoint {
+        needs.push("attach_mode = syscall-tracepoint");
+    }
+    if cfg.families.lifecycle && cfg.lifecycle_attach == LifecycleAttach::Tracepoint {
+        needs.push("lifecycle_attach = tracepoint");
+    }
+    if cfg.families.cuda && cfg.cuda_attach == CudaAttach::PerfEvent {
+        needs.push("cuda_attach = perf-event");
+    }
+    let refused = "refuses perf_event_open without CAP_SYS_ADMIN (a Debian/Ubuntu patch)";
+    if needs.is_empty() {
+        Check::new(
+            "perf events",
+            true,
+            true,
+            format!(
+                "kernel.perf_event_paranoid is {level}: this kernel {refused}; nothing configured needs one \
+                 (BTF/raw tracepoints and multi-uprobe links attach through bpf() links), but the fallbacks \
+                 (classic tracepoints without BTF, perf-event uprobes before 6.6) would be refused"
+            ),
+        )
+    } else {
+        Check::new(
+            "perf events",
+            false,
+            true,
+            format!(
+                "kernel.perf_event_paranoid is {level}: this kernel {refused}, which {} needs; fix: \
+                 `sysctl kernel.perf_event_paranoid=2`, add CAP_SYS_ADMIN, or use the default (auto)",
+                needs.join(", ")
+            ),
+        )
+    }
+}
+
 /// All privilege checks, for [`super::static_checks`].
 pub fn privilege_checks(cfg: &Config, kernel_release: &str) -> Vec<Check> {
     let caps = super::effective_caps();
@@ -232,6 +289,8 @@ pub fn privilege_checks(cfg: &Config, kernel_release: &str) -> Vec<Check> {
         format!("CapEff {caps:016x}: {}", capability_names(caps).join(", ")),
     )];
     out.extend(capability_checks(caps, kernel_release));
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok();
+    out.push(perf_events(cfg, caps, paranoid.as_deref().and_then(|v| v.trim().parse().ok())));
     out.push(proc_access(&cfg.proc_root));
     out.push(host_pid(&cfg.proc_root));
     out.push(pod_resources(cfg));

@@ -34,3 +34,33 @@ fn least_privilege_set_passes_and_missing_bpf_fails() {
     assert_eq!(old.iter().find(|c| c.name == "CAP_SYS_RESOURCE").unwrap().status, CheckStatus::Fail);
     assert!(!kernel_before("garbage", 5, 11));
 }
+
+#[test]
+fn perf_events_warn_only_when_a_configured_path_needs_them() {
+    use crate::config::{AttachMode, CudaAttach, LifecycleAttach};
+    let chart = (1u64 << 39) | (1 << 38) | (1 << 19) | (1 << 2);
+    // Below 3, or with SYS_ADMIN: fine whatever is configured.
+    let mut cfg = Config { lifecycle_attach: LifecycleAttach::Tracepoint, ..Config::default() };
+    assert_eq!(perf_events(&cfg, chart, Some(2)).status, CheckStatus::Ok);
+    assert_eq!(perf_events(&cfg, chart | (1 << 21), Some(3)).status, CheckStatus::Ok);
+    // Debian's 3 with the defaults: nothing needs a perf event; the detail says what would.
+    let d = perf_events(&Config::default(), chart, Some(3));
+    assert_eq!(d.status, CheckStatus::Ok, "{d:?}");
+    assert!(d.detail.contains("is 3") && d.detail.contains("fallbacks"), "{}", d.detail);
+    // Each explicit perf-event path is named, with the fix.
+    let c = perf_events(&cfg, chart, Some(4));
+    assert_eq!(c.status, CheckStatus::Warn);
+    assert!(c.detail.contains("lifecycle_attach = tracepoint") && c.detail.contains("fix:"), "{}", c.detail);
+    cfg.attach_mode = AttachMode::SyscallTracepoint;
+    cfg.cuda_attach = CudaAttach::PerfEvent;
+    let c = perf_events(&cfg, chart, Some(3));
+    for named in ["syscall-tracepoint", "lifecycle_attach", "cuda_attach = perf-event"] {
+        assert!(c.detail.contains(named), "{named}: {}", c.detail);
+    }
+    // A family that is off needs nothing.
+    cfg.families.cuda = false;
+    cfg.families.lifecycle = false;
+    assert!(!perf_events(&cfg, chart, Some(3)).detail.contains("cuda_attach"));
+    // Unreadable: not checked, not an error.
+    assert_eq!(perf_events(&cfg, chart, None).status, CheckStatus::Ok);
+}
