@@ -92,7 +92,8 @@ fn events_json_carries_identity_and_allocation_details() {
     ok(&mut w, "alloc-rm 1073741824");
     ok(&mut w, "alloc-vidheap 268435456");
     let out = child.wait_with_output().unwrap();
-    let stderr: Vec<String> = log.try_iter().collect();
+    // Every line, up to stderr's end: the reader thread may still hold the last ones (the summary).
+    let stderr: Vec<String> = log.iter().collect();
     assert!(out.status.success(), "gpu-tracer failed: {stderr:#?}");
     let events: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
@@ -630,7 +631,8 @@ fn events_carry_pod_identity_and_one_violation_for_an_unallocated_gpu() {
     ok(&mut w, "init 1");
     ok(&mut w, "alloc-rm 1073741824");
     let out = child.wait_with_output().unwrap();
-    let stderr: Vec<String> = log.try_iter().collect();
+    // Every line, up to stderr's end: the reader thread may still hold the last ones (the summary).
+    let stderr: Vec<String> = log.iter().collect();
     assert!(out.status.success(), "gpu-tracer failed: {stderr:#?}");
     let events: Vec<serde_json::Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
