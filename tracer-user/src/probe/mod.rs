@@ -470,9 +470,9 @@ pub fn library_summary(r: &crate::cuda::attach::LibraryReport) -> String {
     }
 }
 
-/// `what` failed with `e`: the message with its causes (aya's leaves out the errno), and when the
-/// kernel refused the tracepoint's perf event, why that happens with CAP_PERFMON held and the fix.
-pub fn tracepoint_error(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+/// `what: e: cause: cause...` (aya's messages leave out their causes, the syscall's errno among
+/// them), and whether a cause is EACCES/EPERM: the kernel refused.
+pub fn error_with_causes(what: &str, e: &(dyn std::error::Error + 'static)) -> (String, bool) {
     let mut msg = format!("{what}: {e}");
     let mut denied = false;
     let mut cause = e.source();
@@ -483,6 +483,13 @@ pub fn tracepoint_error(what: &str, e: &(dyn std::error::Error + 'static)) -> St
         }
         cause = c.source();
     }
+    (msg, denied)
+}
+
+/// `what` failed with `e`: the message with its causes, and when the kernel refused the
+/// tracepoint's perf event, why that happens with CAP_PERFMON held and the fix.
+pub fn tracepoint_error(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let (mut msg, denied) = error_with_causes(what, e);
     if denied {
         let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
         msg.push_str(&format!(

@@ -396,17 +396,7 @@ fn attach_at(
     let point =
         UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
     let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| {
-        // aya's message leaves out its causes (the syscall's errno): walk them.
-        let mut msg = format!("attaching {prog}: {e}");
-        let mut denied = false;
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            msg.push_str(&format!(": {c}"));
-            if let Some(io) = c.downcast_ref::<std::io::Error>() {
-                denied |= matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM));
-            }
-            cause = c.source();
-        }
+        let (msg, denied) = crate::probe::error_with_causes(&format!("attaching {prog}"), &e);
         if denied {
             format!(
                 "{msg}: the kernel allows perf-event uprobes only with CAP_SYS_ADMIN (multi-uprobe links, Linux \
