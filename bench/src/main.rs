@@ -13,7 +13,8 @@
 //! node against the fake library, and the agent-side memory of that node size; (8) the event API's
 //! delivery to one and to 100 subscribers over its Unix socket; (9) the OTLP exporter's cost per export
 //! on that node, and the agent-side memory with Prometheus, OTLP and 10 subscribers on; (10) the
-//! fleet's bill from a real Prometheus holding a month of 100 nodes (`cost --prometheus`).
+//! fleet's bill from a real Prometheus holding a month of 100 nodes (`cost --prometheus`); (11) the
+//! start-up scan of `/proc` with 2,000 extra processes.
 //!
 //! With `--only`, the sections not run keep their text from the report being overwritten.
 mod agent_run;
@@ -30,6 +31,7 @@ mod nvml;
 mod offline;
 mod progstats;
 mod report;
+mod scan;
 mod sys;
 mod worker;
 
@@ -655,6 +657,12 @@ fn main() -> Result<()> {
         cost::CostSection::skipped(SKIPPED)
     };
 
+    let scan_section = if opts.wants("11") || opts.wants("scan") {
+        scan::section(&fake.0, opts.quick)
+    } else {
+        scan::ScanSection::skipped(SKIPPED)
+    };
+
     let load_end = sys::loadavg();
     let doc = Report {
         ctx: &ctx,
@@ -670,6 +678,7 @@ fn main() -> Result<()> {
         api: api_section,
         exporters: exporters_section,
         cost: cost_section,
+        scan: scan_section,
         hwm_before_offline_kb: hwm_kb,
         load: (load_start, load_end),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),

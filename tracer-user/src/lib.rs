@@ -8,7 +8,7 @@
 //! (device and per-process readings) → `attribution` (per-GPU lines that add up) → `guardrails`
 //! (GPU use outside the allocations) → `model` (the immutable snapshot exporters read) → `export`
 //! (event stream, `top`, metrics, HTTP). `pipeline` holds the stages and drives them; `runner` is the
-//! loop the long-running commands share; `clock` is the one clock; `doctor` reports what works on
+//! loop the long-running commands share; `clock` is the one clock; `proc` reads `/proc` (the procfs crate); `doctor` reports what works on
 //! this node.
 pub mod allocation;
 pub mod attribution;
@@ -26,6 +26,7 @@ pub mod model;
 pub mod nvml;
 pub mod pipeline;
 pub mod probe;
+pub mod proc;
 pub mod runner;
 pub mod source;
 pub mod state;

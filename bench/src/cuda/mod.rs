@@ -401,9 +401,9 @@ fn sub_counters(a: &ProbeCounters, b: &ProbeCounters) -> ProbeCounters {
 /// The cgroup v2 id of this process (its children's, the workers', too).
 fn own_cgroup_id() -> Result<u64> {
     use std::os::unix::fs::MetadataExt as _;
-    use tracer_user::source::procscan;
-    let root = procscan::cgroup2_mount(Path::new("/proc/self/mountinfo")).context("no cgroup2 mount")?;
-    let rel = procscan::process_cgroup_path(Path::new("/proc"), std::process::id()).context("no cgroup v2 path")?;
+    use tracer_user::proc;
+    let root = proc::cgroup2_mount(Path::new("/proc")).context("no cgroup2 mount")?;
+    let rel = proc::cgroup2_path(Path::new("/proc"), std::process::id()).context("no cgroup v2 path")?;
     let dir = root.join(rel.trim_start_matches('/'));
     Ok(std::fs::metadata(&dir).with_context(|| format!("stat {}", dir.display()))?.ino())
 }

@@ -17,6 +17,7 @@ pub const GROUPS: &[(&[&str], &[&str], &str)] = &[
     (&["8", "api"], &["8"], "8"),
     (&["9", "exporters"], &["9"], "9"),
     (&["10", "cost"], &["10"], "10"),
+    (&["11", "scan"], &["11"], "11"),
 ];
 
 /// Every key `--only` accepts.

@@ -221,6 +221,7 @@ pub struct Report<'a> {
     pub api: crate::api::ApiSection,
     pub exporters: crate::exporters::ExportersSection,
     pub cost: crate::cost::CostSection,
+    pub scan: crate::scan::ScanSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -395,6 +396,7 @@ impl Report<'_> {
         self.api.render(&mut s);
         self.exporters.render(&mut s);
         self.cost.render(&mut s);
+        self.scan.render(&mut s);
         self.render_reading(&mut s);
         s
     }

@@ -41,8 +41,7 @@ impl ProcessCaller {
 
 /// The thread-group id of thread `tid`, from `/proc/TID/status`.
 pub fn tgid_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
+    u32::try_from(tracer_user::proc::status(std::path::Path::new("/proc"), tid).ok()?.tgid).ok()
 }
 
 impl Caller for ProcessCaller {

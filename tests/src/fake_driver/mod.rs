@@ -103,19 +103,11 @@ pub struct MountEntry {
     pub source: String,
 }
 
-/// The current mount table, from `/proc/self/mountinfo`.
+/// The current mount table, from `/proc/self/mountinfo` (read as the agent reads it).
 pub fn mount_table() -> Vec<MountEntry> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
-    info.lines()
-        .filter_map(|l| {
-            // <id> <parent> <maj:min> <root> <mount point> <opts> [optional...] - <fstype> <source> <super opts>
-            let (pre, post) = l.split_once(" - ")?;
-            let point = unescape_mountinfo(pre.split(' ').nth(4)?).into();
-            let mut post = post.split(' ');
-            let fstype = post.next()?.to_string();
-            let source = unescape_mountinfo(post.next()?);
-            Some(MountEntry { point, fstype, source })
-        })
+    tracer_user::proc::mounts(Path::new("/proc"))
+        .into_iter()
+        .map(|m| MountEntry { point: m.point, fstype: m.fs_type, source: m.source.unwrap_or_default() })
         .collect()
 }
 
@@ -132,21 +124,4 @@ pub fn fake_driver_mounts() -> Vec<std::path::PathBuf> {
         .filter(|m| (m.fstype == "fuse" || m.fstype.starts_with("fuse.")) && m.source == FSNAME)
         .map(|m| m.point)
         .collect()
-}
-
-/// Undo mountinfo's octal escapes (`\040` for space, etc.).
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

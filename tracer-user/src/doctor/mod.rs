@@ -150,7 +150,7 @@ impl DoctorReport {
 
 /// Effective capabilities of this process (`CapEff` in /proc/self/status).
 pub fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status").ok().and_then(|s| privileges::parse_cap_eff(&s)).unwrap_or(0)
+    crate::proc::status(std::path::Path::new("/proc"), "self").map_or(0, |s| s.capeff)
 }
 
 /// `config`: the values and host paths the other commands refuse to start with
@@ -217,10 +217,7 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
         format!("{} (from {})", ver.version_string(), ver.source),
     ));
     out.push(device_node_check(&format!("{}ctl", cfg.dev_prefix())));
-    let cg = cfg
-        .cgroup_root
-        .clone()
-        .or_else(|| crate::source::procscan::cgroup2_mount(&cfg.proc_root.join("self/mountinfo")));
+    let cg = cfg.cgroup_root.clone().or_else(|| crate::proc::cgroup2_mount(&cfg.proc_root));
     out.push(Check::new(
         "cgroup v2",
         cg.is_some(),

@@ -279,7 +279,7 @@ impl Enricher {
     /// An enricher reading `proc_root`, with cgroups under `cgroup_root` (default: the cgroup2
     /// mount `proc_root/self/mountinfo` names).
     pub fn new(proc_root: PathBuf, cgroup_root: Option<PathBuf>) -> Enricher {
-        let root = cgroup_root.or_else(|| crate::source::procscan::cgroup2_mount(&proc_root.join("self/mountinfo")));
+        let root = cgroup_root.or_else(|| crate::proc::cgroup2_mount(&proc_root));
         Enricher { proc_root, processes: HashMap::new(), cgroups: CgroupResolver::new(root) }
     }
 
@@ -310,7 +310,7 @@ impl Enricher {
 
     /// The cgroup id of `tgid`, from `/proc/PID/cgroup` (for processes found by a scan).
     pub fn cgroup_id_of(&self, tgid: u32) -> Option<u64> {
-        let rel = crate::source::procscan::process_cgroup_path(&self.proc_root, tgid)?;
+        let rel = crate::proc::cgroup2_path(&self.proc_root, tgid)?;
         let root = self.cgroups.root()?;
         std::fs::metadata(root.join(rel.trim_start_matches('/'))).ok().map(|m| m.ino())
     }
@@ -333,27 +333,20 @@ pub struct ProcessInfo {
     pub comm: String,
 }
 
-/// Read start time and comm of `pid`; `None` if it is gone.
+/// Read start time and comm of `pid` (`/proc/PID/stat`); `None` if it is gone.
 pub fn process_info(proc_root: &Path, pid: u32) -> Option<ProcessInfo> {
-    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    parse_stat(&text)
+    crate::proc::stat(proc_root, pid).ok().map(|s| ProcessInfo::from(&s))
 }
 
-/// Parse `/proc/PID/stat` (the comm may contain spaces and parentheses).
-pub fn parse_stat(text: &str) -> Option<ProcessInfo> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text.get(open + 1..close)?.to_string();
-    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // rest[0] is field 3 (state); start time is field 22.
-    let start_time_ticks = rest.get(22 - 3)?.parse().ok()?;
-    Some(ProcessInfo { start_time_ticks, comm })
+impl From<&crate::proc::Stat> for ProcessInfo {
+    fn from(s: &crate::proc::Stat) -> Self {
+        ProcessInfo { start_time_ticks: s.starttime, comm: s.comm.clone() }
+    }
 }
 
 /// The Tgid of a task (`/proc/PID/status`), to tell a forked process from a new thread.
 pub fn tgid_of(proc_root: &Path, pid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse().ok()))
+    u32::try_from(crate::proc::status(proc_root, pid).ok()?.tgid).ok()
 }
 
 #[cfg(test)]

@@ -188,13 +188,15 @@ impl Agent {
             return;
         }
         let now = clock::monotonic_ns();
+        // One cgroup read per process, not per fd (a CUDA process holds five or more).
+        let mut cgroups = std::collections::HashMap::new();
         for s in &found {
             let tracked = self.kernel.as_mut().map(|k| k.track(procscan::key(s), s.dev));
             if let Some(Err(e)) = tracked {
                 tracing::warn!(tgid = s.tgid, fd = s.fd, error = %e, "cannot register seeded fd with the kernel");
                 self.stats.fd_map_errors += 1;
             }
-            let cgroup_id = self.enrich.cgroup_id_of(s.tgid).unwrap_or(0);
+            let cgroup_id = *cgroups.entry(s.tgid).or_insert_with(|| self.enrich.cgroup_id_of(s.tgid).unwrap_or(0));
             let rec = procscan::seeded_record(s, cgroup_id, now);
             self.stats.seeded_fds += 1;
             self.ingest(record_as_bytes(&rec), sink);

@@ -120,12 +120,12 @@ impl LateLibcuda {
 
 /// The libcuda files `tgid` maps, as paths through its root (`/proc/PID/root/...`).
 fn mapped_libcuda(proc_root: &Path, tgid: u32) -> Vec<std::path::PathBuf> {
-    let maps = std::fs::read_to_string(proc_root.join(format!("{tgid}/maps"))).unwrap_or_default();
-    let mut paths: Vec<&str> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| p.rsplit('/').next().is_some_and(|f| f.starts_with("libcuda.so")))
+    let Ok(files) = crate::proc::mapped_files(proc_root, tgid) else { return Vec::new() };
+    let mut paths: Vec<std::path::PathBuf> = files
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("libcuda.so")))
         .collect();
     paths.dedup();
-    paths.into_iter().map(|p| proc_root.join(format!("{tgid}/root")).join(p.trim_start_matches('/'))).collect()
+    let root = proc_root.join(format!("{tgid}/root"));
+    paths.into_iter().map(|p| root.join(p.strip_prefix("/").unwrap_or(&p))).collect()
 }

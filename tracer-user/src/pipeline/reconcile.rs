@@ -25,18 +25,15 @@ pub(super) enum Liveness {
 
 /// Is the process incarnation (`tgid`, `start_time_ticks`; 0: unknown) still running?
 pub(super) fn liveness(proc_root: &Path, tgid: u32, start_time_ticks: u64) -> Liveness {
-    let Ok(text) = std::fs::read_to_string(proc_root.join(tgid.to_string()).join("stat")) else {
-        return Liveness::Gone;
-    };
-    let Some(close) = text.rfind(')') else { return Liveness::Alive };
-    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    // rest[0] is field 3 (state), rest[19] field 22 (start time).
-    if matches!(rest.first(), Some(&"Z") | Some(&"X")) {
-        return Liveness::Gone;
-    }
-    match rest.get(19).and_then(|v| v.parse::<u64>().ok()) {
-        Some(now) if start_time_ticks != 0 && now != start_time_ticks => Liveness::Reused,
-        _ => Liveness::Alive,
+    use crate::proc::ProcError;
+    match crate::proc::stat(proc_root, tgid) {
+        // Text that does not parse is no proof of an exit.
+        Err(ProcError::Incomplete(_) | ProcError::Other(_) | ProcError::InternalError(_)) => Liveness::Alive,
+        // No entry (or one that cannot be read): its exit has happened.
+        Err(_) => Liveness::Gone,
+        Ok(s) if matches!(s.state, 'Z' | 'X') => Liveness::Gone,
+        Ok(s) if start_time_ticks != 0 && s.starttime != start_time_ticks => Liveness::Reused,
+        Ok(_) => Liveness::Alive,
     }
 }
 
@@ -93,8 +90,7 @@ mod tests {
     fn liveness_of_this_process_a_reused_pid_and_a_gone_one() {
         let me = std::process::id();
         let root = Path::new("/proc");
-        let text = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
-        let start: u64 = crate::enrich::parse_stat(&text).unwrap().start_time_ticks;
+        let start = crate::proc::stat(root, me).unwrap().starttime;
         assert_eq!(liveness(root, me, start), Liveness::Alive);
         assert_eq!(liveness(root, me, 0), Liveness::Alive);
         assert_eq!(liveness(root, me, start + 1), Liveness::Reused);

@@ -77,26 +77,13 @@ pub fn offsets_from_btf(path: &Path) -> Result<DeviceCheck, String> {
     })
 }
 
-/// The character-device majors of the NVIDIA driver: 195, then every `nvidia*` region of the
-/// "Character devices:" part of a `/proc/devices` text (`nvidia-uvm`, `nvidia-caps`, ...).
-pub fn nvidia_majors(proc_devices: &str) -> Vec<u32> {
+/// The character-device majors of the NVIDIA driver: 195, then every `nvidia*` region among the
+/// character devices of `/proc/devices` (`nvidia-uvm`, `nvidia-caps`, ...).
+pub fn nvidia_majors(char_devices: &[(u32, String)]) -> Vec<u32> {
     let mut out = vec![NVIDIA_MAJOR];
-    let mut chars = false;
-    for line in proc_devices.lines() {
-        let line = line.trim();
-        if line.ends_with("devices:") {
-            chars = line == "Character devices:";
-            continue;
-        }
-        if !chars {
-            continue;
-        }
-        let mut it = line.split_whitespace();
-        let (Some(major), Some(name)) = (it.next().and_then(|m| m.parse::<u32>().ok()), it.next()) else {
-            continue;
-        };
-        if name.starts_with("nvidia") && !out.contains(&major) && out.len() < DEVICE_MAJORS_MAX {
-            out.push(major);
+    for (major, name) in char_devices {
+        if name.starts_with("nvidia") && !out.contains(major) && out.len() < DEVICE_MAJORS_MAX {
+            out.push(*major);
         }
     }
     out
@@ -104,7 +91,7 @@ pub fn nvidia_majors(proc_devices: &str) -> Vec<u32> {
 
 /// Read the majors from `<proc_root>/devices` (195 alone when it cannot be read).
 pub fn read_majors(proc_root: &Path) -> Vec<u32> {
-    std::fs::read_to_string(proc_root.join("devices")).map(|t| nvidia_majors(&t)).unwrap_or_else(|_| vec![NVIDIA_MAJOR])
+    crate::proc::char_devices(proc_root).map_or_else(|| vec![NVIDIA_MAJOR], |d| nvidia_majors(&d))
 }
 
 /// Write `majors` into a [`DeviceCheck`].
@@ -179,8 +166,9 @@ mod tests {
     fn majors_come_from_the_character_part_of_proc_devices() {
         let text = "Character devices:\n  1 mem\n195 nvidia-frontend\n195 nvidia\n508 nvidia-uvm\n\
                     509 nvidia-caps\n510 nvidia-nvswitch\n\nBlock devices:\n 8 sd\n240 nvidiablk\n";
-        assert_eq!(nvidia_majors(text), vec![195, 508, 509, 510]);
-        assert_eq!(nvidia_majors(""), vec![195]);
+        let devices = crate::proc::parse::char_devices(text).unwrap();
+        assert_eq!(nvidia_majors(&devices), vec![195, 508, 509, 510]);
+        assert_eq!(nvidia_majors(&[]), vec![195]);
     }
 
     #[test]

@@ -9,10 +9,7 @@ use tracer_common::{TRACKED_TGIDS_PER_ENTRY, map_names};
 
 /// Entries the map needs for this machine's `pid_max` (tgids are < pid_max).
 pub fn entries_for_pid_max() -> u32 {
-    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(4_194_304);
+    let pid_max = crate::proc::pid_max().unwrap_or(4_194_304);
     pid_max.div_ceil(TRACKED_TGIDS_PER_ENTRY as u64).clamp(1, 1 << 20) as u32
 }
 

@@ -55,11 +55,6 @@ pub const CAPABILITIES: [Capability; 6] = [
     },
 ];
 
-/// Parses the `CapEff:` line of a `/proc/PID/status` text (hexadecimal).
-pub fn parse_cap_eff(status: &str) -> Option<u64> {
-    status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-}
-
 /// Names of the known capabilities set in `mask`.
 pub fn capability_names(mask: u64) -> Vec<&'static str> {
     CAPABILITIES.iter().filter(|c| mask & (1u64 << c.bit) != 0).map(|c| c.name).collect()
@@ -143,7 +138,7 @@ fn proc_access(proc_root: &Path) -> Check {
 
 /// Whether we share the host's PID namespace: PID 1 there is the host's init.
 fn host_pid(proc_root: &Path) -> Check {
-    let comm = std::fs::read_to_string(proc_root.join("1/comm")).map(|s| s.trim().to_string());
+    let comm = crate::proc::stat(proc_root, 1).map(|s| s.comm);
     let in_container = Path::new("/.dockerenv").exists()
         || Path::new("/run/.containerenv").exists()
         || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
@@ -165,7 +160,7 @@ fn host_pid(proc_root: &Path) -> Check {
             "host PID namespace",
             false,
             true,
-            format!("{place}; cannot read {}/1/comm: {e}", proc_root.display()),
+            format!("{place}; cannot read {}/1/stat: {e}", proc_root.display()),
         ),
     }
 }

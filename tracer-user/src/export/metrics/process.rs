@@ -24,37 +24,30 @@ pub struct ProcessStats {
 impl ProcessStats {
     /// This process's figures; `None` when `/proc/self/stat` cannot be read or parsed.
     pub fn of_self() -> Option<ProcessStats> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        let btime = std::fs::read_to_string("/proc/stat")
-            .ok()?
-            .lines()
-            .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())?;
-        let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+        let me = crate::proc::myself(std::path::Path::new("/proc")).ok()?;
+        let stat = crate::proc::read_stat(&me).ok()?;
+        let btime = crate::proc::boot_time_secs()?;
+        let open_fds = me.fd_count().map_or(0, |n| n as u64);
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: getrlimit writes the struct passed.
         let max_fds = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 0 };
         // SAFETY: sysconf reads constants of the system.
         let (hz, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
-        parse_stat(&stat, btime, hz.max(1) as u64, page.max(1) as u64).map(|s| ProcessStats { open_fds, max_fds, ..s })
+        Some(ProcessStats { open_fds, max_fds, ..from_stat(&stat, btime, hz.max(1) as u64, page.max(1) as u64) })
     }
 }
 
-/// `/proc/PID/stat` (the fields after the command name, which may hold spaces and parentheses),
-/// with the boot time (`btime` of `/proc/stat`), clock ticks per second and the page size.
-fn parse_stat(stat: &str, btime: u64, hz: u64, page: u64) -> Option<ProcessStats> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name: state is field 3; utime 14, stime 15, num_threads 20, starttime 22,
-    // vsize 23 (bytes), rss 24 (pages).
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let n = |field: usize| -> Option<u64> { f.get(field - 3)?.parse().ok() };
-    Some(ProcessStats {
-        cpu_seconds: (n(14)? + n(15)?) as f64 / hz as f64,
-        resident_bytes: n(24)? * page,
-        virtual_bytes: n(23)?,
-        start_time_seconds: btime as f64 + n(22)? as f64 / hz as f64,
-        threads: n(20)?,
+/// The figures of a `/proc/PID/stat`, with the boot time (`btime` of `/proc/stat`), clock ticks
+/// per second and the page size.
+fn from_stat(s: &crate::proc::Stat, btime: u64, hz: u64, page: u64) -> ProcessStats {
+    ProcessStats {
+        cpu_seconds: (s.utime + s.stime) as f64 / hz as f64,
+        resident_bytes: s.rss * page,
+        virtual_bytes: s.vsize,
+        start_time_seconds: btime as f64 + s.starttime as f64 / hz as f64,
+        threads: s.num_threads.max(0) as u64,
         ..ProcessStats::default()
-    })
+    }
 }
 
 /// The `process_*` families of this process (nothing when `/proc/self` cannot be read).
@@ -95,12 +88,11 @@ mod tests {
         // A name with a space and a parenthesis, as a process may name itself.
         let stat = "4242 (gpu tr) cer) S 1 4242 4242 0 -1 4194560 2000 0 0 0 250 50 0 0 20 0 7 0 12345 \
                     104857600 2560 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
-        let s = parse_stat(stat, 1_700_000_000, 100, 4096).unwrap();
+        let s = from_stat(&crate::proc::parse::stat(stat).unwrap(), 1_700_000_000, 100, 4096);
         assert_eq!(s.cpu_seconds, 3.0);
         assert_eq!(s.threads, 7);
         assert_eq!(s.start_time_seconds, 1_700_000_000.0 + 123.45);
         assert_eq!((s.virtual_bytes, s.resident_bytes), (104_857_600, 2560 * 4096));
-        assert_eq!(parse_stat("4242 (x) S 1", 0, 100, 4096), None, "a short line is no figure");
     }
 
     #[test]

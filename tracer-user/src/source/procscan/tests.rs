@@ -18,14 +18,6 @@ fn classifies_every_node_kind() {
 }
 
 #[test]
-fn finds_cgroup2_mount() {
-    let t = "30 25 0:26 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
-             35 25 0:31 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-    assert_eq!(parse_cgroup2_mount(t), Some(PathBuf::from("/sys/fs/cgroup/unified")));
-    assert_eq!(parse_cgroup2_mount("1 2 0:1 / / rw - ext4 /dev/vda rw\n"), None);
-}
-
-#[test]
 fn scan_finds_our_own_dup_as_one_file() {
     // Open a file under a temp "device dir" and dup it; the scan must report both fds with one id.
     let dir = std::env::temp_dir().join(format!("gt-scan-{}", std::process::id()));
