@@ -32,6 +32,19 @@ impl EncodedSubscribeResponse {
     pub fn new(response: &v1::SubscribeResponse) -> Self {
         EncodedSubscribeResponse(response.encode_to_vec().into())
     }
+
+    /// The event it holds in the `events` stream's framing (a varint length, then the
+    /// `gputracer.v1.Event`), as a view of the same bytes: `SubscribeResponse { event = 1 }` is the
+    /// tag byte `0x0a` followed by exactly that. `None` when it holds no event (a `LostEvents`) or
+    /// the length does not match what follows.
+    pub fn event_length_delimited(&self) -> Option<prost::bytes::Bytes> {
+        if self.0.first() != Some(&0x0a) {
+            return None;
+        }
+        let mut rest = &self.0[1..];
+        let len = prost::encoding::decode_varint(&mut rest).ok()?;
+        (len == rest.len() as u64).then(|| self.0.slice(1..))
+    }
 }
 
 #[cfg(feature = "api")]

@@ -97,3 +97,26 @@ fn serde_json_round_trips() {
     let back: v1::Event = serde_json::from_str(&json).unwrap();
     assert_eq!(back, e);
 }
+
+/// `SubscribeResponse { event }` is `0x0a`, the event's length and the event: the `events` stream's
+/// framing is a view of it.
+#[cfg(feature = "api")]
+#[test]
+fn an_encoded_response_holds_the_length_delimited_event() {
+    use crate::EncodedSubscribeResponse;
+    for ev in [rm_alloc(), process_exit()] {
+        let r = v1::SubscribeResponse { response: Some(v1::subscribe_response::Response::Event(ev.clone())) };
+        let enc = EncodedSubscribeResponse::new(&r);
+        let framed = enc.event_length_delimited().unwrap();
+        assert_eq!(&framed[..], &ev.encode_length_delimited_to_vec()[..]);
+        // A view of the same buffer, not a copy.
+        assert_eq!(framed.as_ptr(), enc.0[1..].as_ptr());
+    }
+    let lost = v1::SubscribeResponse {
+        response: Some(v1::subscribe_response::Response::LostEvents(v1::LostEvents { count: 3, ..Default::default() })),
+    };
+    assert_eq!(EncodedSubscribeResponse::new(&lost).event_length_delimited(), None);
+    assert_eq!(EncodedSubscribeResponse(vec![0x0a, 5, 1].into()).event_length_delimited(), None, "short");
+    assert_eq!(EncodedSubscribeResponse(vec![0x0a, 0x80].into()).event_length_delimited(), None, "bad varint");
+    assert_eq!(EncodedSubscribeResponse(Default::default()).event_length_delimited(), None);
+}

@@ -332,6 +332,16 @@ fn api_agrees_with_metrics(api: &str, metric_lines: &[(String, f64)], w: &mut Wo
     let replay = run_ok(&["events", "--connect", api, "--json", "--kind", "rm_alloc", "--last", "1", "--no-follow"]);
     let again: serde_json::Value = serde_json::from_str(replay.lines().next().expect("a replayed event")).unwrap();
     assert_eq!(again, ev, "the replay is the same event");
+    // In protobuf the agent's bytes are written as received: the same event, read back by the
+    // stream reader, and the same JSON once converted.
+    let out = Command::new(gpu_tracer())
+        .args(["events", "--connect", api, "--kind", "rm_alloc", "--last", "1", "--no-follow"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "events --connect (protobuf): {}", String::from_utf8_lossy(&out.stderr));
+    let back: Vec<_> = gpu_tracer_proto::read_stream(&out.stdout).collect::<Result<_, _>>().unwrap();
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert_eq!(tracer_user::export::events::to_json(&back[0]), ev);
 }
 
 /// Series of `name` in classic text exposition: (labels text, value).

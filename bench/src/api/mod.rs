@@ -31,52 +31,10 @@ use tracer_user::{
 pub enum Reader {
     /// The generated client: every `SubscribeResponse` decoded into messages.
     Decoding,
-    /// gRPC frames counted by their first byte (field 1: an event; field 2: `LostEvents`, decoded):
-    /// what the agent side delivers, without the client's decoding.
+    /// The agent's bytes as received (`client::subscribe_raw`, as `events --connect` reads them):
+    /// an event is kept as its encoded bytes, a `LostEvents` decoded. What the agent side
+    /// delivers, without the client's decoding.
     Frames,
-}
-
-/// A codec whose responses are only classified: `Some(0)` for an event, `Some(n)` for LostEvents.
-#[derive(Clone, Copy, Default)]
-struct FrameCodec;
-
-impl tonic::codec::Codec for FrameCodec {
-    type Encode = v1::SubscribeRequest;
-    type Decode = u64;
-    type Encoder = FrameCodec;
-    type Decoder = FrameCodec;
-    fn encoder(&mut self) -> Self::Encoder {
-        FrameCodec
-    }
-    fn decoder(&mut self) -> Self::Decoder {
-        FrameCodec
-    }
-}
-
-impl tonic::codec::Encoder for FrameCodec {
-    type Item = v1::SubscribeRequest;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Self::Item, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Self::Error> {
-        item.encode(dst).map_err(|e| tonic::Status::internal(e.to_string()))
-    }
-}
-
-impl tonic::codec::Decoder for FrameCodec {
-    type Item = u64;
-    type Error = tonic::Status;
-    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<u64>, Self::Error> {
-        use gpu_tracer_proto::prost::bytes::Buf;
-        let event = src.chunk().first() == Some(&0x0a);
-        if event {
-            src.advance(src.remaining());
-            return Ok(Some(0));
-        }
-        let r = v1::SubscribeResponse::decode(src).map_err(|e| tonic::Status::internal(e.to_string()))?;
-        match r.response {
-            Some(v1::subscribe_response::Response::LostEvents(l)) => Ok(Some(l.count.max(1))),
-            _ => Err(tonic::Status::internal("a response that is neither an event nor LostEvents")),
-        }
-    }
 }
 
 /// Events per second the issue asks one local subscriber to receive.
@@ -107,7 +65,76 @@ impl Delivery {
     }
 }
 
+/// One encoding shared against one per consumer, offline on one core (ns per event).
+pub struct SharingMeasured {
+    pub events: usize,
+    pub subscribers: usize,
+    /// Preparing one event for `subscribers` subscribers: an encoding each / one encoding and a
+    /// shared `Bytes` each (what the hub does).
+    pub encode_each_ns: f64,
+    pub shared_ns: f64,
+    /// `events --connect` writing protobuf: decode the response and encode the event again (before)
+    /// / write the bytes as received (`EventWriter::write_encoded`).
+    pub reencode_ns: f64,
+    pub pass_through_ns: f64,
+}
+
+/// Median of 5 timings of `f` over the events, ns per event.
+fn ns_per_event(events: usize, mut f: impl FnMut()) -> f64 {
+    let mut v: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_nanos() as f64 / events as f64
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[2]
+}
+
+fn sharing(quick: bool) -> SharingMeasured {
+    use std::hint::black_box;
+    use tracer_user::export::events::{EventFormat, EventWriter};
+    let events: Vec<v1::Event> = (0..if quick { 2_000 } else { 20_000 }).map(sample_event).collect();
+    let subscribers = 100;
+    let n = events.len();
+    let fan = n / 10; // 100 deliveries per event: a tenth of the events keeps the runs short.
+    let encode_each_ns = ns_per_event(fan, || {
+        for ev in &events[..fan] {
+            for _ in 0..subscribers {
+                black_box(EventHub::encode(ev));
+            }
+        }
+    });
+    let shared_ns = ns_per_event(fan, || {
+        for ev in &events[..fan] {
+            let enc = EventHub::encode(ev);
+            for _ in 0..subscribers {
+                black_box(enc.clone());
+            }
+        }
+    });
+    let encoded: Vec<_> = events.iter().map(EventHub::encode).collect();
+    let mut w = EventWriter::new(Vec::with_capacity(n * 1024), EventFormat::Protobuf);
+    let reencode_ns = ns_per_event(n, || {
+        for e in &encoded {
+            let r = <v1::SubscribeResponse as gpu_tracer_proto::prost::Message>::decode(&e.0[..]).unwrap();
+            if let Some(v1::subscribe_response::Response::Event(ev)) = r.response {
+                w.write(&ev).unwrap();
+            }
+        }
+    });
+    let mut w = EventWriter::new(Vec::with_capacity(n * 1024), EventFormat::Protobuf);
+    let pass_through_ns = ns_per_event(n, || {
+        for e in &encoded {
+            w.write_encoded(e).unwrap();
+        }
+    });
+    SharingMeasured { events: n, subscribers, encode_each_ns, shared_ns, reencode_ns, pass_through_ns }
+}
+
 pub struct ApiMeasured {
+    pub sharing: SharingMeasured,
     pub full_speed: Delivery,
     pub frames: Delivery,
     pub paced: Delivery,
@@ -188,13 +215,16 @@ async fn read_decoding(mut stream: tonic::Streaming<v1::SubscribeResponse>, n: u
     (got, lost, start.elapsed().as_secs_f64())
 }
 
-/// [`read_decoding`] over [`FrameCodec`]'s classification.
-async fn read_frames(mut stream: tonic::Streaming<u64>, n: u64) -> (u64, u64, f64) {
+/// [`read_decoding`] over the raw responses.
+async fn read_frames(mut stream: tonic::Streaming<client::Received>, n: u64) -> (u64, u64, f64) {
     let start = Instant::now();
     let (mut got, mut lost) = (0u64, 0u64);
     while got + lost < n {
         let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(30), stream.message()).await else { break };
-        if m == 0 { got += 1 } else { lost += m }
+        match m {
+            client::Received::Event(_) => got += 1,
+            client::Received::Lost(l) => lost += l.count.max(1),
+        }
     }
     (got, lost, start.elapsed().as_secs_f64())
 }
@@ -234,16 +264,7 @@ fn deliver(n: u64, rate: Option<f64>, subscribers: usize, reader: Reader) -> Res
                         tokio::spawn(read_decoding(stream, n))
                     }
                     Reader::Frames => {
-                        let channel = client::channel(&conn).await.map_err(|e| e.to_string())?;
-                        let mut grpc = tonic::client::Grpc::new(channel);
-                        grpc.ready().await.map_err(|e| e.to_string())?;
-                        let path =
-                            tonic::codegen::http::uri::PathAndQuery::from_static("/gputracer.v1.GpuTracer/Subscribe");
-                        let stream = grpc
-                            .server_streaming(tonic::Request::new(req), path, FrameCodec)
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .into_inner();
+                        let stream = client::subscribe_raw(&conn, req).await.map_err(|e| e.to_string())?;
                         tokio::spawn(read_frames(stream, n))
                     }
                 });
@@ -297,7 +318,9 @@ pub fn section(quick: bool) -> ApiSection {
         crate::progress("section 8: API, 100 subscribers");
         let fan_out_rate = 10_000.0;
         let fan_out = deliver(50_000 / scale, Some(fan_out_rate), 100, Reader::Frames)?;
-        Ok(ApiMeasured { full_speed, frames, paced, paced_frames, fan_out, fan_out_rate })
+        crate::progress("section 8: one encoding shared against one per consumer (offline)");
+        let sharing = sharing(quick);
+        Ok(ApiMeasured { sharing, full_speed, frames, paced, paced_frames, fan_out, fan_out_rate })
     };
     ApiSection { result: run() }
 }
@@ -351,15 +374,49 @@ impl ApiSection {
         let _ = writeln!(
             s,
             "\nOne event is {} bytes encoded. A *decoding* subscriber is the generated client, decoding every \
-             `SubscribeResponse` into messages (as `events --connect` does); a *frame-counting* one reads the same \
-             stream with a codec that only classifies each gRPC message by its first byte (what the agent delivers, \
-             without the client's decoding; `LostEvents` are decoded). Both share this machine's CPUs with the \
+             `SubscribeResponse` into messages (as any consumer generated from the `.proto` does); a *frame-counting* \
+             one reads the same \
+             stream keeping each event as the bytes received (`client::subscribe_raw`, as `events --connect` reads \
+             it; `LostEvents` are decoded): what the agent delivers, without the client's decoding. Both share this machine's CPUs with the \
              publisher and the server. \"Delivered rate\" is events received divided by the time from subscribing \
              to the stream's end (it includes the wait for the publisher; for the paced runs it is bounded by the \
              publish rate). The 100-subscriber run publishes at {:.0} k/s, i.e. {:.1} M deliveries/s in all.\n",
             m.full_speed.event_bytes,
             m.fan_out_rate / 1000.0,
             m.fan_out_rate * 100.0 / 1e6
+        );
+        let h = &m.sharing;
+        let _ = writeln!(
+            s,
+            "**One encoding per event, shared (issue 18).** Offline on one core, {} events, median of 5 passes: \
+             the CPU the agent spends per event on what its consumers get, and what `events --connect` spends \
+             writing the agent's stream as protobuf.\n",
+            h.events
+        );
+        let _ = writeln!(s, "| consumers of one event | per event (ns) | ratio |");
+        let _ = writeln!(s, "|---|---:|---:|");
+        let _ = writeln!(
+            s,
+            "| {} subscribers, an encoding each | {:.0} | {:.1}× |",
+            h.subscribers,
+            h.encode_each_ns,
+            h.encode_each_ns / h.shared_ns.max(1e-9)
+        );
+        let _ = writeln!(
+            s,
+            "| {} subscribers, one encoding shared as `Bytes` (the hub) | {:.0} | 1.0× |",
+            h.subscribers, h.shared_ns
+        );
+        let _ = writeln!(
+            s,
+            "| `events --connect` to protobuf: decode, encode again (before) | {:.0} | {:.1}× |",
+            h.reencode_ns,
+            h.reencode_ns / h.pass_through_ns.max(1e-9)
+        );
+        let _ = writeln!(
+            s,
+            "| `events --connect` to protobuf: the agent's bytes as received (`write_encoded`) | {:.0} | 1.0× |\n",
+            h.pass_through_ns
         );
     }
 }

@@ -542,20 +542,18 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
 }
 
 /// `events --connect`: the agent's event stream (filtered by the agent), written as a standalone
-/// `events` writes it; events the agent could not hand over in time are counted and said.
+/// `events` writes it; events the agent could not hand over in time are counted and said. In
+/// protobuf the agent's bytes are written as received (never decoded and encoded again).
 async fn run_events_remote(
     conn: ConnectSettings,
     request: v1::SubscribeRequest,
     mut out: EventStream<Box<dyn Write + Send>>,
     a: &EventsArgs,
 ) -> Result<()> {
-    use v1::subscribe_response::Response as R;
-    let mut client = api_client::connect(&conn).await?;
-    let mut stream = client
-        .subscribe(request)
+    use api_client::Received;
+    let mut stream = api_client::subscribe_raw(&conn, request)
         .await
-        .with_context(|| format!("subscribing to the agent's events at {}", conn.addr))?
-        .into_inner();
+        .with_context(|| format!("subscribing to the agent's events at {}", conn.addr))?;
     let deadline = a.duration.and_then(Schedule::duration_from_secs).map(|d| tokio::time::Instant::now() + d);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut lost = 0u64;
@@ -572,11 +570,11 @@ async fn run_events_remote(
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
         };
-        match message.and_then(|m| m.response) {
-            Some(R::Event(ev)) => {
-                out.emit(&ev);
+        match message {
+            Some(Received::Event(ev)) => {
+                out.emit_encoded(&ev);
             }
-            Some(R::LostEvents(l)) => {
+            Some(Received::Lost(l)) => {
                 lost += l.count;
                 tracing::warn!(count = l.count, reason = %l.reason, "the agent dropped events for this subscriber (it read too slowly)");
             }

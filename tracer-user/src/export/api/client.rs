@@ -2,6 +2,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use gpu_tracer_proto::{
+    EncodedSubscribeResponse, prost,
     tonic::{
         self, Request, Status,
         metadata::AsciiMetadataValue,
@@ -62,12 +63,91 @@ pub type Client = GpuTracerClient<InterceptedService<Channel, AddToken>>;
 
 /// Connects to the agent (fails at once when nothing listens there).
 pub async fn connect(s: &ConnectSettings) -> Result<Client, ClientError> {
-    let token = match &s.token {
+    let channel = channel(s).await?;
+    Ok(GpuTracerClient::with_interceptor(channel, token(s)?).max_decoding_message_size(MAX_RESPONSE_BYTES))
+}
+
+fn token(s: &ConnectSettings) -> Result<AddToken, ClientError> {
+    Ok(AddToken(match &s.token {
         Some(t) => Some(AsciiMetadataValue::try_from(format!("Bearer {t}")).map_err(|_| ClientError::BadToken)?),
         None => None,
-    };
+    }))
+}
+
+/// One `Subscribe` response as it arrived: an event stays the bytes the agent encoded (shared, not
+/// decoded); a `LostEvents` notice is decoded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Received {
+    Event(EncodedSubscribeResponse),
+    Lost(v1::LostEvents),
+}
+
+/// Subscribes to the agent's events without decoding them ([`Received`]): `events --connect`
+/// writes the agent's bytes to its output as they are.
+pub async fn subscribe_raw(
+    s: &ConnectSettings,
+    request: v1::SubscribeRequest,
+) -> Result<tonic::Streaming<Received>, SubscribeError> {
     let channel = channel(s).await?;
-    Ok(GpuTracerClient::with_interceptor(channel, AddToken(token)).max_decoding_message_size(MAX_RESPONSE_BYTES))
+    let mut grpc = tonic::client::Grpc::new(InterceptedService::new(channel, token(s)?))
+        .max_decoding_message_size(MAX_RESPONSE_BYTES);
+    grpc.ready().await.map_err(|e| SubscribeError::Status(Status::unavailable(e.to_string())))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/gputracer.v1.GpuTracer/Subscribe");
+    Ok(grpc.server_streaming(Request::new(request), path, RawCodec).await?.into_inner())
+}
+
+/// Why [`subscribe_raw`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SubscribeError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("the agent refused the subscription: {0}")]
+    Status(#[from] Status),
+}
+
+/// `SubscribeRequest` out, [`Received`] in.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = v1::SubscribeRequest;
+    type Decode = Received;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = v1::SubscribeRequest;
+    type Error = Status;
+    fn encode(&mut self, item: Self::Item, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Self::Error> {
+        prost::Message::encode(&item, dst).map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Received;
+    type Error = Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Received>, Self::Error> {
+        use prost::bytes::Buf;
+        let bytes = src.copy_to_bytes(src.remaining());
+        let encoded = EncodedSubscribeResponse(bytes);
+        if encoded.event_length_delimited().is_some() {
+            return Ok(Some(Received::Event(encoded)));
+        }
+        match <v1::SubscribeResponse as prost::Message>::decode(&encoded.0[..]) {
+            Ok(v1::SubscribeResponse { response: Some(v1::subscribe_response::Response::LostEvents(l)) }) => {
+                Ok(Some(Received::Lost(l)))
+            }
+            Ok(_) => Err(Status::internal("a Subscribe response that is neither an event nor LostEvents")),
+            Err(e) => Err(Status::internal(format!("a Subscribe response that does not decode: {e}"))),
+        }
+    }
 }
 
 /// The connection itself, for callers that speak gRPC below the generated client (the bench's

@@ -463,6 +463,29 @@ fn protobuf_stream_reads_back() {
     assert_eq!(back, msgs);
 }
 
+/// An event the hub encoded is written as the same bytes `write` would make (protobuf: a view of
+/// the hub's buffer, not a second encoding) and the same JSON; a LostEvents is refused.
+#[test]
+fn hub_encoded_events_write_as_the_messages_do() {
+    use crate::export::api::hub::EventHub;
+    let msgs: Vec<_> = events().iter().map(|ev| to_proto(ev, &enrichment())).collect();
+    for format in [EventFormat::Protobuf, EventFormat::JsonLines] {
+        let (mut a, mut b) = (EventWriter::new(Vec::new(), format), EventWriter::new(Vec::new(), format));
+        for m in &msgs {
+            a.write(m).unwrap();
+            b.write_encoded(&EventHub::encode(m)).unwrap();
+        }
+        assert_eq!((a.events_written(), a.bytes_written()), (b.events_written(), b.bytes_written()));
+        assert_eq!(a.into_inner(), b.into_inner(), "{format:?}");
+    }
+    let lost = gpu_tracer_proto::EncodedSubscribeResponse::new(&v1::SubscribeResponse {
+        response: Some(v1::subscribe_response::Response::LostEvents(Default::default())),
+    });
+    let mut w = EventWriter::new(Vec::new(), EventFormat::Protobuf);
+    assert_eq!(w.write_encoded(&lost).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(w.events_written(), 0);
+}
+
 #[test]
 fn json_lines_one_object_per_event() {
     let msgs: Vec<_> = events().iter().map(|ev| to_proto(ev, &enrichment())).collect();

@@ -7,7 +7,7 @@ use std::{
     path::Path,
 };
 
-use gpu_tracer_proto::{prost::Message, v1};
+use gpu_tracer_proto::{EncodedSubscribeResponse, prost::Message, v1};
 
 use super::json::to_json;
 
@@ -68,6 +68,26 @@ impl<W: Write> EventWriter<W> {
         Ok(())
     }
 
+    /// Writes one event as the agent's hub encoded it (`EventHub::encode`, the bytes its gRPC
+    /// subscribers receive). In protobuf the bytes are written as they are — the stream's framing
+    /// is a view of the same buffer — so an event is never encoded twice; JSON decodes it.
+    pub fn write_encoded(&mut self, ev: &EncodedSubscribeResponse) -> io::Result<()> {
+        let not_an_event = || io::Error::new(io::ErrorKind::InvalidData, "a SubscribeResponse that holds no event");
+        match self.format {
+            EventFormat::Protobuf => {
+                let framed = ev.event_length_delimited().ok_or_else(not_an_event)?;
+                self.out.write_all(&framed)?;
+                self.events += 1;
+                self.bytes += framed.len() as u64;
+                Ok(())
+            }
+            EventFormat::JsonLines => {
+                let event = crate::export::api::hub::decode_event(ev).ok_or_else(not_an_event)?;
+                self.write(&event)
+            }
+        }
+    }
+
     /// Flushes the underlying writer.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
@@ -118,6 +138,21 @@ impl<W: Write> EventStream<W> {
             return false;
         }
         match self.writer.write(msg) {
+            Ok(()) => true,
+            Err(e) => {
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// [`emit`](EventStream::emit) for an event the agent's hub encoded
+    /// ([`EventWriter::write_encoded`]).
+    pub fn emit_encoded(&mut self, ev: &EncodedSubscribeResponse) -> bool {
+        if self.is_done() {
+            return false;
+        }
+        match self.writer.write_encoded(ev) {
             Ok(()) => true,
             Err(e) => {
                 self.error = Some(e);
