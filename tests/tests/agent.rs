@@ -6,7 +6,7 @@
 //! per ioctl kind, and `seen = received + dropped` for every probe.
 use std::{sync::Mutex, time::Duration};
 
-use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Tracer, Workload, config_for, require_root};
+use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Tracer, Workload, config_for, eventually, require_root};
 use tracer_user::{
     config::{AttachMode, Config, LifecycleAttach},
     model::AgentSnapshot,
@@ -321,6 +321,36 @@ fn bad_ioctl_arguments_become_malformed_events_not_crashes() {
     let s2 = t.settle();
     assert_eq!(cg_usage(&s2, pod.id()).vidmem_bytes, u.vidmem_bytes + MIB);
     ok(&mut w, &format!("free {h:#x}"));
+}
+
+/// Kernel-side diagnostics (aya-log): off by default; switched on at run time they name a faulting
+/// copy as it happens (which process, which command); switched off, silent again.
+#[test]
+fn kernel_diagnostics_switch_at_run_time_and_name_a_faulting_copy() {
+    let (_serial, _driver, mut t, _pod, mut w) = scene();
+    t.settle();
+    let (before, _) = t.agent.kernel_log();
+    ok(&mut w, "bad-unmapped");
+    t.settle();
+    assert_eq!(t.agent.kernel_log().0, before, "off by default: {:?}", t.agent.kernel_log().1);
+    assert!(t.agent.set_kernel_log(true).unwrap());
+    ok(&mut w, "bad-unmapped");
+    let tgid = format!("tgid {} ", w.pid());
+    let lines = eventually("a kernel diagnostic line", Duration::from_secs(10), || {
+        t.agent.drain(&mut |_, _| {});
+        let (n, recent) = t.agent.kernel_log();
+        (n > before).then_some(recent)
+    })
+    .unwrap();
+    assert!(
+        lines.iter().any(|l| l.starts_with("ioctl copy faulted") && l.contains(&tgid) && l.contains("user pointer")),
+        "{lines:#?}"
+    );
+    let (on, _) = t.agent.kernel_log();
+    assert!(!t.agent.set_kernel_log(false).unwrap());
+    ok(&mut w, "bad-unmapped");
+    t.settle();
+    assert_eq!(t.agent.kernel_log().0, on, "off again: {:?}", t.agent.kernel_log().1);
 }
 
 #[test]

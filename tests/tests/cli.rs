@@ -79,6 +79,35 @@ fn ok(w: &mut Workload, cmd: &str) -> String {
     a
 }
 
+/// `--kernel-log` puts the kernel's diagnostics in the agent's log as they happen; SIGUSR1 switches
+/// them off while it runs.
+#[test]
+fn kernel_log_names_a_faulting_copy_and_sigusr1_switches_it_off() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let dev = driver.dev_dir().to_str().unwrap().to_string();
+    let (child, log) =
+        start(&["--dev-dir", &dev, "--simulated-devices", "--kernel-log", "events", "--json", "--duration", &secs(6)]);
+    let mut w = Workload::spawn(driver.dev_dir(), None).unwrap();
+    ok(&mut w, "init 0");
+    ok(&mut w, "bad-unmapped");
+    std::thread::sleep(scaled(Duration::from_millis(1500)));
+    // SAFETY: kill sends a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) }, 0);
+    std::thread::sleep(scaled(Duration::from_millis(1500)));
+    ok(&mut w, "bad-unmapped");
+    let out = child.wait_with_output().unwrap();
+    let stderr: Vec<String> = log.iter().collect();
+    assert!(out.status.success(), "gpu-tracer failed: {stderr:#?}");
+    let faults: Vec<&String> = stderr.iter().filter(|l| l.contains("ioctl copy faulted")).collect();
+    assert_eq!(faults.len(), 1, "one line, before SIGUSR1: {stderr:#?}");
+    assert!(
+        faults[0].contains(&format!("tgid {} ", w.pid())) && faults[0].contains("gpu_tracer::kernel"),
+        "{faults:?}"
+    );
+    assert!(stderr.iter().any(|l| l.contains("kernel-side diagnostics off")), "{stderr:#?}");
+}
+
 #[test]
 fn events_json_carries_identity_and_allocation_details() {
     require_root();

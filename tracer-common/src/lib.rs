@@ -722,6 +722,11 @@ pub struct TracerConfig {
     pub wakeup_every: u32,
     /// Bit set of enabled families ([`family`]).
     pub families: u32,
+    /// Kernel-side diagnostics through aya-log (a copy that faulted, a capture plan that did not
+    /// match): 1 on, 0 off (the default). Switched at run time; off costs one load and a branch.
+    pub diagnostics: u32,
+    /// Keeps `dev_prefix` where it was (8-byte alignment of what follows).
+    pub _pad: u32,
     pub dev_prefix: [u8; DEV_PREFIX_MAX],
     pub device_check: DeviceCheck,
     pub lifecycle: LifecycleLayout,
@@ -734,6 +739,8 @@ impl Default for TracerConfig {
             dev_prefix_len: 0,
             wakeup_every: 64,
             families: 0,
+            diagnostics: 0,
+            _pad: 0,
             dev_prefix: [0; DEV_PREFIX_MAX],
             device_check: DeviceCheck::default(),
             lifecycle: LifecycleLayout::default(),
@@ -963,7 +970,7 @@ const _: () = {
     assert!(size_of::<ClassSize>() == 8);
     assert!(size_of::<DeviceCheck>() == 4 + 4 * DEVICE_MAJORS_MAX + 40);
     assert!(size_of::<SimDeviceKey>() == 16);
-    assert!(size_of::<TracerConfig>() == 16 + DEV_PREFIX_MAX + size_of::<DeviceCheck>() + size_of::<LifecycleLayout>());
+    assert!(size_of::<TracerConfig>() == 24 + DEV_PREFIX_MAX + size_of::<DeviceCheck>() + size_of::<LifecycleLayout>());
     assert!(size_of::<LifecycleLayout>() == 48);
     assert!(size_of::<CudaCountKey>() == 16);
     assert!(size_of::<PerEventKey>() == 16);

@@ -5,6 +5,7 @@ use aya_ebpf::helpers::{
     bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
     bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated,
 };
+use aya_log_ebpf::{info, warn};
 use tracer_common::{
     DeviceCheck, DeviceRef, FdCloseRecord, FdDupRecord, FdKey, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
     IOCTL_TAIL_MAX, Inflight, IoctlRecord, NO_NESTED, SPACE_FRONTEND, SPACE_UVM, SimDeviceKey, UvmMapKey,
@@ -436,6 +437,8 @@ fn exit_ioctl(st: &Inflight, ret: i64, pid_tgid: u64) {
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let Some(mut e) = emit::reserve_at::<IoctlRecord>(ring, probe::IOCTL, 0, pid_tgid, now, cgroup_id) else { return };
     let r = e.as_mut_ptr();
+    // An RM_ALLOC class whose parameter size no plan knows (its nested block is not captured).
+    let mut unknown_class: Option<u32> = None;
     // SAFETY: r points at a reserved IoctlRecord; every write stays inside it.
     unsafe {
         (*r).dev = st.dev;
@@ -491,7 +494,10 @@ fn exit_ioctl(st: &Inflight, ret: i64, pid_tgid: u64) {
                     match class {
                         Ok(class) => match ALLOC_PARAM_SIZES.get(tracer_common::class_slot(class)) {
                             Some(c) if c.class == class => c.size,
-                            _ => 0,
+                            _ => {
+                                unknown_class = Some(class);
+                                0
+                            }
                         },
                         Err(_) => 0,
                     }
@@ -518,6 +524,32 @@ fn exit_ioctl(st: &Inflight, ret: i64, pid_tgid: u64) {
         (*r).hdr.flags = fl;
     }
     emit::submit(probe::IOCTL, e);
+    diagnose_ioctl(pid_tgid, is_uvm, nr, fl, ptr, plan.is_some(), unknown_class);
+}
+
+/// Kernel-side diagnostics of one NVIDIA ioctl (aya-log, read by user space into its log), only
+/// while `TracerConfig::diagnostics` is on: off, this is one load and a branch. The same facts reach
+/// user space as record flags and counters; these lines add where and what, as it happens.
+#[inline(always)]
+fn diagnose_ioctl(pid_tgid: u64, is_uvm: bool, nr: u32, fl: u16, ptr: u64, planned: bool, unknown_class: Option<u32>) {
+    const FAULTS: u16 = flags::FAULT_XFER | flags::FAULT_MAIN | flags::FAULT_TAIL | flags::FAULT_NESTED;
+    let interesting = fl & FAULTS != 0 || (is_uvm && !planned) || unknown_class.is_some();
+    if !interesting || !CONFIG.get(0).is_some_and(|c| c.diagnostics != 0) {
+        return;
+    }
+    let tgid = (pid_tgid >> 32) as u32;
+    if fl & FAULTS != 0 {
+        warn!(&(), "ioctl copy faulted: tgid {} nr 0x{:x} flags 0x{:x} user pointer 0x{:x}", tgid, nr, fl, ptr);
+    }
+    if is_uvm && !planned {
+        info!(&(), "no capture plan for UVM command {} (tgid {}): nothing of it is copied", nr, tgid);
+    }
+    if let Some(class) = unknown_class {
+        info!(
+            &(),
+            "RM_ALLOC of class 0x{:x} (tgid {}): no parameter size known, its parameters are not copied", class, tgid
+        );
+    }
 }
 
 enum PathMatch {

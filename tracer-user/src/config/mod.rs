@@ -149,6 +149,10 @@ pub struct Config {
     pub ring_buffer_bytes: u32,
     /// Wake user space every N records per CPU; between wake-ups it drains on a timer. Default 64.
     pub wakeup_every: u32,
+    /// Kernel-side diagnostics (aya-log) in the agent's log: an ioctl copy that faulted, a UVM
+    /// command or RM_ALLOC class no capture plan matched, as it happens. Default off; SIGUSR1
+    /// toggles it while the agent runs.
+    pub kernel_log: bool,
     /// How often the ring buffer is drained even without a wake-up, in ms (1..=60000). Default 10.
     pub drain_interval_ms: u64,
     /// How often a snapshot is published, in ms (1..=86400000). Default 1000.
@@ -468,6 +472,7 @@ impl Default for Config {
             families: Families::default(),
             ring_buffer_bytes: tracer_common::capacity::EVENTS_BYTES,
             wakeup_every: 64,
+            kernel_log: false,
             drain_interval_ms: 10,
             snapshot_interval_ms: 1000,
             max_processes: 16384,
@@ -849,6 +854,10 @@ pub struct Overrides {
     /// procfs of the host PID namespace [default: /proc].
     #[arg(long, global = true)]
     pub proc_root: Option<PathBuf>,
+    /// Kernel-side diagnostics in the log (a copy that faulted, a capture plan that did not
+    /// match, as it happens); SIGUSR1 toggles them while running [config: kernel_log].
+    #[arg(long, global = true)]
+    pub kernel_log: bool,
     /// Where the driver probes attach [default: auto = the cheapest this kernel offers].
     #[arg(long, global = true, value_enum)]
     pub attach_mode: Option<AttachMode>,
@@ -921,6 +930,9 @@ impl Overrides {
         }
         if let Some(p) = &self.proc_root {
             cfg.proc_root = p.clone();
+        }
+        if self.kernel_log {
+            cfg.kernel_log = true;
         }
         if let Some(m) = self.attach_mode {
             cfg.attach_mode = m;

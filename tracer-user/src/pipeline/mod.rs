@@ -178,8 +178,11 @@ impl Agent {
         self.drain(sink)
     }
 
-    /// Process everything waiting in the ring buffer now.
+    /// Process everything waiting in the ring buffer now (and log the kernel's diagnostics).
     pub fn drain(&mut self, sink: &mut EventSink<'_>) -> usize {
+        if let Some(l) = self.kernel.as_mut().and_then(|k| k.probes.kernel_log.as_mut()) {
+            l.flush();
+        }
         let mut total = 0;
         loop {
             let mut batch: Vec<Vec<u8>> = Vec::new();
@@ -271,6 +274,35 @@ impl Agent {
     pub fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), aya::maps::MapError> {
         let missing = || aya::maps::MapError::InvalidName { name: tracer_common::map_names::CUDA_PER_EVENT.into() };
         self.kernel.as_mut().ok_or_else(missing)?.set_per_event(cgroups, tgids)
+    }
+
+    /// Switch the kernel-side diagnostics on or off (`kernel_log`); returns the new state. Without
+    /// probes (NVML only) there is nothing to switch.
+    pub fn set_kernel_log(&mut self, on: bool) -> Result<bool, ProbeError> {
+        let Some(k) = self.kernel.as_mut() else { return Ok(false) };
+        k.probes.set_diagnostics(on)?;
+        Ok(on)
+    }
+
+    /// Toggle the kernel-side diagnostics (SIGUSR1); logs what it did.
+    pub fn toggle_kernel_log(&mut self) {
+        let Some(on) = self.kernel.as_ref().map(|k| !k.probes.diagnostics()) else {
+            tracing::warn!("SIGUSR1: no probes loaded, no kernel-side diagnostics to switch");
+            return;
+        };
+        match self.set_kernel_log(on) {
+            Ok(true) => tracing::info!("SIGUSR1: kernel-side diagnostics on (SIGUSR1 again turns them off)"),
+            Ok(false) => tracing::info!("SIGUSR1: kernel-side diagnostics off"),
+            Err(e) => tracing::warn!(error = %e, "SIGUSR1: could not switch the kernel-side diagnostics"),
+        }
+    }
+
+    /// Kernel-side diagnostic lines read so far and the last few (oldest first).
+    pub fn kernel_log(&self) -> (u64, Vec<String>) {
+        self.kernel
+            .as_ref()
+            .and_then(|k| k.probes.kernel_log.as_ref())
+            .map_or((0, Vec::new()), |l| (l.lines(), l.recent()))
     }
 
     /// Read the kernel counters and check the accounting identity.

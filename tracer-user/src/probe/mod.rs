@@ -16,6 +16,7 @@ use tracer_common::{
 use crate::config::{AttachMode, Config, LifecycleAttach};
 
 pub mod devcheck;
+pub mod kernel_log;
 pub mod lifecycle_layout;
 
 /// The compiled kernel programs, embedded at build time.
@@ -231,6 +232,8 @@ pub struct Probes {
     cuda_links: crate::cuda::attach::Links,
     /// How libcuda copies are attached (also the ones found later, in processes' mappings).
     pub cuda_backend: crate::cuda::attach::Backend,
+    /// The kernel-side diagnostics' reader (`None`: the object's log map could not be taken).
+    pub kernel_log: Option<kernel_log::KernelLog>,
 }
 
 impl Probes {
@@ -270,6 +273,7 @@ pub fn tracer_config(cfg: &Config) -> TracerConfig {
         dev_prefix_len: prefix.len() as u32,
         wakeup_every: cfg.wakeup_every,
         families: 0,
+        diagnostics: cfg.kernel_log.into(),
         ..Default::default()
     };
     tc.dev_prefix[..prefix.len()].copy_from_slice(prefix.as_bytes());
@@ -433,7 +437,14 @@ impl Probes {
                 cuda: s(&report.cuda),
             });
         }
-        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links, cuda_backend })
+        let kernel_log = match kernel_log::KernelLog::take(&mut ebpf) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(error = %e, "kernel-side diagnostics unavailable (kernel_log has no effect)");
+                None
+            }
+        };
+        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links, cuda_backend, kernel_log })
     }
 
     /// Re-read `/proc/devices` and give the kernel any NVIDIA major that appeared since start
@@ -456,6 +467,25 @@ impl Probes {
         tracing::info!(?majors, "NVIDIA device majors changed");
         self.accepted.majors = majors;
         Ok(true)
+    }
+
+    /// Switch the kernel-side diagnostics ([`kernel_log`]) on or off, at once, without reloading.
+    pub fn set_diagnostics(&mut self, on: bool) -> Result<(), ProbeError> {
+        let m = self.ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
+        let mut a: Array<&mut MapData, TracerConfig> =
+            Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        let mut kc = a.get(&0, 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;
+        kc.diagnostics = on.into();
+        a.set(0, kc, 0).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })
+    }
+
+    /// Whether the kernel-side diagnostics are on now.
+    pub fn diagnostics(&self) -> bool {
+        self.ebpf
+            .map(map_names::CONFIG)
+            .and_then(|m| Array::<&MapData, TracerConfig>::try_from(m).ok())
+            .and_then(|a| a.get(&0, 0).ok())
+            .is_some_and(|kc| kc.diagnostics != 0)
     }
 }
 

@@ -71,14 +71,21 @@ pub async fn run<H: Handler>(agent: &mut Agent, schedule: Schedule, handler: &mu
     let start = Instant::now();
     let mut next = if schedule.tick_at_start { start } else { start + schedule.interval };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // SIGUSR1 switches the kernel-side diagnostics (`kernel_log`) on and off.
+    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
     loop {
+        let mut toggle = false;
         {
             let mut sink = |ev: &Event, ctx: &EventContext| handler.event(ev, ctx);
             tokio::select! {
                 _ = agent.step(&mut sink) => {}
                 _ = tokio::signal::ctrl_c() => return Ok(Stopped::Signal),
                 _ = term.recv() => return Ok(Stopped::Signal),
+                _ = usr1.recv() => toggle = true,
             }
+        }
+        if toggle {
+            agent.toggle_kernel_log();
         }
         handler.stepped(agent);
         let now = Instant::now();
