@@ -87,7 +87,7 @@ pub fn require_root() {
 /// Whether the running kernel is `major.minor` or newer (`/proc/sys/kernel/osrelease`); what a
 /// test expects where kernels differ (multi-uprobe links: 6.6).
 pub fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = tracer_user::proc::kernel_release();
     let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
     matches!((it.next(), it.next()), (Some(a), Some(b)) if (a, b) >= (major, minor))
 }

@@ -40,7 +40,7 @@ pub struct KernelFeatures {
 
 impl KernelFeatures {
     pub fn detect() -> Self {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+        let release = crate::proc::kernel_release();
         Self {
             release,
             btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
