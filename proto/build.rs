@@ -8,12 +8,14 @@ use std::path::PathBuf;
 
 const PROTOS: &[&str] = &["gputracer/v1/events.proto", "gputracer/v1/snapshot.proto", "gputracer/v1/api.proto"];
 const KUBELET_PROTOS: &[&str] = &["podresources/v1/api.proto"];
+/// The subset of Perfetto's trace format `gpu-tracer profile` writes (package `perfetto.protos`).
+const PERFETTO_PROTOS: &[&str] = &["perfetto/trace_subset.proto"];
 /// Only with the `serde` feature; cfg_attr keeps the generated file the same either way.
 const SERDE: &str = "#[cfg_attr(feature = \"serde\", derive(serde::Serialize, serde::Deserialize))]";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    for proto in PROTOS.iter().chain(KUBELET_PROTOS) {
+    for proto in PROTOS.iter().chain(KUBELET_PROTOS).chain(PERFETTO_PROTOS) {
         println!("cargo:rerun-if-changed={}", root.join(proto).display());
     }
     let fds = protox::compile(PROTOS, [&root])?;
@@ -47,6 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     #[cfg(feature = "kubelet")]
     kubelet(&root)?;
+    prost_build::Config::new().compile_fds(protox::compile(PERFETTO_PROTOS, [&root])?)?;
     Ok(())
 }
 

@@ -18,6 +18,13 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/server/gputracer.v1.rs"));
 }
 
+/// The subset of Perfetto's trace format (`perfetto.protos`, `proto/perfetto/trace_subset.proto`)
+/// that `gpu-tracer profile` writes: open the file in ui.perfetto.dev.
+pub mod perfetto {
+    #![allow(missing_docs, clippy::all, unused_qualifications)]
+    include!(concat!(env!("OUT_DIR"), "/perfetto.protos.rs"));
+}
+
 /// A `gputracer.v1.SubscribeResponse` already encoded: what the agent's `Subscribe` stream sends.
 /// The agent encodes each event once and hands the same bytes (a shared [`prost::bytes::Bytes`]) to
 /// every subscriber; on the wire it is an ordinary `SubscribeResponse`, which clients decode as

@@ -270,6 +270,32 @@ fn per_event_mode_switches_on_and_off_while_the_workload_runs() {
     assert_eq!(cg(&s, pod.id()).launches, 17, "every launch is counted in every mode");
 }
 
+/// A per-event selection carries a deadline the kernel programs check: past it, launches are
+/// counted again but no longer sent one by one, though nothing in user space switched it off
+/// (what keeps a killed profiler or a lost `--connect` client from leaving per-event mode on).
+#[test]
+fn per_event_mode_ends_by_itself_at_its_deadline() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = fake_libcuda("thunk");
+    let driver = FakeDriver::start(1).unwrap();
+    let mut t = tracer(&driver, vec![lib.clone()]);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    ok(&mut w, "cuda-init");
+    let window = Duration::from_millis(1500);
+    let switched = std::time::Instant::now();
+    t.agent.set_per_event_for(&[], &[w.pid()], window).unwrap();
+    ok(&mut w, "cuda-launch 6");
+    assert!(switched.elapsed() < window, "the launches ran inside the window (a slow machine: rerun)");
+    assert_eq!(launches(&mut t).len(), 6);
+    std::thread::sleep(window.saturating_sub(switched.elapsed()) + Duration::from_millis(50));
+    ok(&mut w, "cuda-launch 4");
+    assert!(launches(&mut t).is_empty(), "the selection expired in the kernel");
+    let s = t.settle();
+    assert_eq!(cg(&s, pod.id()).launches, 10, "every launch is counted in every mode");
+}
+
 /// The CUDA ledger is reported beside the driver ledger for processes both see.
 #[test]
 fn cuda_and_driver_ledgers_are_cross_checked_per_process() {

@@ -70,7 +70,8 @@ pub fn on_call(ctx: &ProbeContext) {
     }
 }
 
-/// Is per-event mode on for the current process or its cgroup? One flag test when it is off.
+/// Is per-event mode on for the current process or its cgroup, and its deadline not passed? One
+/// flag test when it is off; the clock is read only when a selection matched.
 #[inline(always)]
 fn per_event_selected(cgroup_id: u64, pid_tgid: u64) -> bool {
     let Some(cfg) = CONFIG.get(0) else { return false };
@@ -78,14 +79,19 @@ fn per_event_selected(cgroup_id: u64, pid_tgid: u64) -> bool {
         return false;
     }
     let cg = PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: cgroup_id };
-    // SAFETY: HashMap::get is unsafe because the returned reference may see a concurrent update or
-    // delete; we only test for presence and never read through it.
-    if unsafe { CUDA_PER_EVENT.get(&cg) }.is_some() {
-        return true;
-    }
     let tg = PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: pid_tgid >> 32 };
-    // SAFETY: as above: a presence check, the value is never read.
-    unsafe { CUDA_PER_EVENT.get(&tg) }.is_some()
+    // SAFETY: HashMap::get is unsafe because the returned reference may see a concurrent update or
+    // delete; the deadline is copied out at once (a torn read of a u64 cannot happen on 64-bit).
+    let until = match unsafe { CUDA_PER_EVENT.get(&cg) } {
+        Some(u) => *u,
+        // SAFETY: as above.
+        None => match unsafe { CUDA_PER_EVENT.get(&tg) } {
+            Some(u) => *u,
+            None => return false,
+        },
+    };
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
+    until == u64::MAX || unsafe { bpf_ktime_get_ns() } < until
 }
 
 /// The 7th to 9th arguments (SysV: on the stack at `rsp + 8`, `+ 16`, `+ 24`; the probe point has

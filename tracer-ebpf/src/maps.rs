@@ -80,9 +80,11 @@ pub static CONFIG: Array<TracerConfig> = Array::with_max_entries(1, 0);
 pub static CUDA_COUNTS: LruPerCpuHashMap<CudaCountKey, CudaCount> =
     LruPerCpuHashMap::with_max_entries(capacity::CUDA_COUNTS, 0);
 
-/// Cgroups and processes whose launches are sent one by one (per-event mode).
+/// Cgroups and processes whose launches are sent one by one (per-event mode), each until a
+/// deadline (`bpf_ktime_get_ns`; `u64::MAX` for none): a selection its owner failed to remove
+/// expires on its own.
 #[map]
-pub static CUDA_PER_EVENT: HashMap<PerEventKey, u32> = HashMap::with_max_entries(1024, 0);
+pub static CUDA_PER_EVENT: HashMap<PerEventKey, u64> = HashMap::with_max_entries(1024, 0);
 
 /// libcuda allocations between entry and return, keyed by pid_tgid.
 #[map]

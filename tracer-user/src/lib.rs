@@ -27,6 +27,7 @@ pub mod nvml;
 pub mod pipeline;
 pub mod probe;
 pub mod proc;
+pub mod profile;
 pub mod runner;
 pub mod source;
 pub mod state;

@@ -90,6 +90,61 @@ enum Command {
     /// started), over a period for a whole fleet from the Prometheus that scrapes the agents, or
     /// over a recorded events file.
     Cost(Box<CostArgs>),
+    /// Record one workload's GPU activity for a while (every kernel launch, allocation and free)
+    /// into a Perfetto trace and a summary, without restarting it.
+    Profile(Box<ProfileArgs>),
+}
+
+#[derive(Args)]
+#[command(
+    group(clap::ArgGroup::new("workload").required(true).args(["pid", "cgroup"])),
+    after_help = "\
+Per-event mode is switched on for the workload only, with a deadline the kernel programs check
+(the window plus 5 s), so it ends even if this command is killed; every other process stays in
+count mode. Open the trace in https://ui.perfetto.dev (nothing is uploaded: the UI runs locally).
+
+What the trace holds: a process track per process (named after its pod when known), a thread
+track per thread with each launch (kernel name, grid, block, shared memory, stream) and each
+cuMemAlloc/cuMemFree, a track per CUDA stream, counters of the memory allocated in the window by
+the CUDA and the driver ledgers, idle gaps where nothing was submitted, and flows from each
+allocation to its free. Uprobes see when work is submitted, not when it runs on the GPU.
+
+Examples:
+  gpu-tracer profile --pid 4242 --duration 30 -o run.pftrace
+  gpu-tracer profile --cgroup kubepods.slice/kubepods-pod1234.slice/cri-containerd-ab12.scope \\
+      --duration 10 -o run.pftrace --summary summary.json"
+)]
+struct ProfileArgs {
+    /// The workload: one process (host PID), with all its threads.
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
+    /// The workload: every process of a cgroup (a container): a path relative to the cgroup2 mount,
+    /// as in /proc/PID/cgroup, or a numeric cgroup id.
+    #[arg(long, value_name = "PATH|ID")]
+    cgroup: Option<String>,
+    /// How long to record, in seconds (at most 3600); Ctrl-C ends it early and still writes.
+    #[arg(long, default_value = "30", value_parser = parse_seconds)]
+    duration: f64,
+    /// The Perfetto trace to write.
+    #[arg(long, short, default_value = "profile.pftrace")]
+    output: PathBuf,
+    /// Also write the summary as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    summary: Option<PathBuf>,
+    /// Progress as JSON lines on stderr and the summary as JSON on stdout (for scripts).
+    #[arg(long)]
+    json: bool,
+    /// Keep at most this many events (launches, allocations, frees); later ones are counted and
+    /// the summary says so.
+    #[arg(long, default_value_t = tracer_user::profile::Limits::default().max_events)]
+    max_events: u64,
+    /// Largest trace to write, in MB (the Perfetto UI holds about 2 GB, and a trace grows 2-4x
+    /// when loaded); what did not fit is counted in the summary.
+    #[arg(long, value_name = "MB", default_value_t = 200)]
+    max_trace_mb: u64,
+    /// Gaps between a process's launches at least this long count as idle (milliseconds).
+    #[arg(long, value_name = "MS", default_value_t = 10.0)]
+    idle_gap_ms: f64,
 }
 
 #[derive(Args)]
@@ -322,7 +377,7 @@ impl ConfigUse {
             Command::Events(a) if a.connect.connect.is_some() => ConfigUse::Remote,
             Command::Api(_) | Command::Cost(_) => ConfigUse::Remote,
             Command::Doctor(_) => ConfigUse::Report,
-            Command::Top(_) | Command::Events(_) | Command::Agent(_) => ConfigUse::Local,
+            Command::Top(_) | Command::Events(_) | Command::Agent(_) | Command::Profile(_) => ConfigUse::Local,
         }
     }
 }
@@ -537,6 +592,48 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
             acc.in_flight,
             agent.stats.decode_errors
         );
+    }
+    Ok(())
+}
+
+/// The longest `profile --duration`.
+const PROFILE_MAX_SECONDS: f64 = 3600.0;
+
+async fn run_profile(mut cfg: Config, a: ProfileArgs) -> Result<()> {
+    use tracer_user::profile::{
+        Limits,
+        session::{self, Options, Progress, TargetSpec},
+        summary,
+    };
+    if !(a.duration > 0.0 && a.duration <= PROFILE_MAX_SECONDS) {
+        anyhow::bail!("--duration {}: give 0 < seconds <= {PROFILE_MAX_SECONDS}", a.duration);
+    }
+    if !(a.idle_gap_ms.is_finite() && a.idle_gap_ms > 0.0) {
+        anyhow::bail!("--idle-gap-ms {}: give a positive number of milliseconds", a.idle_gap_ms);
+    }
+    let target = match (a.pid, &a.cgroup) {
+        (Some(p), _) => TargetSpec::Pid(p),
+        (None, Some(c)) => TargetSpec::Cgroup(c.clone()),
+        (None, None) => unreachable!("clap requires --pid or --cgroup"),
+    };
+    session::prepare(&mut cfg, &target)?;
+    let opts = Options {
+        target,
+        duration: Duration::from_secs_f64(a.duration),
+        output: a.output.clone(),
+        summary_json: a.summary.clone(),
+        idle_gap: Duration::from_secs_f64(a.idle_gap_ms / 1e3),
+        limits: Limits { max_events: a.max_events },
+        max_trace_bytes: a.max_trace_mb.saturating_mul(1_000_000),
+        progress: Progress::choose(a.json),
+    };
+    let out = session::run(cfg, opts).await?;
+    let mut stdout = std::io::stdout();
+    if a.json {
+        writeln!(stdout, "{}", serde_json::to_string(&out.summary)?)?;
+    } else {
+        write!(stdout, "{}", summary::render(&out.summary))?;
+        writeln!(stdout, "trace: {} (open it in https://ui.perfetto.dev)", a.output.display())?;
     }
     Ok(())
 }
@@ -1020,6 +1117,7 @@ fn run() -> Result<()> {
     match cli.command {
         Command::Top(a) => rt.block_on(run_top(cfg, a)),
         Command::Events(a) => rt.block_on(run_events(cfg, *a)),
+        Command::Profile(a) => rt.block_on(run_profile(cfg, *a)),
         Command::Doctor(a) => rt.block_on(run_doctor(cfg, a)),
         Command::Agent(a) => rt.block_on(run_agent(cfg, a)),
         Command::Api(a) => rt.block_on(run_api(a)),

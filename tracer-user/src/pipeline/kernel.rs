@@ -158,21 +158,27 @@ impl KernelSide {
             + sweep_dead::<tracer_common::CudaAllocInflight>(ebpf, map_names::CUDA_INFLIGHT, proc_root)
     }
 
-    /// Per-event mode for these cgroups and processes (empty lists turn it off).
-    pub(super) fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), MapError> {
+    /// Per-event mode for these cgroups and processes until `until_ktime_ns` (`u64::MAX`: no
+    /// deadline); empty lists turn it off.
+    pub(super) fn set_per_event(
+        &mut self,
+        cgroups: &[u64],
+        tgids: &[u32],
+        until_ktime_ns: u64,
+    ) -> Result<(), MapError> {
         let ebpf = &mut self.probes.ebpf;
         {
             let m = ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
-            let mut h: BpfHashMap<&mut MapData, PerEventKey, u32> = BpfHashMap::try_from(m)?;
+            let mut h: BpfHashMap<&mut MapData, PerEventKey, u64> = BpfHashMap::try_from(m)?;
             let old: Vec<PerEventKey> = h.keys().filter_map(Result::ok).collect();
             for k in old {
                 h.remove(&k)?;
             }
             for id in cgroups {
-                h.insert(PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: *id }, 1, 0)?;
+                h.insert(PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: *id }, until_ktime_ns, 0)?;
             }
             for t in tgids {
-                h.insert(PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: *t as u64 }, 1, 0)?;
+                h.insert(PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: *t as u64 }, until_ktime_ns, 0)?;
             }
         }
         let m = ebpf.map_mut(map_names::CONFIG).ok_or_else(|| missing(map_names::CONFIG))?;

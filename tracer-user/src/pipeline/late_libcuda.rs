@@ -57,7 +57,7 @@ impl LateLibcuda {
         if !self.checked.insert(tgid) {
             return;
         }
-        for through_root in mapped_libcuda(proc_root, tgid) {
+        for through_root in crate::proc::mapped_libcuda(proc_root, tgid) {
             let Ok(md) = std::fs::metadata(&through_root) else { continue };
             let inode = (md.dev(), md.ino());
             if let Some((_, users)) = self.links.get_mut(&inode) {
@@ -116,16 +116,4 @@ impl LateLibcuda {
             }
         }
     }
-}
-
-/// The libcuda files `tgid` maps, as paths through its root (`/proc/PID/root/...`).
-fn mapped_libcuda(proc_root: &Path, tgid: u32) -> Vec<std::path::PathBuf> {
-    let Ok(files) = crate::proc::mapped_files(proc_root, tgid) else { return Vec::new() };
-    let mut paths: Vec<std::path::PathBuf> = files
-        .into_iter()
-        .filter(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("libcuda.so")))
-        .collect();
-    paths.dedup();
-    let root = proc_root.join(format!("{tgid}/root"));
-    paths.into_iter().map(|p| root.join(p.strip_prefix("/").unwrap_or(&p))).collect()
 }

@@ -273,7 +273,21 @@ impl Agent {
     /// once, without restarting anything; empty lists turn it off.
     pub fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), aya::maps::MapError> {
         let missing = || aya::maps::MapError::InvalidName { name: tracer_common::map_names::CUDA_PER_EVENT.into() };
-        self.kernel.as_mut().ok_or_else(missing)?.set_per_event(cgroups, tgids)
+        self.kernel.as_mut().ok_or_else(missing)?.set_per_event(cgroups, tgids, u64::MAX)
+    }
+
+    /// [`Agent::set_per_event`] for at most `window`: the kernel programs stop sending launches one
+    /// by one when it has passed, even if nothing here ever switches the selection off (a profiler
+    /// killed mid-session, an agent that lost its client).
+    pub fn set_per_event_for(
+        &mut self,
+        cgroups: &[u64],
+        tgids: &[u32],
+        window: Duration,
+    ) -> Result<(), aya::maps::MapError> {
+        let missing = || aya::maps::MapError::InvalidName { name: tracer_common::map_names::CUDA_PER_EVENT.into() };
+        let until = clock::monotonic_ns().saturating_add(window.as_nanos().min(u64::MAX as u128 - 1) as u64);
+        self.kernel.as_mut().ok_or_else(missing)?.set_per_event(cgroups, tgids, until.min(u64::MAX - 1))
     }
 
     /// Switch the kernel-side diagnostics on or off (`kernel_log`); returns the new state. Without

@@ -80,6 +80,18 @@ pub fn mapped_files(proc_root: &Path, pid: impl Display) -> Result<Vec<PathBuf>,
     Ok(files_of(guard("maps", || MemoryMaps::from_file(&path))?))
 }
 
+/// The libcuda files `tgid` maps, as paths through its root (`/proc/PID/root/...`).
+pub fn mapped_libcuda(proc_root: &Path, tgid: u32) -> Vec<PathBuf> {
+    let Ok(files) = mapped_files(proc_root, tgid) else { return Vec::new() };
+    let mut paths: Vec<PathBuf> = files
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("libcuda.so")))
+        .collect();
+    paths.dedup();
+    let root = proc_root.join(format!("{tgid}/root"));
+    paths.into_iter().map(|p| root.join(p.strip_prefix("/").unwrap_or(&p))).collect()
+}
+
 fn files_of(maps: MemoryMaps) -> Vec<PathBuf> {
     maps.into_iter()
         .filter_map(|m| match m.pathname {

@@ -43,12 +43,14 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// `opentelemetry-proto` decodes what the agent sent over OTLP in tests/tests/otlp.rs (an
 /// implementation independent of the Rust one). `jsonschema` (also kubernetes-validate's own
 /// dependency) checks the ServiceMonitor/PodMonitor/PrometheusRule objects against the vendored
-/// CRD schemas (deploy/schemas/prometheus-operator).
+/// CRD schemas (deploy/schemas/prometheus-operator). `perfetto` (its perfetto_trace_pb2) decodes the
+/// traces `gpu-tracer profile` writes in tests/tests/profile.rs (tests/perfetto_check.py).
 const DEPLOY_PIP_PACKAGES: &[(&str, &str)] = &[
     ("helm-python-sdk", "0.2.2"),
     ("kubernetes-validate", "1.37.0"),
     ("opentelemetry-proto", "1.45.2"),
     ("jsonschema", "4.26.0"),
+    ("perfetto", "0.59.1"),
 ];
 /// Where their venv lives unless `GPU_TRACER_DEPLOY_VENV` says otherwise (tests/tests/deploy.rs
 /// looks in the same place).

@@ -1,0 +1,256 @@
+//! `gpu-tracer profile` as a user runs it, on a running workload of the fake libcuda in a pod
+//! cgroup: the trace is decoded by the PyPI `perfetto` package's own protos
+//! (tests/perfetto_check.py), which also checks its structure (tracks declared before use, slices
+//! balanced, interned names resolved), and its counts per thread and per stream, like the summary's,
+//! equal what the workload did. Needs root.
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Workload, fake_libcuda, locate_binary, require_root, scaled};
+use serde_json::Value;
+
+fn gpu_tracer() -> PathBuf {
+    locate_binary("gpu-tracer").unwrap_or_else(|e| {
+        panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+    })
+}
+
+fn secs(n: u64) -> String {
+    scaled(Duration::from_secs(n)).as_secs().to_string()
+}
+
+/// Start `gpu-tracer profile <args>` against the fake driver and wait until it records.
+fn start_profile(driver: &FakeDriver, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(gpu_tracer())
+        .args(["--log", "info", "--dev-dir"])
+        .arg(driver.dev_dir())
+        .args(["--simulated-devices", "profile"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpu-tracer");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    loop {
+        match rx.recv_timeout(scaled(Duration::from_secs(30))) {
+            Ok(line) if line.contains("recording") => break,
+            Ok(line) => said.push(line),
+            Err(_) => panic!("gpu-tracer profile did not start recording: {said:#?}"),
+        }
+    }
+    (child, rx)
+}
+
+/// The trace, decoded and checked by tests/perfetto_check.py.
+fn decode(trace: &Path) -> Value {
+    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
+    let py = venv.join("bin/python");
+    assert!(py.exists(), "{} not found: run `cargo xtask setup` (it installs perfetto)", py.display());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("perfetto_check.py");
+    let out = Command::new(py).arg(script).arg(trace).output().expect("run tests/perfetto_check.py");
+    assert!(out.status.success(), "perfetto_check.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON")
+}
+
+fn ok(w: &mut Workload, cmd: &str) -> Answer {
+    w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
+/// Every event name on each track of `kind`, per track name.
+fn per_track(t: &Value, kind: &str) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for (uuid, track) in t["tracks"].as_object().unwrap() {
+        if track["kind"] != kind {
+            continue;
+        }
+        let name = match kind {
+            "thread" => format!("tid {}", track["tid"]),
+            _ => track["name"].as_str().unwrap().to_string(),
+        };
+        let events: BTreeMap<String, u64> = t["events"]
+            .get(uuid)
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap())).collect())
+            .unwrap_or_default();
+        out.insert(name, events);
+    }
+    out
+}
+
+#[test]
+fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let lib = fake_libcuda("thunk");
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.pftrace");
+    let summary_file = dir.path().join("summary.json");
+    let pid = w.pid().to_string();
+    let (child, _log) = start_profile(
+        &driver,
+        &[
+            "--pid",
+            &pid,
+            "--duration",
+            &secs(8),
+            "-o",
+            trace.to_str().unwrap(),
+            "--summary",
+            summary_file.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    // The schedule, all inside the window: the handle lookups too, so launches are named.
+    ok(&mut w, "cuda-init");
+    let stream = ok(&mut w, "cuda-state").number("stream").unwrap();
+    ok(&mut w, "cuda-launch 25");
+    ok(&mut w, "cuda-launch-ex 5");
+    ok(&mut w, "cuda-launch-threads 3 10");
+    let a = ok(&mut w, "cuda-alloc 8388608").number("ptr").unwrap();
+    ok(&mut w, "cuda-alloc 4096");
+    ok(&mut w, &format!("cuda-free {a:#x}"));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // The summary (stdout with --json, and the file) equals the schedule.
+    let s: Value = serde_json::from_slice(&out.stdout).expect("the summary is JSON");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&summary_file).unwrap()).unwrap();
+    assert_eq!(s, file);
+    assert_eq!(s["window"]["ended_by"], "duration");
+    assert_eq!(s["launches"]["total"], 60, "{s:#}");
+    assert_eq!(s["launches"]["per_entry_point"]["cuLaunchKernel"], 55);
+    assert_eq!(s["launches"]["per_entry_point"]["cuLaunchKernelEx"], 5);
+    assert_eq!(s["launches"]["unnamed"], 0);
+    assert_eq!(s["top_kernels"][0]["name"], "fake_kernel");
+    assert_eq!(
+        (s["top_kernels"][0]["grid"].as_str(), s["top_kernels"][0]["block"].as_str()),
+        (Some("128x2x1"), Some("32x4x2"))
+    );
+    let p = &s["processes"][0];
+    assert_eq!((p["tgid"].as_u64(), p["threads"].as_u64()), (Some(w.pid().into()), Some(4)), "{p:#}");
+    assert_eq!(p["counted_launches"], 60, "the kernel's counts agree with the per-event launches");
+    let m = &s["cuda_memory"];
+    assert_eq!((m["allocs"].as_u64(), m["alloc_bytes"].as_u64()), (Some(2), Some(8388608 + 4096)), "{m:#}");
+    assert_eq!((m["frees"].as_u64(), m["freed_bytes"].as_u64()), (Some(1), Some(8388608)));
+    assert_eq!((m["net_bytes"].as_i64(), m["peak_bytes"].as_i64()), (Some(4096), Some(8388608 + 4096)));
+    assert_eq!((s["leak_candidates_total"].as_u64(), s["leak_candidates_bytes"].as_u64()), (Some(1), Some(4096)));
+    assert_eq!(s["session"]["tracer_dropped"], 0);
+    assert_eq!(s["session"]["events_over_limit"], 0);
+
+    // The trace, read by Perfetto's own protos.
+    let t = decode(&trace);
+    let threads = per_track(&t, "thread");
+    assert_eq!(threads.len(), 4, "{threads:#?}");
+    let main = &threads[&format!("tid {}", w.pid())];
+    assert_eq!(main.get("fake_kernel"), Some(&30), "{main:?}");
+    assert_eq!((main.get("cuMemAlloc_v2"), main.get("cuMemFree_v2")), (Some(&2), Some(&1)));
+    let others: Vec<u64> = threads
+        .iter()
+        .filter(|(k, _)| **k != format!("tid {}", w.pid()))
+        .map(|(_, v)| v.get("fake_kernel").copied().unwrap_or(0))
+        .collect();
+    assert_eq!(others, vec![10, 10, 10], "{threads:#?}");
+    let streams = per_track(&t, "named");
+    assert_eq!(streams[&format!("stream {stream:#x}")].get("fake_kernel"), Some(&60), "{streams:#?}");
+    let processes: Vec<&Value> = t["tracks"].as_object().unwrap().values().filter(|t| t["kind"] == "process").collect();
+    assert_eq!(processes.len(), 1);
+    assert_eq!(processes[0]["pid"].as_u64(), Some(w.pid().into()));
+    let counter = t["tracks"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, t)| t["name"] == "CUDA memory allocated in window")
+        .map(|(u, _)| t["counters"][u].clone())
+        .expect("a CUDA memory counter track");
+    assert_eq!(counter, serde_json::json!([0, 8388608, 8388608 + 4096, 4096]));
+    assert_eq!((t["flows_begun"].as_u64(), t["flows_terminated"].as_u64()), (Some(2), Some(1)));
+    assert!(t["slices"].as_u64().unwrap() >= 1, "the idle time before the first launch is a slice");
+}
+
+#[test]
+fn profile_ends_cleanly_when_the_workload_exits() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let lib = fake_libcuda("thunk");
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.pftrace");
+    let pid = w.pid().to_string();
+    let started = std::time::Instant::now();
+    let (child, _log) =
+        start_profile(&driver, &["--pid", &pid, "--duration", "300", "-o", trace.to_str().unwrap(), "--json"]);
+    ok(&mut w, "cuda-init");
+    ok(&mut w, "cuda-launch 7");
+    let _ = w.cmd("exit");
+    w.wait().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(120), "it stopped at the exit, not at --duration");
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["window"]["ended_by"], "workload exited", "{s:#}");
+    assert_eq!(s["launches"]["total"], 7);
+    assert!(s["processes"][0]["exited_at_s"].is_number());
+    decode(&trace);
+}
+
+#[test]
+fn profile_refuses_what_it_cannot_record_with_a_clear_message() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(gpu_tracer())
+            .arg("--dev-dir")
+            .arg(driver.dev_dir())
+            .args(["--simulated-devices", "profile"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pftrace");
+    let t = trace.to_str().unwrap();
+    // No such process (beyond any pid_max).
+    let (code, err) = run(&["--pid", "2147483647", "-o", t]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no process 2147483647"), "{err}");
+    // A process without libcuda.
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let (code, err) = run(&["--pid", &sleeper.id().to_string(), "-o", t]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("has no libcuda.so mapped") && err.contains("(sleep)"), "{err}");
+    // No workload named; both named.
+    let (code, err) = run(&["-o", t]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--pid") && err.contains("--cgroup"), "{err}");
+    let (code, err) = run(&["--pid", "1", "--cgroup", "x", "-o", t]);
+    assert_eq!(code, Some(2), "{err}");
+    // A cgroup that does not exist.
+    let (code, err) = run(&["--cgroup", "no/such/cgroup.scope", "--duration", "1", "-o", t]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--cgroup no/such/cgroup.scope: no such cgroup"), "{err}");
+    // A duration out of range.
+    let (code, err) = run(&["--pid", "1", "--duration", "0", "-o", t]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--duration"), "{err}");
+}

@@ -1,0 +1,392 @@
+//! A [`Recording`] as a Perfetto trace (the native protobuf format, `perfetto.protos.Trace`), for
+//! ui.perfetto.dev: one process track per process (named after its pod when known) with a thread
+//! track per thread, a track per CUDA stream, counter tracks for the memory each ledger saw
+//! allocated in the window, a "GPU submission" track with the idle gaps, and flows from each
+//! allocation to its free.
+//!
+//! Packets are written as they are made (`Trace.packet` framing, field 1), so a trace is never
+//! held whole in memory; every track descriptor comes before the first event on it; event names
+//! are interned on one packet sequence.
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::{self, Write},
+};
+
+use gpu_tracer_proto::perfetto::{
+    CounterDescriptor, DebugAnnotation, EventName, InternedData, ProcessDescriptor, ThreadDescriptor, TracePacket,
+    TrackDescriptor, TrackEvent, counter_descriptor::Unit, debug_annotation, trace_packet, track_descriptor,
+    track_event,
+};
+use prost::Message;
+
+use super::{MemoryKind, Recording, summary::idle_gaps};
+
+/// The one packet sequence every packet is written on.
+const SEQUENCE: u32 = 1;
+
+/// A track of the trace, before it has a uuid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Track {
+    Process(u32),
+    Thread(u32, u32),
+    Stream(u32, u64),
+    CudaMemory(u32),
+    DriverMemory(u32),
+    Submission(u32),
+}
+
+/// What a written trace holds, for the summary and the progress line.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TraceStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub tracks: u64,
+    pub slices: u64,
+    pub instants: u64,
+    pub counter_values: u64,
+    pub flows: u64,
+    /// Packets left out because the trace reached its size limit.
+    pub packets_over_limit: u64,
+}
+
+/// Writes packets with `Trace.packet` framing, interning event names on [`SEQUENCE`].
+struct Writer<W: Write> {
+    out: W,
+    names: HashMap<String, u64>,
+    first: bool,
+    max_bytes: u64,
+    /// The size limit was reached: from then on only the ends of open slices are written.
+    full: bool,
+    /// Tracks with a slice begun and not yet ended.
+    open: std::collections::HashSet<u64>,
+    stats: TraceStats,
+}
+
+impl<W: Write> Writer<W> {
+    /// Write `p` unless the size limit was reached (`always`: the end of an open slice, written
+    /// past the limit so that every slice in the file is closed). Says whether it was written.
+    fn packet(&mut self, mut p: TracePacket, always: bool) -> io::Result<bool> {
+        p.optional_trusted_packet_sequence_id =
+            Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(SEQUENCE));
+        if self.first {
+            p.first_packet_on_sequence = Some(true);
+            p.sequence_flags = Some(trace_packet::SequenceFlags::SeqIncrementalStateCleared as u32);
+            self.first = false;
+        } else if matches!(p.data, Some(trace_packet::Data::TrackEvent(_))) {
+            p.sequence_flags = Some(trace_packet::SequenceFlags::SeqNeedsIncrementalState as u32);
+        }
+        let len = p.encoded_len();
+        let framed = 1 + prost::length_delimiter_len(len) + len;
+        if !always && (self.full || self.stats.bytes + framed as u64 > self.max_bytes) {
+            self.full = true;
+            self.stats.packets_over_limit += 1;
+            return Ok(false);
+        }
+        let mut buf = Vec::with_capacity(framed);
+        buf.push(0x0a); // Trace.packet: field 1, length-delimited
+        p.encode_length_delimited(&mut buf).expect("a Vec grows");
+        self.out.write_all(&buf)?;
+        self.stats.bytes += buf.len() as u64;
+        self.stats.packets += 1;
+        Ok(true)
+    }
+
+    /// The iid of `name`, and the interned data to send with the packet when it is new.
+    fn intern(&mut self, name: &str) -> (u64, Option<InternedData>) {
+        if let Some(&iid) = self.names.get(name) {
+            return (iid, None);
+        }
+        let iid = self.names.len() as u64 + 1;
+        self.names.insert(name.to_string(), iid);
+        (iid, Some(InternedData { event_names: vec![EventName { iid: Some(iid), name: Some(name.to_string()) }] }))
+    }
+
+    fn descriptor(&mut self, d: TrackDescriptor) -> io::Result<()> {
+        self.stats.tracks += 1;
+        self.packet(TracePacket { data: Some(trace_packet::Data::TrackDescriptor(d)), ..Default::default() }, false)
+            .map(|_| ())
+    }
+
+    fn event(&mut self, ts: u64, name: Option<&str>, mut e: TrackEvent) -> io::Result<()> {
+        let track = e.track_uuid.unwrap_or(0);
+        let kind = e.r#type.unwrap_or(0);
+        let end = kind == track_event::Type::SliceEnd as i32;
+        if end && !self.open.contains(&track) {
+            return Ok(()); // its begin was left out at the size limit
+        }
+        let interned = name.and_then(|n| {
+            let (iid, data) = self.intern(n);
+            e.name_field = Some(track_event::NameField::NameIid(iid));
+            data
+        });
+        let flows = e.flow_ids.len() as u64;
+        let p = TracePacket {
+            timestamp: Some(ts),
+            interned_data: interned,
+            data: Some(trace_packet::Data::TrackEvent(e)),
+            ..Default::default()
+        };
+        // Past the size limit nothing named is written again, so a name interned with a packet
+        // that was left out is never referred to.
+        if !self.packet(p, end)? {
+            return Ok(());
+        }
+        if kind == track_event::Type::SliceBegin as i32 {
+            self.open.insert(track);
+            self.stats.slices += 1;
+        } else if end {
+            self.open.remove(&track);
+        } else if kind == track_event::Type::Instant as i32 {
+            self.stats.instants += 1;
+        } else if kind == track_event::Type::Counter as i32 {
+            self.stats.counter_values += 1;
+        }
+        self.stats.flows += flows;
+        Ok(())
+    }
+}
+
+fn ann(name: &str, value: debug_annotation::Value) -> DebugAnnotation {
+    DebugAnnotation { name_field: Some(debug_annotation::NameField::Name(name.to_string())), value: Some(value) }
+}
+
+fn uint(name: &str, v: u64) -> DebugAnnotation {
+    ann(name, debug_annotation::Value::UintValue(v))
+}
+
+fn text(name: &str, v: String) -> DebugAnnotation {
+    ann(name, debug_annotation::Value::StringValue(v))
+}
+
+fn ptr(name: &str, v: u64) -> DebugAnnotation {
+    ann(name, debug_annotation::Value::PointerValue(v))
+}
+
+fn on(track: u64, t: track_event::Type) -> TrackEvent {
+    TrackEvent { track_uuid: Some(track), r#type: Some(t as i32), ..Default::default() }
+}
+
+/// One thing to draw, ordered by time (then by kind, so that a slice's end sorts before a slice
+/// that begins at the same instant).
+enum Item<'a> {
+    Launch(&'a super::Launch),
+    Memory(usize),
+    Gap { tgid: u32, end: bool },
+}
+
+/// Write `rec` as a Perfetto trace to `out`, at most `max_bytes` long. `idle_gap_ns` is the
+/// shortest gap between submissions drawn as idle.
+pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W) -> io::Result<TraceStats> {
+    let mut w = Writer {
+        out,
+        names: HashMap::new(),
+        first: true,
+        max_bytes,
+        full: false,
+        open: Default::default(),
+        stats: TraceStats::default(),
+    };
+    // Every track, in a fixed order, each with the uuid it is declared with.
+    let mut tracks: BTreeMap<Track, u64> = BTreeMap::new();
+    for (&tgid, p) in &rec.processes {
+        tracks.insert(Track::Process(tgid), 0);
+        for &tid in p.threads.keys() {
+            tracks.insert(Track::Thread(tgid, tid), 0);
+        }
+        tracks.insert(Track::Submission(tgid), 0);
+    }
+    for l in &rec.launches {
+        tracks.insert(Track::Stream(l.tgid, l.stream), 0);
+    }
+    for m in &rec.memory {
+        let t = match m.kind {
+            MemoryKind::CudaAlloc | MemoryKind::CudaFree => Track::CudaMemory(m.tgid),
+            MemoryKind::DriverAlloc | MemoryKind::DriverFree => Track::DriverMemory(m.tgid),
+        };
+        tracks.insert(t, 0);
+    }
+    for (i, uuid) in tracks.values_mut().enumerate() {
+        *uuid = i as u64 + 1;
+    }
+    for (track, &uuid) in &tracks {
+        let parent = |tgid: u32| tracks.get(&Track::Process(tgid)).copied();
+        let d = match *track {
+            Track::Process(tgid) => {
+                let p = &rec.processes[&tgid];
+                TrackDescriptor {
+                    uuid: Some(uuid),
+                    process: Some(ProcessDescriptor {
+                        pid: Some(tgid as i32),
+                        cmdline: Vec::new(),
+                        process_name: Some(p.display_name(tgid)),
+                        process_labels: [&p.pod, &p.cgroup_path]
+                            .into_iter()
+                            .filter(|s| !s.is_empty())
+                            .cloned()
+                            .collect(),
+                    }),
+                    ..Default::default()
+                }
+            }
+            Track::Thread(tgid, tid) => TrackDescriptor {
+                uuid: Some(uuid),
+                parent_uuid: parent(tgid),
+                thread: Some(ThreadDescriptor {
+                    pid: Some(tgid as i32),
+                    tid: Some(tid.into()),
+                    thread_name: Some(format!("thread {tid}")),
+                }),
+                ..Default::default()
+            },
+            Track::Stream(tgid, stream) => named(uuid, parent(tgid), stream_name(stream), None),
+            Track::CudaMemory(tgid) => named(
+                uuid,
+                parent(tgid),
+                "CUDA memory allocated in window".into(),
+                Some(CounterDescriptor { unit: Some(Unit::SizeBytes as i32), unit_name: None }),
+            ),
+            Track::DriverMemory(tgid) => named(
+                uuid,
+                parent(tgid),
+                "driver memory allocated in window".into(),
+                Some(CounterDescriptor { unit: Some(Unit::SizeBytes as i32), unit_name: None }),
+            ),
+            Track::Submission(tgid) => named(uuid, parent(tgid), "GPU submission".into(), None),
+        };
+        w.descriptor(d)?;
+    }
+
+    // Everything to draw, in time order.
+    let gaps = idle_gaps(rec, idle_gap_ns);
+    let mut items: Vec<(u64, u8, Item<'_>)> = Vec::new();
+    for l in &rec.launches {
+        items.push((l.ktime_ns, 1, Item::Launch(l)));
+    }
+    for (i, m) in rec.memory.iter().enumerate() {
+        items.push((m.ktime_ns, 1, Item::Memory(i)));
+    }
+    for g in &gaps {
+        items.push((g.start_ktime_ns, 1, Item::Gap { tgid: g.tgid, end: false }));
+        items.push((g.end_ktime_ns, 0, Item::Gap { tgid: g.tgid, end: true }));
+    }
+    items.sort_by_key(|(ts, order, _)| (*ts, *order));
+
+    // Counters start at 0 at the window's start.
+    for (track, &uuid) in &tracks {
+        if matches!(track, Track::CudaMemory(_) | Track::DriverMemory(_)) {
+            let mut e = on(uuid, track_event::Type::Counter);
+            e.counter_value_field = Some(track_event::CounterValueField::CounterValue(0));
+            w.event(rec.start_ktime_ns, None, e)?;
+        }
+    }
+    let mut level: HashMap<Track, i64> = HashMap::new();
+    // Live CUDA allocations in the window: pointer → flow id.
+    let mut flows: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut next_flow = 1u64;
+    for (ts, _, item) in items {
+        match item {
+            Item::Launch(l) => {
+                let annotations = vec![
+                    text("entry_point", l.entry_point.clone()),
+                    text("grid", format!("{}x{}x{}", l.grid[0], l.grid[1], l.grid[2])),
+                    text("block", format!("{}x{}x{}", l.block[0], l.block[1], l.block[2])),
+                    uint("shared_mem_bytes", l.shared_mem_bytes.into()),
+                    ptr("stream", l.stream),
+                    ptr("function", l.function),
+                ];
+                let mut e = on(tracks[&Track::Thread(l.tgid, l.tid)], track_event::Type::Instant);
+                e.categories = vec!["launch".into()];
+                e.debug_annotations = annotations;
+                w.event(ts, Some(&l.name), e)?;
+                let mut s = on(tracks[&Track::Stream(l.tgid, l.stream)], track_event::Type::Instant);
+                s.categories = vec!["launch".into()];
+                s.debug_annotations = vec![uint("thread", l.tid.into())];
+                w.event(ts, Some(&l.name), s)?;
+            }
+            Item::Memory(i) => {
+                let m = &rec.memory[i];
+                let mut e = on(tracks[&Track::Thread(m.tgid, m.tid)], track_event::Type::Instant);
+                e.categories = vec!["memory".into()];
+                e.debug_annotations = vec![
+                    uint(
+                        if matches!(m.kind, MemoryKind::CudaFree | MemoryKind::DriverFree) {
+                            "bytes_released"
+                        } else {
+                            "bytes"
+                        },
+                        m.bytes,
+                    ),
+                    ptr(
+                        if matches!(m.kind, MemoryKind::DriverAlloc | MemoryKind::DriverFree) {
+                            "handle"
+                        } else {
+                            "ptr"
+                        },
+                        m.ptr,
+                    ),
+                    ann("success", debug_annotation::Value::BoolValue(m.success)),
+                ];
+                let (counter, delta) = match m.kind {
+                    MemoryKind::CudaAlloc => {
+                        if m.success && m.ptr != 0 {
+                            let id = next_flow;
+                            next_flow += 1;
+                            flows.insert((m.tgid, m.ptr), id);
+                            e.flow_ids = vec![id];
+                        }
+                        (Track::CudaMemory(m.tgid), if m.success { m.bytes as i64 } else { 0 })
+                    }
+                    MemoryKind::CudaFree => {
+                        if let Some(id) = flows.remove(&(m.tgid, m.ptr)) {
+                            e.terminating_flow_ids = vec![id];
+                        }
+                        (Track::CudaMemory(m.tgid), -(m.bytes as i64))
+                    }
+                    MemoryKind::DriverAlloc => {
+                        (Track::DriverMemory(m.tgid), if m.success { m.bytes as i64 } else { 0 })
+                    }
+                    MemoryKind::DriverFree => (Track::DriverMemory(m.tgid), -(m.bytes as i64)),
+                };
+                w.event(ts, Some(&m.entry_point), e)?;
+                if delta != 0 {
+                    let v = level.entry(counter).or_default();
+                    *v += delta;
+                    let mut c = on(tracks[&counter], track_event::Type::Counter);
+                    c.counter_value_field = Some(track_event::CounterValueField::CounterValue(*v));
+                    w.event(ts, None, c)?;
+                }
+            }
+            Item::Gap { tgid, end } => {
+                let track = tracks[&Track::Submission(tgid)];
+                if end {
+                    w.event(ts, None, on(track, track_event::Type::SliceEnd))?;
+                } else {
+                    w.event(ts, Some("idle: nothing submitted"), on(track, track_event::Type::SliceBegin))?;
+                }
+            }
+        }
+    }
+    w.out.flush()?;
+    Ok(w.stats)
+}
+
+fn named(uuid: u64, parent: Option<u64>, name: String, counter: Option<CounterDescriptor>) -> TrackDescriptor {
+    TrackDescriptor {
+        uuid: Some(uuid),
+        parent_uuid: parent,
+        static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(name)),
+        counter,
+        ..Default::default()
+    }
+}
+
+/// The name of a stream's track (`0` is the legacy default stream).
+pub fn stream_name(stream: u64) -> String {
+    match stream {
+        0 => "stream 0 (default)".into(),
+        // CU_STREAM_LEGACY and CU_STREAM_PER_THREAD.
+        1 => "stream legacy default".into(),
+        2 => "stream per-thread default".into(),
+        s => format!("stream {s:#x}"),
+    }
+}

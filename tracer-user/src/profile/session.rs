@@ -1,0 +1,258 @@
+//! One standalone profiling session: load the probes here (as `top` does), switch per-event mode
+//! on for the workload with a deadline the kernel checks, record until the duration, a signal,
+//! the workload's exit or a limit, switch it off, and write the trace and the summary.
+use std::{
+    io::{IsTerminal, Write},
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use super::{Limits, Recorder, Target, perfetto, summary};
+use crate::{
+    clock,
+    config::Config,
+    export::events::to_proto,
+    pipeline::Agent,
+    runner::{self, Flow, Schedule, Stopped},
+};
+
+/// The workload, as the user named it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// A host PID.
+    Pid(u32),
+    /// A cgroup path relative to the cgroup2 mount (as in `/proc/PID/cgroup`) or a cgroup id.
+    Cgroup(String),
+}
+
+/// How progress is shown while recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing (stderr is not a terminal and no `--json`).
+    Off,
+    /// A redrawn line on the terminal.
+    Bar,
+    /// One JSON object per second on stderr.
+    Json,
+}
+
+impl Progress {
+    /// `Bar` on a terminal, `Json` when asked, else `Off`.
+    pub fn choose(json: bool) -> Progress {
+        if json {
+            Progress::Json
+        } else if std::io::stderr().is_terminal() {
+            Progress::Bar
+        } else {
+            Progress::Off
+        }
+    }
+}
+
+/// What a session is asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub target: TargetSpec,
+    pub duration: Duration,
+    pub output: PathBuf,
+    pub summary_json: Option<PathBuf>,
+    /// Gaps between launches at least this long are idle.
+    pub idle_gap: Duration,
+    pub limits: Limits,
+    pub max_trace_bytes: u64,
+    pub progress: Progress,
+}
+
+/// How long per-event mode stays on past the session's end if nothing switches it off (the
+/// profiler killed): the kernel programs stop sending launches one by one then.
+pub const DEADLINE_GRACE: Duration = Duration::from_secs(5);
+
+/// Before loading anything: the target exists and uses libcuda; the libcuda copies it maps are
+/// added to the libraries probed (through `/proc/PID/root`, so a container's own copy works).
+pub fn prepare(cfg: &mut Config, target: &TargetSpec) -> Result<()> {
+    if !cfg.families.cuda {
+        bail!("profile records libcuda's calls: the cuda probe family is off (--no-cuda or families.cuda = false)");
+    }
+    if let TargetSpec::Pid(pid) = target {
+        let dir = cfg.proc_root.join(pid.to_string());
+        if !dir.exists() {
+            bail!(
+                "no process {pid} under {}: it exited, or the PID is from another PID namespace (give the \
+                 host's PID, as `ps` on the node shows it)",
+                cfg.proc_root.display()
+            );
+        }
+        let libs = crate::proc::mapped_libcuda(&cfg.proc_root, *pid);
+        if libs.is_empty() {
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            bail!(
+                "process {pid} ({}) has no libcuda.so mapped: nothing to profile (is it a CUDA program, and past \
+                 its CUDA initialisation?)",
+                comm.trim()
+            );
+        }
+        for l in libs {
+            if !cfg.cuda_libraries.contains(&l) {
+                cfg.cuda_libraries.push(l);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The recording loop's handler: every event to the recorder, a progress line every tick.
+struct Session {
+    recorder: Recorder,
+    progress: Progress,
+    bar: Option<indicatif::ProgressBar>,
+    started: Instant,
+    duration: Duration,
+    stop: Option<&'static str>,
+    max_trace_bytes: u64,
+}
+
+/// Bytes a kept event takes in the trace, about (for the progress line's estimate).
+const TRACE_BYTES_PER_EVENT: u64 = 120;
+
+impl Session {
+    fn show(&mut self, agent: &Agent) {
+        let rec = self.recorder.recording();
+        let (_, acc) = agent.accounting();
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let kept = rec.events_seen - rec.events_over_limit;
+        let trace = kept * TRACE_BYTES_PER_EVENT;
+        match self.progress {
+            Progress::Off => {}
+            Progress::Json => {
+                let line = serde_json::json!({
+                    "elapsed_s": (elapsed * 10.0).round() / 10.0,
+                    "duration_s": self.duration.as_secs_f64(),
+                    "launches": rec.launches.len(),
+                    "memory_calls": rec.memory.len(),
+                    "events_over_limit": rec.events_over_limit,
+                    "tracer_dropped": acc.dropped,
+                    "trace_bytes_estimate": trace,
+                });
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
+            Progress::Bar => {
+                if let Some(b) = &self.bar {
+                    b.set_position((elapsed * 1000.0) as u64);
+                    b.set_message(format!(
+                        "{} launches, {} memory calls, {} dropped, trace ~{}",
+                        rec.launches.len(),
+                        rec.memory.len(),
+                        acc.dropped + rec.events_over_limit,
+                        indicatif::HumanBytes(trace.min(self.max_trace_bytes))
+                    ));
+                }
+            }
+        }
+    }
+}
+
+impl runner::Handler for Session {
+    type Error = anyhow::Error;
+    fn event(&mut self, ev: &crate::decode::Event, ctx: &crate::model::EventContext) {
+        self.recorder.event(&to_proto(ev, ctx));
+    }
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+        for (key, n) in agent.launch_batches() {
+            self.recorder.counted(key.tgid, key.cgroup_id, n);
+        }
+        self.show(agent);
+        if self.recorder.target_exited() {
+            self.stop = Some("workload exited");
+        } else if self.recorder.limit_reached() {
+            self.stop = Some("event limit");
+        }
+        Ok(if self.stop.is_some() { Flow::Stop } else { Flow::Continue })
+    }
+}
+
+/// What a finished session wrote.
+pub struct Outcome {
+    pub summary: summary::Summary,
+}
+
+/// Run a standalone session with `cfg` (already [`prepare`]d).
+pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
+    // The output file first: a path that cannot be written fails before anything is loaded.
+    let file = std::fs::File::create(&opts.output)
+        .with_context(|| format!("creating the trace file {}", opts.output.display()))?;
+    let mut agent = Agent::start(cfg).context("starting the tracer")?;
+    if let Some(e) = agent.report().cuda.error() {
+        bail!("the cuda probes did not attach, so there is nothing to record: {e}");
+    }
+    agent.start_kubernetes().await.context("starting Kubernetes identity")?;
+    let (target, cgroups, tgids) = match &opts.target {
+        TargetSpec::Pid(p) => (Target::Pid(*p), vec![], vec![*p]),
+        TargetSpec::Cgroup(c) => {
+            let id = agent
+                .cgroup_id(c)
+                .with_context(|| format!("--cgroup {c}: no such cgroup (a path as in /proc/PID/cgroup, or an id)"))?;
+            (Target::Cgroup(id), vec![id], vec![])
+        }
+    };
+    // Launches counted before the window are not the window's.
+    let _ = agent.launch_batches();
+    let dropped_before = agent.accounting().1.dropped;
+    let start = clock::monotonic_ns();
+    agent
+        .set_per_event_for(&cgroups, &tgids, opts.duration + DEADLINE_GRACE)
+        .context("switching on per-event mode for the workload")?;
+    tracing::info!(target = ?opts.target, duration_s = opts.duration.as_secs_f64(), "recording");
+    let bar = (opts.progress == Progress::Bar).then(|| {
+        let b = indicatif::ProgressBar::new(opts.duration.as_millis() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} recording [{bar:30}] {elapsed}/{duration_precise} {msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        b
+    });
+    let mut session = Session {
+        recorder: Recorder::new(target.clone(), opts.limits, start),
+        progress: opts.progress,
+        bar,
+        started: Instant::now(),
+        duration: opts.duration,
+        stop: None,
+        max_trace_bytes: opts.max_trace_bytes,
+    };
+    let schedule =
+        Schedule { interval: Duration::from_millis(250), tick_at_start: false, duration: Some(opts.duration) };
+    let stopped = runner::run(&mut agent, schedule, &mut session).await;
+    // Off first, whatever happened; then what is left in the ring buffer.
+    let off = agent.set_per_event(&[], &[]);
+    let stopped = stopped?;
+    off.context("switching per-event mode off")?;
+    let end = clock::monotonic_ns();
+    agent.drain(&mut |ev, ctx| runner::Handler::event(&mut session, ev, ctx));
+    for (key, n) in agent.launch_batches() {
+        session.recorder.counted(key.tgid, key.cgroup_id, n);
+    }
+    if let Some(b) = session.bar.take() {
+        b.finish_and_clear();
+    }
+    let reason = match stopped {
+        Stopped::Signal => "signal",
+        Stopped::Duration => "duration",
+        Stopped::Handler => session.stop.unwrap_or("handler"),
+    };
+    let dropped = agent.accounting().1.dropped.saturating_sub(dropped_before);
+    let rec = session.recorder.finish(end, reason, dropped);
+    let idle_ns = opts.idle_gap.as_nanos().min(u64::MAX as u128) as u64;
+    let stats = perfetto::write(&rec, idle_ns, opts.max_trace_bytes, std::io::BufWriter::new(file))
+        .with_context(|| format!("writing the trace to {}", opts.output.display()))?;
+    let summary = summary::summarize(&rec, &target, idle_ns, stats);
+    if let Some(p) = &opts.summary_json {
+        let text = serde_json::to_string_pretty(&summary)? + "\n";
+        std::fs::write(p, text).with_context(|| format!("writing the summary to {}", p.display()))?;
+    }
+    Ok(Outcome { summary })
+}

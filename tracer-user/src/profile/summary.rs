@@ -1,0 +1,479 @@
+//! What a profiling session found, in numbers (after Holistic Trace Analysis's sections): the top
+//! kernels, the launch rate over time, memory over the window with its peak, allocations not freed
+//! (leak candidates), allocation churn, idle gaps where nothing was submitted, what is known and
+//! not known of GPU-side time, and the session's own cost. JSON for scripts, text for people.
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+};
+
+use serde::Serialize;
+
+use super::{MemoryKind, Recording, Target, perfetto::TraceStats};
+
+/// Kernels listed in the top-kernels table.
+const TOP_KERNELS: usize = 20;
+/// Leak candidates and idle gaps listed (the counts cover them all).
+const LISTED: usize = 20;
+
+/// A stretch of the window in which a process submitted no launch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Gap {
+    pub tgid: u32,
+    pub start_ktime_ns: u64,
+    pub end_ktime_ns: u64,
+}
+
+/// Every gap of at least `min_ns` between one process's launches, counting the window's start
+/// and end (or the process's exit) as edges; a process that launched nothing is idle throughout.
+pub fn idle_gaps(rec: &Recording, min_ns: u64) -> Vec<Gap> {
+    let mut times: BTreeMap<u32, Vec<u64>> = rec.processes.keys().map(|&t| (t, Vec::new())).collect();
+    for l in &rec.launches {
+        times.entry(l.tgid).or_default().push(l.ktime_ns);
+    }
+    let mut gaps = Vec::new();
+    for (tgid, mut ts) in times {
+        ts.sort_unstable();
+        let end =
+            rec.processes.get(&tgid).and_then(|p| p.exited_ktime_ns).unwrap_or(rec.end_ktime_ns).min(rec.end_ktime_ns);
+        let edges = std::iter::once(rec.start_ktime_ns).chain(ts.iter().copied()).chain(std::iter::once(end));
+        let mut prev: Option<u64> = None;
+        for t in edges {
+            if let Some(p) = prev
+                && t > p
+                && t - p >= min_ns.max(1)
+            {
+                gaps.push(Gap { tgid, start_ktime_ns: p, end_ktime_ns: t });
+            }
+            prev = Some(prev.map_or(t, |p| p.max(t)));
+        }
+    }
+    gaps
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// `pid N` or `cgroup N`.
+    pub target: String,
+    pub window: Window,
+    pub processes: Vec<ProcessRow>,
+    pub launches: Launches,
+    pub top_kernels: Vec<KernelRow>,
+    pub launch_rate: LaunchRate,
+    pub cuda_memory: MemorySummary,
+    pub driver_memory: MemorySummary,
+    /// CUDA allocations made in the window and not freed by its end (the newest first), with
+    /// their count and bytes.
+    pub leak_candidates: Vec<Leak>,
+    pub leak_candidates_total: u64,
+    pub leak_candidates_bytes: u64,
+    pub idle: Idle,
+    pub gpu_time: GpuTime,
+    pub session: Session,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Window {
+    pub start_ktime_ns: u64,
+    pub end_ktime_ns: u64,
+    pub duration_s: f64,
+    /// `duration`, `signal`, `workload exited`, `event limit`.
+    pub ended_by: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProcessRow {
+    pub tgid: u32,
+    pub name: String,
+    pub threads: usize,
+    pub launches: u64,
+    pub cuda_allocs: u64,
+    pub cuda_frees: u64,
+    /// Launches the in-kernel counts saw in the window (count-mode batches), for comparison.
+    pub counted_launches: u64,
+    pub exited_at_s: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Launches {
+    pub total: u64,
+    pub per_entry_point: BTreeMap<String, u64>,
+    pub per_stream: BTreeMap<String, u64>,
+    /// Launches of functions whose name lookup was not seen (before the session, standalone).
+    pub unnamed: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KernelRow {
+    pub name: String,
+    pub launches: u64,
+    pub share: f64,
+    /// The grid and block of its most frequent shape, `XxYxZ`.
+    pub grid: String,
+    pub block: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LaunchRate {
+    pub bucket_s: f64,
+    /// Launches in each bucket from the window's start.
+    pub per_bucket: Vec<u64>,
+    pub mean_per_s: f64,
+    pub peak_per_s: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MemorySummary {
+    pub allocs: u64,
+    pub failed_allocs: u64,
+    pub alloc_bytes: u64,
+    pub frees: u64,
+    pub freed_bytes: u64,
+    /// Allocated minus freed over the window (what was held before it is not known here).
+    pub net_bytes: i64,
+    /// The highest level the window reached, relative to its start, and when.
+    pub peak_bytes: i64,
+    pub peak_at_s: f64,
+    /// Allocations per second over the window (churn).
+    pub allocs_per_s: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Leak {
+    pub tgid: u32,
+    pub tid: u32,
+    pub entry_point: String,
+    pub ptr: String,
+    pub bytes: u64,
+    pub at_s: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Idle {
+    pub min_gap_ms: f64,
+    pub gaps: u64,
+    /// Sum over processes of their idle time, and its share of (processes × window).
+    pub total_s: f64,
+    pub share: f64,
+    /// The longest gaps.
+    pub longest: Vec<GapRow>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GapRow {
+    pub tgid: u32,
+    pub start_s: f64,
+    pub duration_ms: f64,
+}
+
+/// What is known of when kernels ran on the GPU. Uprobes see submissions only; without the
+/// synchronisation entry points there is no bound on when a kernel ran, so all of it is unknown.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuTime {
+    pub bounded_at_sync_share: f64,
+    pub unknown_share: f64,
+    pub note: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Session {
+    pub events_seen: u64,
+    pub events_kept: u64,
+    pub events_over_limit: u64,
+    pub tracer_dropped: u64,
+    pub trace: TraceStats,
+}
+
+/// A launch's (grid, block).
+type Shape = ([u32; 3], [u32; 3]);
+
+fn secs(rec: &Recording, t: u64) -> f64 {
+    t.saturating_sub(rec.start_ktime_ns) as f64 / 1e9
+}
+
+fn shape(v: [u32; 3]) -> String {
+    format!("{}x{}x{}", v[0], v[1], v[2])
+}
+
+/// The summary of `rec`, with the trace's statistics.
+pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: TraceStats) -> Summary {
+    let duration_ns = rec.end_ktime_ns.saturating_sub(rec.start_ktime_ns);
+    let duration_s = duration_ns as f64 / 1e9;
+    let mut s = Summary {
+        target: match target {
+            Target::Pid(p) => format!("pid {p}"),
+            Target::Cgroup(c) => format!("cgroup {c}"),
+        },
+        window: Window {
+            start_ktime_ns: rec.start_ktime_ns,
+            end_ktime_ns: rec.end_ktime_ns,
+            duration_s,
+            ended_by: rec.ended_by.clone(),
+        },
+        ..Default::default()
+    };
+
+    // Launches, per kernel with its most frequent shape.
+    let mut kernels: HashMap<&str, (u64, HashMap<Shape, u64>)> = HashMap::new();
+    let bucket_ns = 1_000_000_000u64;
+    let buckets = duration_ns.div_ceil(bucket_ns).max(1) as usize;
+    let mut per_bucket = vec![0u64; buckets];
+    for l in &rec.launches {
+        s.launches.total += 1;
+        *s.launches.per_entry_point.entry(l.entry_point.clone()).or_default() += 1;
+        *s.launches.per_stream.entry(super::perfetto::stream_name(l.stream)).or_default() += 1;
+        s.launches.unnamed += u64::from(!l.named);
+        let k = kernels.entry(&l.name).or_default();
+        k.0 += 1;
+        *k.1.entry((l.grid, l.block)).or_default() += 1;
+        let b = (l.ktime_ns.saturating_sub(rec.start_ktime_ns) / bucket_ns) as usize;
+        per_bucket[b.min(buckets - 1)] += 1;
+    }
+    let mut rows: Vec<KernelRow> = kernels
+        .into_iter()
+        .map(|(name, (n, shapes))| {
+            let ((grid, block), _) =
+                shapes.into_iter().max_by_key(|(sh, c)| (*c, std::cmp::Reverse(*sh))).unwrap_or_default();
+            KernelRow {
+                name: name.to_string(),
+                launches: n,
+                share: n as f64 / s.launches.total.max(1) as f64,
+                grid: shape(grid),
+                block: shape(block),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.launches.cmp(&a.launches).then_with(|| a.name.cmp(&b.name)));
+    rows.truncate(TOP_KERNELS);
+    s.top_kernels = rows;
+    s.launch_rate = LaunchRate {
+        bucket_s: bucket_ns as f64 / 1e9,
+        mean_per_s: if duration_s > 0.0 { s.launches.total as f64 / duration_s } else { 0.0 },
+        peak_per_s: per_bucket.iter().copied().max().unwrap_or(0) as f64,
+        per_bucket,
+    };
+
+    // Memory: each ledger's level over the window, allocations not freed.
+    let mut live: HashMap<(u32, u64), usize> = HashMap::new();
+    let (mut cuda_level, mut driver_level) = (0i64, 0i64);
+    let mut calls: Vec<&super::MemoryCall> = rec.memory.iter().collect();
+    calls.sort_by_key(|m| m.ktime_ns);
+    for (i, m) in calls.iter().enumerate() {
+        let (sum, level) = match m.kind {
+            MemoryKind::CudaAlloc | MemoryKind::CudaFree => (&mut s.cuda_memory, &mut cuda_level),
+            MemoryKind::DriverAlloc | MemoryKind::DriverFree => (&mut s.driver_memory, &mut driver_level),
+        };
+        match m.kind {
+            MemoryKind::CudaAlloc | MemoryKind::DriverAlloc => {
+                if !m.success {
+                    sum.failed_allocs += 1;
+                    continue;
+                }
+                sum.allocs += 1;
+                sum.alloc_bytes += m.bytes;
+                *level += m.bytes as i64;
+                if m.kind == MemoryKind::CudaAlloc && m.ptr != 0 {
+                    live.insert((m.tgid, m.ptr), i);
+                }
+            }
+            MemoryKind::CudaFree | MemoryKind::DriverFree => {
+                sum.frees += 1;
+                sum.freed_bytes += m.bytes;
+                *level -= m.bytes as i64;
+                if m.kind == MemoryKind::CudaFree {
+                    live.remove(&(m.tgid, m.ptr));
+                }
+            }
+        }
+        if *level > sum.peak_bytes {
+            sum.peak_bytes = *level;
+            sum.peak_at_s = secs(rec, m.ktime_ns);
+        }
+    }
+    for (sum, level) in [(&mut s.cuda_memory, cuda_level), (&mut s.driver_memory, driver_level)] {
+        sum.net_bytes = level;
+        sum.allocs_per_s = if duration_s > 0.0 { sum.allocs as f64 / duration_s } else { 0.0 };
+    }
+    // A process's allocations die with it: only the living ones' are leak candidates.
+    let mut leaks: Vec<&super::MemoryCall> = live
+        .values()
+        .map(|&i| calls[i])
+        .filter(|m| rec.processes.get(&m.tgid).is_none_or(|p| p.exited_ktime_ns.is_none()))
+        .collect();
+    leaks.sort_by(|a, b| b.ktime_ns.cmp(&a.ktime_ns).then(a.ptr.cmp(&b.ptr)));
+    s.leak_candidates_total = leaks.len() as u64;
+    s.leak_candidates_bytes = leaks.iter().map(|m| m.bytes).sum();
+    s.leak_candidates = leaks
+        .iter()
+        .take(LISTED)
+        .map(|m| Leak {
+            tgid: m.tgid,
+            tid: m.tid,
+            entry_point: m.entry_point.clone(),
+            ptr: format!("{:#x}", m.ptr),
+            bytes: m.bytes,
+            at_s: secs(rec, m.ktime_ns),
+        })
+        .collect();
+
+    // Idle gaps.
+    let gaps = idle_gaps(rec, idle_gap_ns);
+    let idle_ns: u64 = gaps.iter().map(|g| g.end_ktime_ns - g.start_ktime_ns).sum();
+    let mut longest: Vec<&Gap> = gaps.iter().collect();
+    longest.sort_by_key(|g| std::cmp::Reverse(g.end_ktime_ns - g.start_ktime_ns));
+    s.idle = Idle {
+        min_gap_ms: idle_gap_ns as f64 / 1e6,
+        gaps: gaps.len() as u64,
+        total_s: idle_ns as f64 / 1e9,
+        share: idle_ns as f64 / (duration_ns.max(1) as f64 * rec.processes.len().max(1) as f64),
+        longest: longest
+            .iter()
+            .take(LISTED)
+            .map(|g| GapRow {
+                tgid: g.tgid,
+                start_s: secs(rec, g.start_ktime_ns),
+                duration_ms: (g.end_ktime_ns - g.start_ktime_ns) as f64 / 1e6,
+            })
+            .collect(),
+    };
+    s.gpu_time = GpuTime {
+        bounded_at_sync_share: 0.0,
+        unknown_share: 1.0,
+        note: "uprobes see when kernels were submitted, not when they ran; the synchronisation entry points \
+               that bound GPU time are not probed yet, so no share of the window is bounded"
+            .into(),
+    };
+
+    for (&tgid, p) in &rec.processes {
+        let mine = |k: MemoryKind| rec.memory.iter().filter(|m| m.tgid == tgid && m.kind == k).count() as u64;
+        s.processes.push(ProcessRow {
+            tgid,
+            name: p.display_name(tgid),
+            threads: p.threads.len(),
+            launches: rec.launches.iter().filter(|l| l.tgid == tgid).count() as u64,
+            cuda_allocs: mine(MemoryKind::CudaAlloc),
+            cuda_frees: mine(MemoryKind::CudaFree),
+            counted_launches: rec.counted_launches.get(&tgid).copied().unwrap_or(0),
+            exited_at_s: p.exited_ktime_ns.map(|t| secs(rec, t)),
+        });
+    }
+    s.session = Session {
+        events_seen: rec.events_seen,
+        events_kept: rec.events_seen - rec.events_over_limit,
+        events_over_limit: rec.events_over_limit,
+        tracer_dropped: rec.tracer_dropped,
+        trace,
+    };
+    s
+}
+
+fn bytes(b: i64) -> String {
+    let a = b.unsigned_abs() as f64;
+    let sign = if b < 0 { "-" } else { "" };
+    if a >= (1u64 << 30) as f64 {
+        format!("{sign}{:.2} GiB", a / (1u64 << 30) as f64)
+    } else if a >= (1u64 << 20) as f64 {
+        format!("{sign}{:.1} MiB", a / (1u64 << 20) as f64)
+    } else if a >= 1024.0 {
+        format!("{sign}{:.1} KiB", a / 1024.0)
+    } else {
+        format!("{sign}{a} B")
+    }
+}
+
+/// The summary for a terminal.
+pub fn render(s: &Summary) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "profile of {}: {:.1} s, ended by {}", s.target, s.window.duration_s, s.window.ended_by);
+    for p in &s.processes {
+        let exited = p.exited_at_s.map(|t| format!(", exited at {t:.2} s")).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  {} ({} threads): {} launches ({} counted in the kernel), {} CUDA allocations, {} frees{exited}",
+            p.name, p.threads, p.launches, p.counted_launches, p.cuda_allocs, p.cuda_frees
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nlaunches: {} ({:.0}/s mean, {:.0}/s peak){}",
+        s.launches.total,
+        s.launch_rate.mean_per_s,
+        s.launch_rate.peak_per_s,
+        if s.launches.unnamed > 0 {
+            format!("; {} of unnamed functions (their lookups happened before the session)", s.launches.unnamed)
+        } else {
+            String::new()
+        }
+    );
+    if !s.top_kernels.is_empty() {
+        let _ = writeln!(o, "  {:>9}  {:>6}  {:<14} {:<12} kernel", "launches", "share", "grid", "block");
+        for k in &s.top_kernels {
+            let _ = writeln!(
+                o,
+                "  {:>9}  {:>5.1}%  {:<14} {:<12} {}",
+                k.launches,
+                k.share * 100.0,
+                k.grid,
+                k.block,
+                k.name
+            );
+        }
+    }
+    for (name, m) in [("CUDA", &s.cuda_memory), ("driver", &s.driver_memory)] {
+        let _ = writeln!(
+            o,
+            "\n{name} memory: {} allocations ({}, {} failed, {:.1}/s), {} frees ({}); net {}, peak {} at {:.2} s",
+            m.allocs,
+            bytes(m.alloc_bytes as i64),
+            m.failed_allocs,
+            m.allocs_per_s,
+            m.frees,
+            bytes(m.freed_bytes as i64),
+            bytes(m.net_bytes),
+            bytes(m.peak_bytes),
+            m.peak_at_s
+        );
+    }
+    let _ = writeln!(
+        o,
+        "leak candidates (allocated in the window, not freed): {} ({})",
+        s.leak_candidates_total,
+        bytes(s.leak_candidates_bytes as i64)
+    );
+    for l in &s.leak_candidates {
+        let _ = writeln!(
+            o,
+            "  {} {} by thread {} at {:.2} s: {}",
+            l.entry_point,
+            l.ptr,
+            l.tid,
+            l.at_s,
+            bytes(l.bytes as i64)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nidle (no launch for >= {} ms): {} gaps, {:.2} s, {:.1}% of the window",
+        s.idle.min_gap_ms,
+        s.idle.gaps,
+        s.idle.total_s,
+        s.idle.share * 100.0
+    );
+    let _ = writeln!(o, "GPU time: {}", s.gpu_time.note);
+    let t = &s.session.trace;
+    let _ = writeln!(
+        o,
+        "\nsession: {} events kept, {} over the event limit, {} dropped by the tracer; trace {} in {} packets{}",
+        s.session.events_kept,
+        s.session.events_over_limit,
+        s.session.tracer_dropped,
+        bytes(t.bytes as i64),
+        t.packets,
+        if t.packets_over_limit > 0 {
+            format!(" ({} packets left out at the size limit)", t.packets_over_limit)
+        } else {
+            String::new()
+        }
+    );
+    o
+}

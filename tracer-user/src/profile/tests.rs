@@ -1,0 +1,272 @@
+use std::collections::{HashMap, HashSet};
+
+use gpu_tracer_proto::{
+    perfetto::{Trace, trace_packet, track_descriptor, track_event},
+    v1::{self, event::Payload},
+};
+use prost::Message;
+
+use super::{Limits, Recorder, Recording, Target, perfetto, summary};
+
+const T0: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+fn ev(tgid: u32, tid: u32, t: u64, payload: Payload) -> v1::Event {
+    v1::Event {
+        header: Some(v1::Header {
+            ktime_ns: t,
+            tgid,
+            pid: tid,
+            comm: "train".into(),
+            cgroup_id: 77,
+            ..Default::default()
+        }),
+        payload: Some(payload),
+        ..Default::default()
+    }
+}
+
+fn launch(name: &str, stream: u64) -> Payload {
+    Payload::CudaLaunch(v1::CudaLaunch {
+        entry_point: "cuLaunchKernel".into(),
+        function: 0xf00,
+        kernel_name: name.into(),
+        stream,
+        grid: vec![128, 2, 1],
+        block: vec![32, 4, 2],
+        shared_mem_bytes: 4096,
+    })
+}
+
+fn alloc(ptr: u64, bytes: u64) -> Payload {
+    Payload::CudaAlloc(v1::CudaAlloc { entry_point: "cuMemAlloc_v2".into(), result: 0, success: true, ptr, bytes })
+}
+
+fn free(ptr: u64, bytes: u64) -> Payload {
+    Payload::CudaFree(v1::CudaFree { entry_point: "cuMemFree_v2".into(), ptr, bytes_released: bytes })
+}
+
+/// A known schedule: two threads of process 10 launch on two streams, allocate and free; process
+/// 11 (another workload) and an event from before the window are left out.
+fn schedule() -> Recording {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    r.event(&ev(10, 10, T0 - 1, launch("before", 0x5))); // before the window
+    for i in 0..30 {
+        r.event(&ev(10, 10, T0 + i * MS, launch("gemm", 0x5)));
+    }
+    for i in 0..10 {
+        r.event(&ev(10, 12, T0 + 500 * MS + i * MS, launch("softmax", 0x6)));
+    }
+    r.event(&ev(11, 11, T0 + 5 * MS, launch("other", 0x5)));
+    r.event(&ev(10, 10, T0 + 40 * MS, alloc(0xa000, 1 << 20)));
+    r.event(&ev(10, 12, T0 + 41 * MS, alloc(0xb000, 4 << 20)));
+    r.event(&ev(10, 10, T0 + 600 * MS, free(0xa000, 1 << 20)));
+    r.event(&ev(10, 10, T0 + 601 * MS, free(0xdead, 0))); // allocated before the window
+    r.finish(T0 + 2000 * MS, "duration", 0)
+}
+
+fn decode(rec: &Recording, max: u64) -> (Trace, perfetto::TraceStats) {
+    let mut out = Vec::new();
+    let stats = perfetto::write(rec, 100 * MS, max, &mut out).unwrap();
+    assert_eq!(stats.bytes, out.len() as u64);
+    (Trace::decode(out.as_slice()).expect("a Trace"), stats)
+}
+
+/// The structural rules a trace reader relies on: every track declared before its first event,
+/// slices balanced per track, every interned name defined before use, timestamps in order.
+fn check_structure(t: &Trace) -> HashMap<u64, Vec<(String, track_event::Type)>> {
+    let mut declared = HashSet::new();
+    let mut names: HashMap<u64, String> = HashMap::new();
+    let mut depth: HashMap<u64, i64> = HashMap::new();
+    let mut last_ts = 0;
+    let mut by_track: HashMap<u64, Vec<(String, track_event::Type)>> = HashMap::new();
+    for (i, p) in t.packet.iter().enumerate() {
+        assert_eq!(
+            p.optional_trusted_packet_sequence_id,
+            Some(trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(1))
+        );
+        if i == 0 {
+            assert_eq!(p.sequence_flags, Some(1), "the first packet clears the incremental state");
+        }
+        if let Some(d) = &p.interned_data {
+            for n in &d.event_names {
+                names.insert(n.iid(), n.name().to_string());
+            }
+        }
+        match &p.data {
+            Some(trace_packet::Data::TrackDescriptor(d)) => {
+                if let Some(parent) = d.parent_uuid {
+                    assert!(declared.contains(&parent), "parent declared first");
+                }
+                assert!(declared.insert(d.uuid()), "uuid declared once");
+            }
+            Some(trace_packet::Data::TrackEvent(e)) => {
+                assert!(declared.contains(&e.track_uuid()), "track declared before use");
+                assert!(p.timestamp() >= last_ts, "in time order");
+                last_ts = p.timestamp();
+                let name = match &e.name_field {
+                    Some(track_event::NameField::NameIid(iid)) => names.get(iid).expect("interned before use").clone(),
+                    _ => String::new(),
+                };
+                let d = depth.entry(e.track_uuid()).or_default();
+                match e.r#type() {
+                    track_event::Type::SliceBegin => *d += 1,
+                    track_event::Type::SliceEnd => *d -= 1,
+                    _ => {}
+                }
+                assert!(*d >= 0, "an end without a begin");
+                by_track.entry(e.track_uuid()).or_default().push((name, e.r#type()));
+            }
+            None => panic!("an empty packet"),
+        }
+    }
+    assert!(depth.values().all(|d| *d == 0), "every slice ends: {depth:?}");
+    by_track
+}
+
+#[test]
+fn recorder_keeps_the_target_inside_the_window() {
+    let rec = schedule();
+    assert_eq!(rec.launches.len(), 40);
+    assert_eq!(rec.memory.len(), 4);
+    assert_eq!(rec.processes.keys().copied().collect::<Vec<_>>(), vec![10]);
+    assert_eq!(rec.processes[&10].threads.len(), 2);
+    assert_eq!(rec.events_seen, 44);
+}
+
+#[test]
+fn trace_declares_tracks_before_use_and_counts_match_the_schedule() {
+    let rec = schedule();
+    let (t, stats) = decode(&rec, u64::MAX);
+    let by_track = check_structure(&t);
+    let tracks: HashMap<u64, String> = t
+        .packet
+        .iter()
+        .filter_map(|p| match &p.data {
+            Some(trace_packet::Data::TrackDescriptor(d)) => Some((
+                d.uuid(),
+                d.thread
+                    .as_ref()
+                    .map(|th| format!("thread {}", th.tid()))
+                    .or(d.process.as_ref().map(|p| format!("process {}", p.process_name())))
+                    .unwrap_or_else(|| match &d.static_or_dynamic_name {
+                        Some(track_descriptor::StaticOrDynamicName::Name(n)) => n.clone(),
+                        None => String::new(),
+                    }),
+            )),
+            _ => None,
+        })
+        .collect();
+    let count = |track: &str, name: &str| -> usize {
+        let uuid = tracks
+            .iter()
+            .find(|(_, n)| n.as_str() == track)
+            .map(|(u, _)| *u)
+            .unwrap_or_else(|| panic!("{track}: {tracks:?}"));
+        by_track.get(&uuid).map_or(0, |v| v.iter().filter(|(n, _)| n == name).count())
+    };
+    assert_eq!(count("thread 10", "gemm"), 30);
+    assert_eq!(count("thread 12", "softmax"), 10);
+    assert_eq!(count("stream 0x5", "gemm"), 30);
+    assert_eq!(count("stream 0x6", "softmax"), 10);
+    assert_eq!(count("thread 10", "cuMemAlloc_v2") + count("thread 12", "cuMemAlloc_v2"), 2);
+    assert_eq!(count("thread 10", "cuMemFree_v2"), 2);
+    assert!(tracks.values().any(|n| n == "process train [10]"));
+    // Idle gaps of >= 100 ms: from the last gemm (29 ms) to the first softmax (500 ms), and from
+    // the last softmax (509 ms) to the end (2000 ms).
+    assert_eq!(count("GPU submission", "idle: nothing submitted"), 2);
+    assert_eq!((stats.slices, stats.instants, stats.flows), (2, 84, 2));
+    // The CUDA memory counter: 0, +1 MiB, +4 MiB, -1 MiB.
+    let counter: Vec<i64> = t
+        .packet
+        .iter()
+        .filter_map(|p| match &p.data {
+            Some(trace_packet::Data::TrackEvent(e)) if e.r#type() == track_event::Type::Counter => {
+                match e.counter_value_field {
+                    Some(track_event::CounterValueField::CounterValue(v)) => Some(v),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counter, vec![0, 1 << 20, 5 << 20, 4 << 20]);
+}
+
+#[test]
+fn a_flow_joins_each_allocation_to_its_free() {
+    let (t, _) = decode(&schedule(), u64::MAX);
+    let mut begun = HashSet::new();
+    let mut ended = 0;
+    for p in &t.packet {
+        if let Some(trace_packet::Data::TrackEvent(e)) = &p.data {
+            begun.extend(e.flow_ids.iter().copied());
+            for id in &e.terminating_flow_ids {
+                assert!(begun.contains(id), "a flow ends after it begins");
+                ended += 1;
+            }
+        }
+    }
+    assert_eq!((begun.len(), ended), (2, 1), "0xb000 is never freed; 0xdead was allocated before");
+}
+
+#[test]
+fn the_size_limit_cuts_the_trace_cleanly_and_says_so() {
+    let rec = schedule();
+    let (full, _) = decode(&rec, u64::MAX);
+    let whole: usize = full.encoded_len();
+    let (t, stats) = decode(&rec, whole as u64 / 2);
+    assert!(stats.bytes <= whole as u64 / 2 + 64, "{stats:?}");
+    assert!(stats.packets_over_limit > 0);
+    check_structure(&t);
+}
+
+#[test]
+fn summary_numbers_equal_the_schedule() {
+    let rec = schedule();
+    let s = summary::summarize(&rec, &Target::Pid(10), 100 * MS, Default::default());
+    assert_eq!(s.launches.total, 40);
+    assert_eq!(s.launches.per_entry_point["cuLaunchKernel"], 40);
+    assert_eq!(s.launches.per_stream["stream 0x5"], 30);
+    assert_eq!(s.launches.unnamed, 0);
+    assert_eq!((s.top_kernels[0].name.as_str(), s.top_kernels[0].launches), ("gemm", 30));
+    assert_eq!((s.top_kernels[0].grid.as_str(), s.top_kernels[0].block.as_str()), ("128x2x1", "32x4x2"));
+    assert_eq!(s.launch_rate.per_bucket, vec![40, 0]);
+    assert_eq!((s.cuda_memory.allocs, s.cuda_memory.alloc_bytes), (2, 5 << 20));
+    assert_eq!((s.cuda_memory.frees, s.cuda_memory.freed_bytes), (2, 1 << 20));
+    assert_eq!((s.cuda_memory.net_bytes, s.cuda_memory.peak_bytes), (4 << 20, 5 << 20));
+    assert!((s.cuda_memory.peak_at_s - 0.041).abs() < 1e-9);
+    assert_eq!((s.leak_candidates_total, s.leak_candidates_bytes), (1, 4 << 20));
+    assert_eq!((s.leak_candidates[0].ptr.as_str(), s.leak_candidates[0].tid), ("0xb000", 12));
+    assert_eq!(s.idle.gaps, 2);
+    assert!((s.idle.total_s - (0.471 + 1.491)).abs() < 1e-9, "{:?}", s.idle);
+    assert_eq!(s.processes[0].threads, 2);
+    assert_eq!(s.gpu_time.unknown_share, 1.0);
+    let text = summary::render(&s);
+    assert!(text.contains("gemm") && text.contains("leak candidates"), "{text}");
+}
+
+#[test]
+fn the_event_limit_is_counted_not_silent() {
+    let mut r = Recorder::new(Target::Cgroup(77), Limits { max_events: 5 }, T0);
+    for i in 0..8 {
+        r.event(&ev(10, 10, T0 + i, launch("k", 1)));
+    }
+    assert!(r.limit_reached());
+    let rec = r.finish(T0 + 10, "event limit", 3);
+    assert_eq!((rec.launches.len(), rec.events_seen, rec.events_over_limit, rec.tracer_dropped), (5, 8, 3, 3));
+}
+
+#[test]
+fn a_process_exit_ends_its_idle_time_and_its_leaks() {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    r.event(&ev(10, 10, T0 + MS, alloc(0xa, 100)));
+    r.event(&ev(10, 10, T0 + 2 * MS, launch("k", 1)));
+    r.event(&ev(10, 10, T0 + 300 * MS, Payload::ProcessExit(v1::ProcessExit {})));
+    assert!(r.target_exited());
+    let rec = r.finish(T0 + 1000 * MS, "workload exited", 0);
+    let s = summary::summarize(&rec, &Target::Pid(10), 100 * MS, Default::default());
+    assert_eq!(s.leak_candidates_total, 0, "an exited process's memory is released");
+    assert_eq!(s.idle.gaps, 1);
+    assert!((s.idle.total_s - 0.298).abs() < 1e-9, "{:?}", s.idle);
+}
