@@ -23,6 +23,15 @@
  *   - Launches return CUDA_SUCCESS for a non-NULL function (and non-zero dimensions), and
  *     CUDA_ERROR_INVALID_VALUE otherwise; they touch no shared state, so launch loops on several
  *     threads do not contend. cuGraphLaunch does the same for the graph exec.
+ *   - GPU time, only when FAKE_LIBCUDA_KERNEL_NS is set (read by cuInit; unset or 0: launches touch
+ *     no shared state, as above): each launch occupies its stream for that many ns after the
+ *     stream's previous work (the NULL, legacy and per-thread default streams are one stream here),
+ *     so cuStreamSynchronize sleeps until its stream is done, cuCtxSynchronize until every stream
+ *     is, cuEventRecord marks the event done when its stream's work so far is, cuEventSynchronize
+ *     sleeps until then, cuEventQuery answers CUDA_ERROR_NOT_READY (600) before it, and
+ *     cuStreamWaitEvent delays the stream's later work until the event. Copies and memsets check
+ *     their arguments (non-NULL pointers) and return; the synchronous ones first wait for the
+ *     default stream, like the real legacy stream.
  *   - cuGetProcAddress(_v2) returns the exported symbol's own address (what dlsym returns), as the
  *     real 535 library was seen to do; it maps base names to `_v2` and, with
  *     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, to `_ptsz`.
@@ -46,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "symbols.h"
 
@@ -65,6 +75,7 @@ typedef struct fake_object *CUkernel;
 typedef struct fake_object *CUgraph;
 typedef struct fake_object *CUgraphExec;
 typedef struct fake_object *CUgraphNode;
+typedef struct fake_object *CUevent;
 typedef int CUjit_option;
 typedef int CUlibraryOption;
 typedef int CUdriverProcAddressQueryResult;
@@ -108,6 +119,7 @@ enum {
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
 };
 
 enum { CU_MEM_ATTACH_GLOBAL = 1, CU_MEM_ATTACH_HOST = 2 };
@@ -148,7 +160,17 @@ static atomic_int initialized;
             return CUDA_ERROR_NOT_INITIALIZED;                            \
     } while (0)
 
-enum object_kind { OBJ_CONTEXT = 1, OBJ_STREAM, OBJ_MODULE, OBJ_FUNCTION, OBJ_LIBRARY, OBJ_KERNEL, OBJ_GRAPH, OBJ_EXEC };
+enum object_kind {
+    OBJ_CONTEXT = 1,
+    OBJ_STREAM,
+    OBJ_MODULE,
+    OBJ_FUNCTION,
+    OBJ_LIBRARY,
+    OBJ_KERNEL,
+    OBJ_GRAPH,
+    OBJ_EXEC,
+    OBJ_EVENT
+};
 
 /* Every handle the library gives out points at one of these. */
 struct fake_object {
@@ -159,11 +181,12 @@ struct fake_object {
     struct fake_object *children;  /* a module's functions, a library's kernels */
     struct fake_object *next;      /* sibling in the parent's list */
     struct fake_object *function;  /* a kernel's CUfunction (cuKernelGetFunction) */
+    _Atomic uint64_t done_at;      /* a stream's work, an event's: CLOCK_MONOTONIC ns when done */
 };
 #define OBJECT_MAGIC 0xfacec0deu
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fake_object primary_context = {OBJECT_MAGIC, OBJ_CONTEXT, NULL, NULL, NULL, NULL, NULL};
+static struct fake_object primary_context = {OBJECT_MAGIC, OBJ_CONTEXT, NULL, NULL, NULL, NULL, NULL, 0};
 static __thread CUcontext current_context;
 
 static struct fake_object *new_object(uint32_t kind, struct fake_object *parent, const char *name) {
@@ -332,11 +355,66 @@ static void reserve_device_range(void) {
          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 }
 
+/* ----- simulated GPU time (FAKE_LIBCUDA_KERNEL_NS) -------------------------------------------- */
+
+static uint64_t kernel_ns;                    /* 0: no GPU time is simulated */
+static struct fake_object default_stream;     /* NULL, CU_STREAM_LEGACY (1), CU_STREAM_PER_THREAD (2) */
+static _Atomic uint64_t all_done_at;          /* the latest done_at of any stream */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t) {
+    for (uint64_t now = now_ns(); now < t; now = now_ns()) {
+        struct timespec d = {(time_t)((t - now) / 1000000000ull), (long)((t - now) % 1000000000ull)};
+        nanosleep(&d, NULL);
+    }
+}
+
+/* The stream object a handle means: a created stream, or the default stream. NULL if invalid. */
+static struct fake_object *stream_of(CUstream s) {
+    if ((uintptr_t)s <= 2)
+        return &default_stream;
+    return is_object(s, OBJ_STREAM) ? s : NULL;
+}
+
+static void raise_to(_Atomic uint64_t *v, uint64_t t) {
+    uint64_t old = atomic_load(v);
+    while (old < t && !atomic_compare_exchange_weak(v, &old, t)) {
+    }
+}
+
+/* Queue `ns` of work on stream `s` after what it has. */
+static void enqueue(CUstream s, uint64_t ns) {
+    struct fake_object *o = stream_of(s);
+    if (!o || !ns)
+        return;
+    uint64_t now = now_ns(), old = atomic_load(&o->done_at), next;
+    do {
+        next = (old > now ? old : now) + ns;
+    } while (!atomic_compare_exchange_weak(&o->done_at, &old, next));
+    raise_to(&all_done_at, next);
+}
+
+/* A launch on `s`: GPU time when it is simulated (no shared state is touched otherwise). */
+static CUresult launched(CUresult r, CUstream s) {
+    if (r == CUDA_SUCCESS && kernel_ns)
+        enqueue(s, kernel_ns);
+    return r;
+}
+
 CUresult API(cuInit)(unsigned int Flags) {
     static pthread_once_t reserve_once = PTHREAD_ONCE_INIT;
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&reserve_once, reserve_device_range);
+    const char *k = getenv("FAKE_LIBCUDA_KERNEL_NS");
+    kernel_ns = k ? strtoull(k, NULL, 10) : 0;
+    default_stream.magic = OBJECT_MAGIC;
+    default_stream.kind = OBJ_STREAM;
     atomic_store_explicit(&initialized, 1, memory_order_release);
     return CUDA_SUCCESS;
 }
@@ -508,16 +586,16 @@ static CUresult check_launch(CUfunction f, unsigned int gx, unsigned int gy, uns
 CUresult API(cuLaunchKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
-    (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
-    return check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+    (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    return launched(check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream);
 }
 
 CUresult API(cuLaunchKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
                                   void **extra) {
-    (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
-    return check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+    (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    return launched(check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream);
 }
 
 static CUresult check_launch_ex(const CUlaunchConfig *config, CUfunction f) {
@@ -529,28 +607,30 @@ static CUresult check_launch_ex(const CUlaunchConfig *config, CUfunction f) {
 
 CUresult API(cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
     (void)kernelParams, (void)extra;
-    return check_launch_ex(config, f);
+    CUresult r = check_launch_ex(config, f);
+    return launched(r, r == CUDA_SUCCESS ? config->hStream : NULL);
 }
 
 CUresult API(cuLaunchKernelEx_ptsz)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
     (void)kernelParams, (void)extra;
-    return check_launch_ex(config, f);
+    CUresult r = check_launch_ex(config, f);
+    return launched(r, r == CUDA_SUCCESS ? config->hStream : NULL);
 }
 
 CUresult API(cuLaunchCooperativeKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                         void **kernelParams) {
-    (void)sharedMemBytes, (void)hStream, (void)kernelParams;
-    return check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+    (void)sharedMemBytes, (void)kernelParams;
+    return launched(check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream);
 }
 
 CUresult API(cuLaunchCooperativeKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                              unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                              unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                              void **kernelParams) {
-    (void)sharedMemBytes, (void)hStream, (void)kernelParams;
-    return check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ);
+    (void)sharedMemBytes, (void)kernelParams;
+    return launched(check_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream);
 }
 
 /* ----- graphs -------------------------------------------------------------------------------- */
@@ -595,15 +675,201 @@ CUresult API(cuGraphInstantiateWithFlags)(CUgraphExec *phGraphExec, CUgraph hGra
 }
 
 CUresult API(cuGraphLaunch)(CUgraphExec hGraphExec, CUstream hStream) {
-    (void)hStream;
     REQUIRE_INIT();
-    return hGraphExec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return launched(hGraphExec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE, hStream);
 }
 
 CUresult API(cuGraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream) {
-    (void)hStream;
     REQUIRE_INIT();
-    return hGraphExec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return launched(hGraphExec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE, hStream);
+}
+
+/* ----- events, synchronisation --------------------------------------------------------------- */
+
+CUresult API(cuEventCreate)(CUevent *phEvent, unsigned int Flags) {
+    (void)Flags;
+    REQUIRE_INIT();
+    if (!phEvent)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_object *e = new_object(OBJ_EVENT, NULL, NULL);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phEvent = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult API(cuEventDestroy_v2)(CUevent hEvent) {
+    REQUIRE_INIT();
+    if (!is_object(hEvent, OBJ_EVENT))
+        return CUDA_ERROR_INVALID_HANDLE;
+    hEvent->magic = 0;
+    free(hEvent);
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_synchronize(CUstream s) {
+    REQUIRE_INIT();
+    struct fake_object *o = stream_of(s);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    sleep_until(atomic_load(&o->done_at));
+    return CUDA_SUCCESS;
+}
+
+CUresult API(cuStreamSynchronize)(CUstream hStream) { return stream_synchronize(hStream); }
+
+CUresult API(cuStreamSynchronize_ptsz)(CUstream hStream) { return stream_synchronize(hStream); }
+
+CUresult API(cuCtxSynchronize)(void) {
+    REQUIRE_INIT();
+    sleep_until(atomic_load(&all_done_at));
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_record(CUevent e, CUstream s) {
+    REQUIRE_INIT();
+    struct fake_object *o = stream_of(s);
+    if (!is_object(e, OBJ_EVENT) || !o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t now = now_ns(), done = atomic_load(&o->done_at);
+    atomic_store(&e->done_at, done > now ? done : now);
+    return CUDA_SUCCESS;
+}
+
+CUresult API(cuEventRecord)(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream); }
+
+CUresult API(cuEventRecord_ptsz)(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream); }
+
+CUresult API(cuEventRecordWithFlags)(CUevent hEvent, CUstream hStream, unsigned int flags) {
+    (void)flags;
+    return event_record(hEvent, hStream);
+}
+
+CUresult API(cuEventRecordWithFlags_ptsz)(CUevent hEvent, CUstream hStream, unsigned int flags) {
+    (void)flags;
+    return event_record(hEvent, hStream);
+}
+
+CUresult API(cuEventSynchronize)(CUevent hEvent) {
+    REQUIRE_INIT();
+    if (!is_object(hEvent, OBJ_EVENT))
+        return CUDA_ERROR_INVALID_HANDLE;
+    sleep_until(atomic_load(&hEvent->done_at));
+    return CUDA_SUCCESS;
+}
+
+CUresult API(cuEventQuery)(CUevent hEvent) {
+    REQUIRE_INIT();
+    if (!is_object(hEvent, OBJ_EVENT))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return now_ns() >= atomic_load(&hEvent->done_at) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult stream_wait_event(CUstream s, CUevent e) {
+    REQUIRE_INIT();
+    struct fake_object *o = stream_of(s);
+    if (!is_object(e, OBJ_EVENT) || !o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    raise_to(&o->done_at, atomic_load(&e->done_at));
+    return CUDA_SUCCESS;
+}
+
+CUresult API(cuStreamWaitEvent)(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+    (void)Flags;
+    return stream_wait_event(hStream, hEvent);
+}
+
+CUresult API(cuStreamWaitEvent_ptsz)(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+    (void)Flags;
+    return stream_wait_event(hStream, hEvent);
+}
+
+/* ----- copies and memsets -------------------------------------------------------------------- */
+
+/* Argument checks; a synchronous call first waits for the default stream (legacy semantics). */
+static CUresult copy(uint64_t dst, uint64_t src, CUstream s, int sync) {
+    REQUIRE_INIT();
+    if (!dst || !src || !stream_of(s))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sync)
+        sleep_until(atomic_load(&default_stream.done_at));
+    return CUDA_SUCCESS;
+}
+
+CUresult API(cuMemcpy)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+    (void)ByteCount;
+    return copy(dst, src, NULL, 1);
+}
+
+CUresult API(cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+    (void)ByteCount;
+    return copy(dst, src, hStream, 0);
+}
+
+CUresult API(cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+    (void)ByteCount;
+    return copy(dst, src, hStream, 0);
+}
+
+CUresult API(cuMemcpyHtoD_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
+    (void)ByteCount;
+    return copy(dstDevice, (uint64_t)(uintptr_t)srcHost, NULL, 1);
+}
+
+CUresult API(cuMemcpyDtoH_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+    (void)ByteCount;
+    return copy((uint64_t)(uintptr_t)dstHost, srcDevice, NULL, 1);
+}
+
+CUresult API(cuMemcpyDtoD_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+    (void)ByteCount;
+    return copy(dstDevice, srcDevice, NULL, 1);
+}
+
+CUresult API(cuMemcpyHtoDAsync_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
+    (void)ByteCount;
+    return copy(dstDevice, (uint64_t)(uintptr_t)srcHost, hStream, 0);
+}
+
+CUresult API(cuMemcpyDtoHAsync_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+    (void)ByteCount;
+    return copy((uint64_t)(uintptr_t)dstHost, srcDevice, hStream, 0);
+}
+
+CUresult API(cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                   CUstream hStream) {
+    (void)ByteCount;
+    return copy(dstDevice, srcDevice, hStream, 0);
+}
+
+CUresult API(cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+    (void)uc, (void)N;
+    return copy(dstDevice, 1, NULL, 1);
+}
+
+CUresult API(cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+    (void)ui, (void)N;
+    return copy(dstDevice, 1, NULL, 1);
+}
+
+CUresult API(cuMemsetD8Async)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    (void)uc, (void)N;
+    return copy(dstDevice, 1, hStream, 0);
+}
+
+CUresult API(cuMemsetD8Async_ptsz)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    (void)uc, (void)N;
+    return copy(dstDevice, 1, hStream, 0);
+}
+
+CUresult API(cuMemsetD32Async)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+    (void)ui, (void)N;
+    return copy(dstDevice, 1, hStream, 0);
+}
+
+CUresult API(cuMemsetD32Async_ptsz)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+    (void)ui, (void)N;
+    return copy(dstDevice, 1, hStream, 0);
 }
 
 /* ----- memory -------------------------------------------------------------------------------- */
@@ -738,6 +1004,7 @@ static const struct {
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
 };
 
 CUresult API(cuGetErrorString)(CUresult error, const char **pStr) {

@@ -47,6 +47,34 @@
     X(cuMemFreeAsync)                      \
     X(cuMemFreeAsync_ptsz)                 \
     X(cuMemFreeHost)                       \
+    X(cuEventCreate)                       \
+    X(cuEventDestroy_v2)                   \
+    X(cuStreamSynchronize)                 \
+    X(cuStreamSynchronize_ptsz)            \
+    X(cuCtxSynchronize)                    \
+    X(cuEventSynchronize)                  \
+    X(cuEventQuery)                        \
+    X(cuStreamWaitEvent)                   \
+    X(cuStreamWaitEvent_ptsz)              \
+    X(cuEventRecord)                       \
+    X(cuEventRecord_ptsz)                  \
+    X(cuEventRecordWithFlags)              \
+    X(cuEventRecordWithFlags_ptsz)         \
+    X(cuMemcpy)                            \
+    X(cuMemcpyAsync)                       \
+    X(cuMemcpyAsync_ptsz)                  \
+    X(cuMemcpyHtoD_v2)                     \
+    X(cuMemcpyDtoH_v2)                     \
+    X(cuMemcpyDtoD_v2)                     \
+    X(cuMemcpyHtoDAsync_v2)                \
+    X(cuMemcpyDtoHAsync_v2)                \
+    X(cuMemcpyDtoDAsync_v2)                \
+    X(cuMemsetD8_v2)                       \
+    X(cuMemsetD32_v2)                      \
+    X(cuMemsetD8Async)                     \
+    X(cuMemsetD8Async_ptsz)                \
+    X(cuMemsetD32Async)                    \
+    X(cuMemsetD32Async_ptsz)               \
     X(cuGetProcAddress)                    \
     X(cuGetProcAddress_v2)                 \
     X(cuGetErrorString)                    \

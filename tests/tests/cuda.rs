@@ -48,6 +48,13 @@ fn counts_and_ledger(variant: &str, method: CudaAttach) {
     cfg.families.cuda = true;
     cfg.cuda_libraries = vec![lib.clone()];
     cfg.cuda_attach = method;
+    // The timed entry points too (every entry point placed in every prologue variant), except with
+    // perf events, whose detach takes an RCU grace period per uprobe.
+    cfg.cuda_timed_calls = method != CudaAttach::PerfEvent;
+    let expected = tracer_common::cuda_entry::ALL
+        .iter()
+        .filter(|(_, _, a)| cfg.cuda_timed_calls || *a != tracer_common::cuda_entry::Action::Timed)
+        .count();
     let mut t = Tracer::start(cfg);
     let r = t.agent.report();
     assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
@@ -59,7 +66,7 @@ fn counts_and_ledger(variant: &str, method: CudaAttach) {
     };
     assert!(r.cuda_libraries.iter().all(|l| l.method == want), "{:#?}", r.cuda_libraries);
     let attached: usize = r.cuda_libraries.iter().map(|l| l.attached()).sum();
-    assert_eq!(attached, tracer_common::cuda_entry::COUNT as usize, "{:#?}", r.cuda_libraries);
+    assert_eq!(attached, expected, "{:#?}", r.cuda_libraries);
 
     let pods: Vec<PodCgroup> = (0..2).map(|_| PodCgroup::new().unwrap()).collect();
     let mut w: Vec<Workload> =
@@ -138,12 +145,23 @@ fn real_libcuda_entry_points_attach_past_the_thunks() {
     let real = std::path::PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.1");
     assert!(real.exists(), "the real libcuda is missing: `cargo xtask setup` installs Debian's libcuda1");
     let driver = FakeDriver::start(1).unwrap();
-    let t = tracer(&driver, vec![real]);
+    let mut cfg = config_for(&driver);
+    cfg.families.cuda = true;
+    cfg.cuda_libraries = vec![real];
+    cfg.cuda_timed_calls = true;
+    let t = Tracer::start(cfg);
     let r = t.agent.report();
     assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
     let lib = &r.cuda_libraries[0];
     assert_eq!(lib.method, auto_cuda_method(), "{}", lib.method_detail);
-    for name in ["cuLaunchKernel", "cuMemAlloc_v2", "cuMemFree_v2", "cuGraphLaunch"] {
+    // Every entry point of the real 535 library, the timed ones included, is placed and attached.
+    let not: Vec<String> =
+        lib.entries.iter().filter(|e| e.status != "attached").map(|e| format!("{}: {}", e.symbol, e.detail)).collect();
+    assert!(not.is_empty(), "{not:#?}");
+    assert_eq!(lib.entries.len(), tracer_common::cuda_entry::COUNT as usize);
+    for name in
+        ["cuLaunchKernel", "cuMemAlloc_v2", "cuMemFree_v2", "cuGraphLaunch", "cuStreamSynchronize", "cuMemcpyAsync"]
+    {
         let e = lib.entries.iter().find(|e| e.symbol == name).unwrap();
         assert_eq!(e.status, "attached", "{name}: {}", e.detail);
         assert!(e.detail.to_lowercase().contains("thunk"), "{name} placed past the thunk: {}", e.detail);
@@ -294,6 +312,106 @@ fn per_event_mode_ends_by_itself_at_its_deadline() {
     assert!(launches(&mut t).is_empty(), "the selection expired in the kernel");
     let s = t.settle();
     assert_eq!(cg(&s, pod.id()).launches, 10, "every launch is counted in every mode");
+}
+
+/// Synchronisation, event, copy and memset calls: counted in count mode; in per-event mode each is also reported with its entry and return time, so the
+/// host time a synchronisation blocked is measured (the fake's simulated GPU time: 2 ms a launch).
+#[test]
+fn timed_calls_are_counted_and_in_per_event_mode_timed() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = fake_libcuda("thunk");
+    let driver = FakeDriver::start(1).unwrap();
+    let mut cfg = config_for(&driver);
+    cfg.families.cuda = true;
+    cfg.cuda_libraries = vec![lib.clone()];
+    cfg.cuda_timed_calls = true;
+    let mut t = Tracer::start(cfg);
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::builder(driver.dev_dir())
+        .cgroup(&pod)
+        .libcuda(&lib)
+        .env("FAKE_LIBCUDA_KERNEL_NS", "2000000")
+        .spawn()
+        .unwrap();
+    let stream = ok(&mut w, "cuda-init").number("stream").unwrap();
+    let ptr = ok(&mut w, "cuda-alloc 1048576").number("ptr").unwrap();
+    ok(&mut w, &format!("cuda-memcpy-htod {ptr:#x} 4096"));
+    ok(&mut w, "cuda-stream-sync");
+    let timed = |t: &mut Tracer| {
+        let mut out = Vec::new();
+        eventually("tracer quiescent", Duration::from_secs(10), || {
+            t.agent.drain(&mut |ev, _| {
+                if let tracer_user::decode::Event::CudaTimed { entry, start_ktime_ns, header, args, result } = ev {
+                    out.push((*entry, header.ktime_ns - start_ktime_ns, *args, *result));
+                }
+            });
+            t.agent.snapshot().accounting.exact.then_some(())
+        })
+        .unwrap();
+        out
+    };
+    assert!(timed(&mut t).is_empty(), "count mode sends no timed calls");
+
+    t.agent.set_per_event(&[], &[w.pid()]).unwrap();
+    ok(&mut w, "cuda-launch 10"); // 20 ms of simulated GPU work on the stream
+    let blocked = ok(&mut w, "cuda-stream-sync").number("ns").unwrap();
+    let event = ok(&mut w, "cuda-event-create").number("event").unwrap();
+    ok(&mut w, "cuda-launch 5");
+    ok(&mut w, &format!("cuda-event-record {event:#x}"));
+    assert_eq!(ok(&mut w, &format!("cuda-event-query {event:#x}")).number("ready").unwrap(), 0);
+    let event_blocked = ok(&mut w, &format!("cuda-event-sync {event:#x}")).number("ns").unwrap();
+    ok(&mut w, &format!("cuda-memcpy-dtoh {ptr:#x} 8192"));
+    ok(&mut w, &format!("cuda-memset-d32-async {ptr:#x} 100"));
+    ok(&mut w, "cuda-ctx-sync");
+    let got = timed(&mut t);
+    let entries: Vec<u32> = got.iter().map(|g| g.0).collect();
+    use tracer_common::cuda_entry as ce;
+    assert_eq!(
+        entries,
+        vec![
+            ce::STREAM_SYNCHRONIZE,
+            ce::EVENT_RECORD,
+            ce::EVENT_QUERY,
+            ce::EVENT_SYNCHRONIZE,
+            ce::MEMCPY_DTOH,
+            ce::MEMSET_D32_ASYNC,
+            ce::CTX_SYNCHRONIZE
+        ],
+        "{got:#?}"
+    );
+    let (_, d, args, _) = got[0];
+    assert_eq!(args[0], stream);
+    assert!(blocked >= 15_000_000, "the fake blocked for the simulated work: {blocked} ns");
+    assert!(d >= blocked * 9 / 10 && d <= blocked + 5_000_000, "the probe's duration {d} vs the workload's {blocked}");
+    assert_eq!(got[2].3, 600, "the query found the event not ready (CUDA_ERROR_NOT_READY)");
+    assert!(got[3].1 >= event_blocked * 9 / 10, "{} vs {event_blocked}", got[3].1);
+    assert_eq!((got[4].2[1], got[4].2[2]), (ptr, 8192));
+
+    t.agent.set_per_event(&[], &[]).unwrap();
+    let s = t.settle();
+    let calls = |symbol: &str| s.cuda.calls_by_entry.get(symbol).copied();
+    assert_eq!(calls("cuStreamSynchronize"), Some(2), "{:?}", s.cuda.calls_by_entry);
+    assert_eq!(calls("cuMemcpyHtoD_v2"), Some(1), "counted in count mode too");
+    assert_eq!(calls("cuEventQuery"), Some(1));
+    assert_eq!(calls("cuCtxSynchronize"), Some(1));
+}
+
+/// Without `cuda_timed_calls` (the default) the timed entry points are not probed at all: the
+/// node's synchronisations and copies pay nothing.
+#[test]
+fn timed_entry_points_are_not_probed_by_default() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = fake_libcuda("thunk");
+    let driver = FakeDriver::start(1).unwrap();
+    let t = tracer(&driver, vec![lib.clone()]);
+    let report = &t.agent.report().cuda_libraries[0];
+    let symbols: Vec<&str> = report.entries.iter().map(|e| e.symbol).collect();
+    assert!(symbols.contains(&"cuLaunchKernel") && symbols.contains(&"cuMemAlloc_v2"), "{symbols:?}");
+    for timed in ["cuStreamSynchronize", "cuCtxSynchronize", "cuEventQuery", "cuMemcpyAsync", "cuMemsetD8_v2"] {
+        assert!(!symbols.contains(&timed), "{timed} probed by default: {symbols:?}");
+    }
 }
 
 /// The CUDA ledger is reported beside the driver ledger for processes both see.

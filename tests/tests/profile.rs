@@ -98,7 +98,13 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
     let lib = fake_libcuda("thunk");
-    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    // The fake's simulated GPU time: each launch keeps its stream busy for 1 ms.
+    let mut w = Workload::builder(driver.dev_dir())
+        .cgroup(&pod)
+        .libcuda(&lib)
+        .env("FAKE_LIBCUDA_KERNEL_NS", "1000000")
+        .spawn()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("run.pftrace");
     let summary_file = dir.path().join("summary.json");
@@ -122,8 +128,12 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let stream = ok(&mut w, "cuda-state").number("stream").unwrap();
     ok(&mut w, "cuda-launch 25");
     ok(&mut w, "cuda-launch-ex 5");
+    let blocked = ok(&mut w, "cuda-stream-sync").number("ns").unwrap(); // the 30 launches' 30 ms
     ok(&mut w, "cuda-launch-threads 3 10");
+    let ctx_blocked = ok(&mut w, "cuda-ctx-sync").number("ns").unwrap();
     let a = ok(&mut w, "cuda-alloc 8388608").number("ptr").unwrap();
+    ok(&mut w, &format!("cuda-memcpy-htod {a:#x} 4096"));
+    ok(&mut w, &format!("cuda-memcpy-dtoh {a:#x} 8192"));
     ok(&mut w, "cuda-alloc 4096");
     ok(&mut w, &format!("cuda-free {a:#x}"));
     let out = child.wait_with_output().unwrap();
@@ -152,6 +162,20 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     assert_eq!((m["net_bytes"].as_i64(), m["peak_bytes"].as_i64()), (Some(4096), Some(8388608 + 4096)));
     assert_eq!((s["leak_candidates_total"].as_u64(), s["leak_candidates_bytes"].as_u64()), (Some(1), Some(4096)));
     assert_eq!(s["session"]["tracer_dropped"], 0);
+    // GPU time: the stream synchronisation bounds the first 30 launches, the context one the
+    // threads' 30; the host time blocked is the workload's own measure.
+    let g = &s["gpu_time"];
+    assert_eq!((g["launches_bounded"].as_u64(), g["launches_not_bounded"].as_u64()), (Some(60), Some(0)), "{g:#}");
+    assert_eq!(g["intervals"], 2);
+    assert!(g["bounded_share"].as_f64().unwrap() > 0.0);
+    let sync = &s["synchronisation"][0];
+    assert_eq!((sync["tid"].as_u64(), sync["calls"].as_u64()), (Some(w.pid().into()), Some(2)), "{sync:#}");
+    let measured = (blocked + ctx_blocked) as f64 / 1e6;
+    let ours = sync["blocked_ms"].as_f64().unwrap();
+    assert!(blocked >= 20_000_000, "the fake blocked for the simulated work: {blocked} ns");
+    assert!(ours >= measured * 0.9 && ours <= measured + 5.0, "probes {ours} ms vs the workload's {measured} ms");
+    assert_eq!((s["copies"]["htod"]["calls"].as_u64(), s["copies"]["htod"]["bytes"].as_u64()), (Some(1), Some(4096)));
+    assert_eq!((s["copies"]["dtoh"]["calls"].as_u64(), s["copies"]["dtoh"]["bytes"].as_u64()), (Some(1), Some(8192)));
     assert_eq!(s["session"]["events_over_limit"], 0);
 
     // The trace, read by Perfetto's own protos.
@@ -161,6 +185,9 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let main = &threads[&format!("tid {}", w.pid())];
     assert_eq!(main.get("fake_kernel"), Some(&30), "{main:?}");
     assert_eq!((main.get("cuMemAlloc_v2"), main.get("cuMemFree_v2")), (Some(&2), Some(&1)));
+    for call in ["cuStreamSynchronize", "cuCtxSynchronize", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"] {
+        assert_eq!(main.get(call), Some(&1), "{call} is a slice on the calling thread: {main:?}");
+    }
     let others: Vec<u64> = threads
         .iter()
         .filter(|(k, _)| **k != format!("tid {}", w.pid()))
@@ -168,7 +195,9 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
         .collect();
     assert_eq!(others, vec![10, 10, 10], "{threads:#?}");
     let streams = per_track(&t, "named");
-    assert_eq!(streams[&format!("stream {stream:#x}")].get("fake_kernel"), Some(&60), "{streams:#?}");
+    let on_stream = &streams[&format!("stream {stream:#x}")];
+    assert_eq!(on_stream.get("fake_kernel"), Some(&60), "{streams:#?}");
+    assert_eq!(on_stream.get("ran within (bounded at sync)"), Some(&2), "{streams:#?}");
     let processes: Vec<&Value> = t["tracks"].as_object().unwrap().values().filter(|t| t["kind"] == "process").collect();
     assert_eq!(processes.len(), 1);
     assert_eq!(processes[0]["pid"].as_u64(), Some(w.pid().into()));
@@ -181,7 +210,8 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
         .expect("a CUDA memory counter track");
     assert_eq!(counter, serde_json::json!([0, 8388608, 8388608 + 4096, 4096]));
     assert_eq!((t["flows_begun"].as_u64(), t["flows_terminated"].as_u64()), (Some(2), Some(1)));
-    assert!(t["slices"].as_u64().unwrap() >= 1, "the idle time before the first launch is a slice");
+    // 4 calls, 2 bounded intervals, and at least the idle time before the first launch.
+    assert!(t["slices"].as_u64().unwrap() >= 7, "{}", t["slices"]);
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub mod map_names {
     pub const CUDA_COUNTS: &str = "CUDA_COUNTS";
     pub const CUDA_PER_EVENT: &str = "CUDA_PER_EVENT";
     pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
+    pub const CUDA_TIMED_INFLIGHT: &str = "CUDA_TIMED_INFLIGHT";
     pub const SIM_DEVICES: &str = "SIM_DEVICES";
     pub const LOST_RECORDS: &str = "LOST_RECORDS";
 }
@@ -58,6 +59,8 @@ pub mod prog_names {
     pub const CUDA_FREE: &str = "cuda_free";
     pub const CUDA_LOOKUP_ENTER: &str = "cuda_lookup_enter";
     pub const CUDA_LOOKUP_RETURN: &str = "cuda_lookup_return";
+    pub const CUDA_TIMED_ENTER: &str = "cuda_timed_enter";
+    pub const CUDA_TIMED_RETURN: &str = "cuda_timed_return";
     /// Empty programs for measuring each attach mechanism's floor (benchmark only).
     pub const NOOP_TP: &str = "noop_tp";
     pub const NOOP_RAW: &str = "noop_raw";
@@ -128,6 +131,7 @@ pub mod kind {
     pub const CUDA_FREE: u16 = 12;
     pub const CUDA_FUNCTION: u16 = 13;
     pub const CUDA_LAUNCH: u16 = 14;
+    pub const CUDA_TIMED: u16 = 15;
 }
 
 /// `EventHeader::flags` bits.
@@ -376,6 +380,10 @@ pub mod cuda_entry {
         /// `(Handle *out, Handle src, [const char *name])`: report the handle with its name (or the
         /// handle it was derived from), so launches can be named.
         Lookup,
+        /// Synchronisation, event records, copies and memsets: counted (copies and memsets with
+        /// their bytes, [`crate::timed::bytes`]); in per-event mode also timed, entry to return,
+        /// and reported with their first four arguments (user space reads them by entry point).
+        Timed,
     }
     pub const LAUNCH_KERNEL: u32 = 0;
     pub const LAUNCH_KERNEL_PTSZ: u32 = 1;
@@ -402,7 +410,37 @@ pub mod cuda_entry {
     pub const MODULE_GET_FUNCTION: u32 = 22;
     pub const LIBRARY_GET_KERNEL: u32 = 23;
     pub const KERNEL_GET_FUNCTION: u32 = 24;
-    pub const COUNT: u32 = 25;
+    // Synchronisation and events: `(stream)`, `()`, `(event)`, `(stream, event, flags)`,
+    // `(event, stream[, flags])`.
+    pub const STREAM_SYNCHRONIZE: u32 = 25;
+    pub const STREAM_SYNCHRONIZE_PTSZ: u32 = 26;
+    pub const CTX_SYNCHRONIZE: u32 = 27;
+    pub const EVENT_SYNCHRONIZE: u32 = 28;
+    pub const EVENT_QUERY: u32 = 29;
+    pub const STREAM_WAIT_EVENT: u32 = 30;
+    pub const STREAM_WAIT_EVENT_PTSZ: u32 = 31;
+    pub const EVENT_RECORD: u32 = 32;
+    pub const EVENT_RECORD_PTSZ: u32 = 33;
+    pub const EVENT_RECORD_WITH_FLAGS: u32 = 34;
+    pub const EVENT_RECORD_WITH_FLAGS_PTSZ: u32 = 35;
+    // Copies: `(dst, src, bytes[, stream])`.
+    pub const MEMCPY: u32 = 36;
+    pub const MEMCPY_ASYNC: u32 = 37;
+    pub const MEMCPY_ASYNC_PTSZ: u32 = 38;
+    pub const MEMCPY_HTOD: u32 = 39;
+    pub const MEMCPY_DTOH: u32 = 40;
+    pub const MEMCPY_DTOD: u32 = 41;
+    pub const MEMCPY_HTOD_ASYNC: u32 = 42;
+    pub const MEMCPY_DTOH_ASYNC: u32 = 43;
+    pub const MEMCPY_DTOD_ASYNC: u32 = 44;
+    // Memsets: `(dst, value, count[, stream])`, count in elements of 1 or 4 bytes.
+    pub const MEMSET_D8: u32 = 45;
+    pub const MEMSET_D32: u32 = 46;
+    pub const MEMSET_D8_ASYNC: u32 = 47;
+    pub const MEMSET_D8_ASYNC_PTSZ: u32 = 48;
+    pub const MEMSET_D32_ASYNC: u32 = 49;
+    pub const MEMSET_D32_ASYNC_PTSZ: u32 = 50;
+    pub const COUNT: u32 = 51;
     /// (id, exported symbol, action), in id order.
     pub const ALL: [(u32, &str, Action); COUNT as usize] = [
         (LAUNCH_KERNEL, "cuLaunchKernel", Action::Count),
@@ -430,6 +468,32 @@ pub mod cuda_entry {
         (MODULE_GET_FUNCTION, "cuModuleGetFunction", Action::Lookup),
         (LIBRARY_GET_KERNEL, "cuLibraryGetKernel", Action::Lookup),
         (KERNEL_GET_FUNCTION, "cuKernelGetFunction", Action::Lookup),
+        (STREAM_SYNCHRONIZE, "cuStreamSynchronize", Action::Timed),
+        (STREAM_SYNCHRONIZE_PTSZ, "cuStreamSynchronize_ptsz", Action::Timed),
+        (CTX_SYNCHRONIZE, "cuCtxSynchronize", Action::Timed),
+        (EVENT_SYNCHRONIZE, "cuEventSynchronize", Action::Timed),
+        (EVENT_QUERY, "cuEventQuery", Action::Timed),
+        (STREAM_WAIT_EVENT, "cuStreamWaitEvent", Action::Timed),
+        (STREAM_WAIT_EVENT_PTSZ, "cuStreamWaitEvent_ptsz", Action::Timed),
+        (EVENT_RECORD, "cuEventRecord", Action::Timed),
+        (EVENT_RECORD_PTSZ, "cuEventRecord_ptsz", Action::Timed),
+        (EVENT_RECORD_WITH_FLAGS, "cuEventRecordWithFlags", Action::Timed),
+        (EVENT_RECORD_WITH_FLAGS_PTSZ, "cuEventRecordWithFlags_ptsz", Action::Timed),
+        (MEMCPY, "cuMemcpy", Action::Timed),
+        (MEMCPY_ASYNC, "cuMemcpyAsync", Action::Timed),
+        (MEMCPY_ASYNC_PTSZ, "cuMemcpyAsync_ptsz", Action::Timed),
+        (MEMCPY_HTOD, "cuMemcpyHtoD_v2", Action::Timed),
+        (MEMCPY_DTOH, "cuMemcpyDtoH_v2", Action::Timed),
+        (MEMCPY_DTOD, "cuMemcpyDtoD_v2", Action::Timed),
+        (MEMCPY_HTOD_ASYNC, "cuMemcpyHtoDAsync_v2", Action::Timed),
+        (MEMCPY_DTOH_ASYNC, "cuMemcpyDtoHAsync_v2", Action::Timed),
+        (MEMCPY_DTOD_ASYNC, "cuMemcpyDtoDAsync_v2", Action::Timed),
+        (MEMSET_D8, "cuMemsetD8_v2", Action::Timed),
+        (MEMSET_D32, "cuMemsetD32_v2", Action::Timed),
+        (MEMSET_D8_ASYNC, "cuMemsetD8Async", Action::Timed),
+        (MEMSET_D8_ASYNC_PTSZ, "cuMemsetD8Async_ptsz", Action::Timed),
+        (MEMSET_D32_ASYNC, "cuMemsetD32Async", Action::Timed),
+        (MEMSET_D32_ASYNC_PTSZ, "cuMemsetD32Async_ptsz", Action::Timed),
     ];
     /// Is this entry point a kernel launch (graph launches included)?
     pub const fn is_launch(id: u32) -> bool {
@@ -545,6 +609,138 @@ pub struct CudaLaunchRecord {
     pub stream: u64,
     pub grid: [u32; 3],
     pub block: [u32; 3],
+}
+
+/// What the [`cuda_entry::Action::Timed`] entry points are, read from their id and first four
+/// arguments (shared by the kernel's byte count and user space's decoding).
+pub mod timed {
+    use crate::cuda_entry::*;
+
+    /// What a timed call does.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Class {
+        /// Blocks the host thread until a stream, the context or an event is done.
+        Synchronize,
+        /// Polls an event (returns at once: CUDA_SUCCESS done, CUDA_ERROR_NOT_READY not yet).
+        Query,
+        /// Makes a stream wait for an event (GPU-side; the host does not block).
+        Wait,
+        /// Records an event on a stream.
+        Record,
+        /// A memory copy.
+        Copy,
+        /// A memset.
+        Set,
+    }
+
+    /// The class of timed entry point `id`; `None` for any other id.
+    pub const fn class(id: u32) -> Option<Class> {
+        Some(match id {
+            STREAM_SYNCHRONIZE | STREAM_SYNCHRONIZE_PTSZ | CTX_SYNCHRONIZE | EVENT_SYNCHRONIZE => Class::Synchronize,
+            EVENT_QUERY => Class::Query,
+            STREAM_WAIT_EVENT | STREAM_WAIT_EVENT_PTSZ => Class::Wait,
+            EVENT_RECORD | EVENT_RECORD_PTSZ | EVENT_RECORD_WITH_FLAGS | EVENT_RECORD_WITH_FLAGS_PTSZ => Class::Record,
+            MEMCPY..=MEMCPY_DTOD_ASYNC => Class::Copy,
+            MEMSET_D8..=MEMSET_D32_ASYNC_PTSZ => Class::Set,
+            _ => return None,
+        })
+    }
+
+    /// Bytes a copy or memset moves or writes (0 for the others).
+    pub const fn bytes(id: u32, args: &[u64; 4]) -> u64 {
+        match id {
+            MEMCPY..=MEMCPY_DTOD_ASYNC | MEMSET_D8 | MEMSET_D8_ASYNC | MEMSET_D8_ASYNC_PTSZ => args[2],
+            // Clamped so that the product fits (no 128-bit multiply in BPF).
+            MEMSET_D32 | MEMSET_D32_ASYNC | MEMSET_D32_ASYNC_PTSZ => {
+                (if args[2] > u32::MAX as u64 { u32::MAX as u64 } else { args[2] }) * 4
+            }
+            _ => 0,
+        }
+    }
+
+    /// The stream a call is on: its argument, or 0 (the legacy default stream) for the synchronous
+    /// copies and memsets; `None` for calls that name no stream (context and event
+    /// synchronisation, event queries).
+    pub const fn stream(id: u32, args: &[u64; 4]) -> Option<u64> {
+        match id {
+            STREAM_SYNCHRONIZE | STREAM_SYNCHRONIZE_PTSZ | STREAM_WAIT_EVENT | STREAM_WAIT_EVENT_PTSZ => Some(args[0]),
+            EVENT_RECORD | EVENT_RECORD_PTSZ | EVENT_RECORD_WITH_FLAGS | EVENT_RECORD_WITH_FLAGS_PTSZ => Some(args[1]),
+            MEMCPY_ASYNC
+            | MEMCPY_ASYNC_PTSZ
+            | MEMCPY_HTOD_ASYNC
+            | MEMCPY_DTOH_ASYNC
+            | MEMCPY_DTOD_ASYNC
+            | MEMSET_D8_ASYNC
+            | MEMSET_D8_ASYNC_PTSZ
+            | MEMSET_D32_ASYNC
+            | MEMSET_D32_ASYNC_PTSZ => Some(args[3]),
+            MEMCPY | MEMCPY_HTOD | MEMCPY_DTOH | MEMCPY_DTOD | MEMSET_D8 | MEMSET_D32 => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The event a call names, if any.
+    pub const fn event(id: u32, args: &[u64; 4]) -> Option<u64> {
+        match id {
+            EVENT_SYNCHRONIZE
+            | EVENT_QUERY
+            | EVENT_RECORD
+            | EVENT_RECORD_PTSZ
+            | EVENT_RECORD_WITH_FLAGS
+            | EVENT_RECORD_WITH_FLAGS_PTSZ => Some(args[0]),
+            STREAM_WAIT_EVENT | STREAM_WAIT_EVENT_PTSZ => Some(args[1]),
+            _ => None,
+        }
+    }
+
+    /// Whether a copy or memset returns before the work is done (the `Async` ones).
+    pub const fn is_async(id: u32) -> bool {
+        matches!(
+            id,
+            MEMCPY_ASYNC
+                | MEMCPY_ASYNC_PTSZ
+                | MEMCPY_HTOD_ASYNC
+                | MEMCPY_DTOH_ASYNC
+                | MEMCPY_DTOD_ASYNC
+                | MEMSET_D8_ASYNC
+                | MEMSET_D8_ASYNC_PTSZ
+                | MEMSET_D32_ASYNC
+                | MEMSET_D32_ASYNC_PTSZ
+        )
+    }
+
+    /// A copy's direction, from the entry point (`cuMemcpy` and `cuMemcpyAsync` infer it from
+    /// unified addresses: "any").
+    pub const fn direction(id: u32) -> &'static str {
+        match id {
+            MEMCPY_HTOD | MEMCPY_HTOD_ASYNC => "htod",
+            MEMCPY_DTOH | MEMCPY_DTOH_ASYNC => "dtoh",
+            MEMCPY_DTOD | MEMCPY_DTOD_ASYNC => "dtod",
+            _ => "any",
+        }
+    }
+}
+
+/// `CUDA_TIMED_INFLIGHT` value: a timed call between entry and return (per-event mode only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaTimedInflight {
+    pub start_ktime_ns: u64,
+    pub args: [u64; 4],
+    pub entry: u32,
+    pub _pad: u32,
+}
+
+/// A timed call returned (per-event mode only): its entry time, result and first four arguments.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaTimedRecord {
+    pub hdr: EventHeader,
+    pub entry: u32,
+    /// CUresult.
+    pub result: u32,
+    pub start_ktime_ns: u64,
+    pub args: [u64; 4],
 }
 
 /// A libcuda free was called.
@@ -890,8 +1086,10 @@ pub mod probe {
     pub const CUDA_FUNCTION: u32 = 13;
     /// Per-event launch records.
     pub const CUDA_LAUNCH: u32 = 14;
-    pub const COUNT: u32 = 15;
-    pub const NAMES: [&str; 15] = [
+    /// Per-event records of timed calls (synchronisation, events, copies, memsets).
+    pub const CUDA_TIMED: u32 = 15;
+    pub const COUNT: u32 = 16;
+    pub const NAMES: [&str; 16] = [
         "open",
         "close",
         "dup",
@@ -907,6 +1105,7 @@ pub mod probe {
         "cuda_free",
         "cuda_function",
         "cuda_launch",
+        "cuda_timed",
     ];
 
     /// The probes whose records a ledger is built from: a loss of one of them (a full ledger ring,
@@ -944,6 +1143,7 @@ pub mod capacity {
     pub const UVM_MAPS: u32 = 16384;
     pub const CUDA_COUNTS: u32 = 65536;
     pub const CUDA_INFLIGHT: u32 = 16384;
+    pub const CUDA_TIMED_INFLIGHT: u32 = 16384;
     /// Default size of each ring buffer, the ledger ring and the bulk ring (bytes, power of two).
     pub const EVENTS_BYTES: u32 = 8 << 20;
 }
@@ -980,6 +1180,8 @@ const _: () = {
     assert!(size_of::<CudaFreeRecord>() == 48);
     assert!(size_of::<CudaFunctionRecord>() == 32 + 32 + CUDA_NAME_MAX);
     assert!(size_of::<CudaLaunchRecord>() == 32 + 8 + 16 + 24);
+    assert!(size_of::<CudaTimedInflight>() == 8 + 32 + 8);
+    assert!(size_of::<CudaTimedRecord>() == 32 + 8 + 8 + 32);
 };
 
 #[cfg(feature = "user")]
@@ -1025,6 +1227,9 @@ mod pod {
     // SAFETY: CudaAllocInflight is #[repr(C)] with two u64 and two u32 fields, the last the explicit `_pad`
     // (size asserted to be 24), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CudaAllocInflight {}
+    // SAFETY: CudaTimedInflight is #[repr(C)] with five u64s, a u32 and the explicit `_pad: u32` (size
+    // asserted to be 48), so it has no implicit padding and any bit pattern is valid.
+    unsafe impl aya::Pod for CudaTimedInflight {}
     // SAFETY: PerEventKey is #[repr(C)] with a u32, the explicit `_pad: u32` and a u64 (size asserted to be
     // 16), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for PerEventKey {}
@@ -1127,6 +1332,12 @@ unsafe impl Record for CudaFunctionRecord {
 // implicit padding.
 unsafe impl Record for CudaLaunchRecord {
     const KIND: u16 = kind::CUDA_LAUNCH;
+}
+// SAFETY: CudaTimedRecord is #[repr(C)] of `EventHeader`, two `u32`, a `u64` and `[u64; 4]`, all of which
+// accept any bit pattern; its size is asserted above to be 32 + 8 + 8 + 32, the sum of its fields, so there
+// is no implicit padding.
+unsafe impl Record for CudaTimedRecord {
+    const KIND: u16 = kind::CUDA_TIMED;
 }
 
 /// Read a whole record of type `R` from raw bytes; `None` if too short.

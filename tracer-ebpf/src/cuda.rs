@@ -8,12 +8,13 @@ use aya_ebpf::{
 };
 use tracer_common::{
     CUDA_NAME_MAX, CudaAllocInflight, CudaAllocRecord, CudaCount, CudaCountKey, CudaFreeRecord, CudaFunctionRecord,
-    CudaLaunchRecord, PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, counter, cuda_entry, family, probe,
+    CudaLaunchRecord, CudaTimedInflight, CudaTimedRecord, PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, counter,
+    cuda_entry, family, probe, timed,
 };
 
 use crate::{
     driver, emit,
-    maps::{CONFIG, CUDA_COUNTS, CUDA_INFLIGHT, CUDA_PER_EVENT},
+    maps::{CONFIG, CUDA_COUNTS, CUDA_INFLIGHT, CUDA_PER_EVENT, CUDA_TIMED_INFLIGHT},
 };
 
 #[inline(always)]
@@ -259,4 +260,43 @@ pub fn on_free(ctx: &ProbeContext) {
         }
         emit::submit(probe::CUDA_FREE, e);
     }
+}
+
+/// Timed call entry (synchronisation, events, copies, memsets): count it (copies and memsets with
+/// their bytes); in per-event mode keep its entry time and first four arguments for the return.
+pub fn on_timed_enter(ctx: &ProbeContext) {
+    let entry = cookie(ctx);
+    let a = |i: usize| -> u64 { ctx.arg(i).unwrap_or(0) };
+    let args = [a(0), a(1), a(2), a(3)];
+    // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    count_as(probe::CUDA_CALL, entry, timed::bytes(entry, &args), cgroup_id, pid_tgid);
+    if !per_event_selected(cgroup_id, pid_tgid) {
+        return;
+    }
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
+    let st = CudaTimedInflight { start_ktime_ns: unsafe { bpf_ktime_get_ns() }, args, entry, _pad: 0 };
+    if CUDA_TIMED_INFLIGHT.insert(&pid_tgid, &st, 0).is_err() {
+        emit::drop_event(probe::CUDA_TIMED, counter::DROP_INFLIGHT_FULL);
+    }
+}
+
+/// Timed call return: report it with its entry time, result and arguments.
+pub fn on_timed_return(ctx: &RetProbeContext) {
+    let key = bpf_get_current_pid_tgid();
+    // SAFETY: copied out immediately.
+    let Some(st) = (unsafe { CUDA_TIMED_INFLIGHT.get(&key) }).copied() else { return };
+    let _ = CUDA_TIMED_INFLIGHT.remove(&key);
+    let result: u64 = ctx.ret();
+    let Some(mut e) = emit::reserve_in::<CudaTimedRecord>(emit::Ring::Bulk, probe::CUDA_TIMED, 0) else { return };
+    let r = e.as_mut_ptr();
+    // SAFETY: r points at a reserved record.
+    unsafe {
+        (*r).entry = st.entry;
+        (*r).result = result as u32;
+        (*r).start_ktime_ns = st.start_ktime_ns;
+        (*r).args = st.args;
+    }
+    emit::submit(probe::CUDA_TIMED, e);
 }

@@ -222,6 +222,18 @@ pub fn cuda_free(ctx: ProbeContext) -> u32 {
     0
 }
 
+#[uprobe]
+pub fn cuda_timed_enter(ctx: ProbeContext) -> u32 {
+    cuda::on_timed_enter(&ctx);
+    0
+}
+
+#[uretprobe]
+pub fn cuda_timed_return(ctx: RetProbeContext) -> u32 {
+    cuda::on_timed_return(&ctx);
+    0
+}
+
 // Empty programs, one per attach mechanism: the benchmark attaches them to measure each mechanism's
 // own floor, so the tracer's cost can be reported as "floor + our work".
 #[tracepoint]

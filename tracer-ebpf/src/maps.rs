@@ -4,8 +4,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    COUNTER_ENTRIES, ClassSize, CudaAllocInflight, CudaCount, CudaCountKey, DeviceRef, FdKey, Inflight, PerEventKey,
-    PlanSlot, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
+    COUNTER_ENTRIES, ClassSize, CudaAllocInflight, CudaCount, CudaCountKey, CudaTimedInflight, DeviceRef, FdKey,
+    Inflight, PerEventKey, PlanSlot, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
 };
 
 /// The ledger ring: records a ledger is built from (fds, lifecycle, allocations, frees). Written
@@ -89,6 +89,12 @@ pub static CUDA_PER_EVENT: HashMap<PerEventKey, u64> = HashMap::with_max_entries
 /// libcuda allocations between entry and return, keyed by pid_tgid.
 #[map]
 pub static CUDA_INFLIGHT: HashMap<u64, CudaAllocInflight> = HashMap::with_max_entries(capacity::CUDA_INFLIGHT, 0);
+
+/// Timed libcuda calls (synchronisation, events, copies, memsets) between entry and return, keyed
+/// by pid_tgid; only for the processes in per-event mode.
+#[map]
+pub static CUDA_TIMED_INFLIGHT: HashMap<u64, CudaTimedInflight> =
+    HashMap::with_max_entries(capacity::CUDA_TIMED_INFLIGHT, 0);
 
 /// Processes that lost a record their ledger needed (ring buffer full, entry state or fd map
 /// full): tgid → `bpf_ktime_get_ns()` of the first loss. User space takes the entries every tick

@@ -71,10 +71,18 @@ pub struct WorkloadBuilder {
     binary: Option<PathBuf>,
     cgroup: Option<PathBuf>,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     timeout: Duration,
 }
 
 impl WorkloadBuilder {
+    /// Set an environment variable in the workload (e.g. `FAKE_LIBCUDA_KERNEL_NS` for the fake
+    /// libcuda's simulated GPU time).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
     /// Path of the `nv-workload` binary (default: [`locate_binary`]).
     pub fn binary(mut self, p: impl Into<PathBuf>) -> Self {
         self.binary = Some(p.into());
@@ -118,7 +126,7 @@ impl WorkloadBuilder {
             None => locate_binary("nv-workload")?,
         };
         let mut cmd = Command::new(&binary);
-        cmd.arg("--dev-dir").arg(&self.dev_dir).args(&self.args);
+        cmd.arg("--dev-dir").arg(&self.dev_dir).args(&self.args).envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         if let Some(dir) = &self.cgroup {
             let procs = CString::new(dir.join("cgroup.procs").into_os_string().into_encoded_bytes())
@@ -173,6 +181,7 @@ impl Workload {
             binary: None,
             cgroup: None,
             args: Vec::new(),
+            env: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
         }
     }

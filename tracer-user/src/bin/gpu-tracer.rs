@@ -327,7 +327,8 @@ struct EventsArgs {
     #[arg(long)]
     summary: bool,
     /// Per-event mode for this process: every kernel launch as its own event (grid, block, shared
-    /// memory, stream, kernel name), on top of the counts. Repeatable.
+    /// memory, stream, kernel name), and every synchronisation, copy and memset timed
+    /// (`cuda_call`), on top of the counts. Repeatable.
     #[arg(long = "per-event-pid", value_name = "PID")]
     per_event_pids: Vec<u32>,
     /// Per-event mode for this cgroup (a path relative to the cgroup2 mount, as in
@@ -550,6 +551,11 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
         return run_events_remote(conn, request, stream, &a).await;
     }
     let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
+    let mut cfg = cfg;
+    if !a.per_event_pids.is_empty() || !a.per_event_cgroups.is_empty() {
+        // Per-event mode also times synchronisation, copies and memsets: probe them.
+        cfg.cuda_timed_calls = true;
+    }
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);

@@ -163,6 +163,11 @@ pub struct Config {
     pub cuda_libraries: Vec<PathBuf>,
     /// How the cuda family's uprobes are attached. Default `auto`.
     pub cuda_attach: CudaAttach,
+    /// Also probe libcuda's synchronisation, event, copy and memset entry points (an entry and a
+    /// return uprobe each, which every call of every process pays): counted per entry point, and
+    /// timed one by one in per-event mode. `profile` and `events --per-event-*` switch it on.
+    /// Default false.
+    pub cuda_timed_calls: bool,
     /// How the lifecycle family's programs are attached. Default `auto`.
     pub lifecycle_attach: LifecycleAttach,
     /// NVML sampling (device and per-process readings).
@@ -478,6 +483,7 @@ impl Default for Config {
             max_processes: 16384,
             cuda_libraries: Vec::new(),
             cuda_attach: CudaAttach::Auto,
+            cuda_timed_calls: false,
             lifecycle_attach: LifecycleAttach::Auto,
             nvml: NvmlSettings::default(),
             attribution: AttributionSettings::default(),

@@ -8,8 +8,8 @@
 
 use tracer_common::{
     CGROUP_PATH_MAX, CgroupRmdirRecord, CudaAllocRecord, CudaFreeRecord, CudaFunctionRecord, CudaLaunchRecord,
-    EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX, IoctlRecord,
-    ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord, UvmMunmapRecord, flags,
+    CudaTimedRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
+    IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord, UvmMunmapRecord, flags,
     nv::{self, DriverAbi, class, esc, ioc_size, iowr, off, size, uvm},
     record_as_bytes,
 };
@@ -121,6 +121,13 @@ pub fn event(ev: &Event, abi: &DriverAbi) -> Vec<u8> {
                 block: *block,
             })
         }
+        Event::CudaTimed { header, entry, result, start_ktime_ns, args } => record_bytes(&CudaTimedRecord {
+            hdr: wire_header::<CudaTimedRecord>(header, 0),
+            entry: *entry,
+            result: *result,
+            start_ktime_ns: *start_ktime_ns,
+            args: *args,
+        }),
         Event::CgroupRemoved { header, cgroup_id, level, path } => {
             let path: [u8; CGROUP_PATH_MAX] = fixed(path);
             let path_len = path.iter().position(|&c| c == 0).unwrap_or(CGROUP_PATH_MAX) as u32;

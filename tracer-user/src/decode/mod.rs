@@ -24,9 +24,9 @@ mod tests;
 
 use tracer_common::{
     CGROUP_PATH_MAX, CUDA_NAME_MAX, CgroupRmdirRecord, CudaAllocRecord, CudaFreeRecord, CudaFunctionRecord,
-    CudaLaunchRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX, IOCTL_NESTED_MAX,
-    IOCTL_TAIL_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record, UvmMmapRecord,
-    UvmMunmapRecord, device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes,
+    CudaLaunchRecord, CudaTimedRecord, EventHeader, FdCloseRecord, FdDupRecord, FdOpenRecord, IOCTL_MAIN_MAX,
+    IOCTL_NESTED_MAX, IOCTL_TAIL_MAX, IoctlRecord, ProcExecRecord, ProcExitRecord, ProcForkRecord, Record,
+    UvmMmapRecord, UvmMunmapRecord, device_kind, flags, header_from_bytes, kind, nv::DriverAbi, record_from_bytes,
 };
 
 /// Why a record could not be decoded at all.
@@ -211,6 +211,9 @@ pub enum Event {
         block: [u32; 3],
         shared_mem_bytes: u32,
     },
+    /// A timed call returned (per-event mode only): synchronisation, an event record, query or
+    /// wait, a copy or a memset (`tracer_common::timed` reads the arguments by entry point).
+    CudaTimed { header: Header, entry: u32, result: u32, start_ktime_ns: u64, args: [u64; 4] },
     /// A cgroup v2 directory was removed.
     CgroupRemoved { header: Header, cgroup_id: u64, level: u32, path: String },
 }
@@ -231,7 +234,8 @@ impl Event {
             | Event::CudaAlloc { header, .. }
             | Event::CudaFree { header, .. }
             | Event::CudaFunction { header, .. }
-            | Event::CudaLaunch { header, .. } => header,
+            | Event::CudaLaunch { header, .. }
+            | Event::CudaTimed { header, .. } => header,
             Event::Ioctl(e) => &e.header,
         }
     }
@@ -252,6 +256,7 @@ impl Event {
             Event::CudaFree { .. } => "cuda_free",
             Event::CudaFunction { .. } => "cuda_function",
             Event::CudaLaunch { .. } => "cuda_launch",
+            Event::CudaTimed { .. } => "cuda_timed",
         }
     }
 }
@@ -689,6 +694,16 @@ pub fn decode(bytes: &[u8], abi: &DriverAbi) -> Result<Event, DecodeError> {
                 grid: r.grid,
                 block: r.block,
                 shared_mem_bytes: r.shared_mem_bytes,
+            }
+        }
+        kind::CUDA_TIMED => {
+            let r: CudaTimedRecord = record(bytes, &hdr)?;
+            Event::CudaTimed {
+                header,
+                entry: r.entry,
+                result: r.result,
+                start_ktime_ns: r.start_ktime_ns,
+                args: r.args,
             }
         }
         other => return Err(DecodeError::UnknownKind { kind: other }),

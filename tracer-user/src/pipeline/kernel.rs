@@ -156,6 +156,7 @@ impl KernelSide {
         let ebpf = &mut self.probes.ebpf;
         sweep_dead::<tracer_common::Inflight>(ebpf, map_names::INFLIGHT, proc_root)
             + sweep_dead::<tracer_common::CudaAllocInflight>(ebpf, map_names::CUDA_INFLIGHT, proc_root)
+            + sweep_dead::<tracer_common::CudaTimedInflight>(ebpf, map_names::CUDA_TIMED_INFLIGHT, proc_root)
     }
 
     /// Per-event mode for these cgroups and processes until `until_ktime_ns` (`u64::MAX`: no

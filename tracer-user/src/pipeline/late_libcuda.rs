@@ -31,17 +31,19 @@ pub(super) struct LateLibcuda {
     /// unregister; the pipeline does not wait for them). A copy is attached again only once its
     /// detach has finished, so its calls are never counted twice.
     detaching: HashMap<Inode, std::thread::JoinHandle<()>>,
+    /// Probe the timed entry points too (`Config::cuda_timed_calls`).
+    timed: bool,
 }
 
 impl LateLibcuda {
     /// Knows the libraries probed at start-up, so they are not probed twice.
-    pub(super) fn new<'a>(probed_at_start: impl IntoIterator<Item = &'a Path>) -> LateLibcuda {
+    pub(super) fn new<'a>(probed_at_start: impl IntoIterator<Item = &'a Path>, timed: bool) -> LateLibcuda {
         let inodes = probed_at_start
             .into_iter()
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|md| (md.dev(), md.ino()))
             .collect();
-        LateLibcuda { inodes, ..Default::default() }
+        LateLibcuda { inodes, timed, ..Default::default() }
     }
 
     /// `tgid` opened an NVIDIA device: probe the libcuda copies it maps that are not probed yet
@@ -70,7 +72,7 @@ impl LateLibcuda {
                 // Rare: a copy detached a moment ago is mapped again. Its old probes go first.
                 let _ = detaching.join();
             }
-            match attach::attach_library(ebpf, backend, &through_root) {
+            match attach::attach_library(ebpf, backend, &through_root, self.timed) {
                 Ok((report, links)) => {
                     stats.cuda_libraries_found += 1;
                     tracing::info!(tgid, path = %through_root.display(), method = report.method.as_str(), "probing a libcuda copy found in a process's mappings");

@@ -102,8 +102,10 @@ impl Agent {
         } else {
             (None, ProbeReport::nvml_only())
         };
-        let late_libcuda =
-            late_libcuda::LateLibcuda::new(report.cuda_libraries.iter().map(|l| std::path::Path::new(&l.path)));
+        let late_libcuda = late_libcuda::LateLibcuda::new(
+            report.cuda_libraries.iter().map(|l| std::path::Path::new(&l.path)),
+            cfg.cuda_timed_calls,
+        );
         let mut agent = Agent {
             driver_version,
             abi,

@@ -397,7 +397,7 @@ impl Probes {
                 Err(e) => FamilyStatus::Failed { error: e },
                 Ok(backend) => {
                     cuda_backend = backend;
-                    match crate::cuda::attach::attach_all(&mut ebpf, &cuda_backend, &libs) {
+                    match crate::cuda::attach::attach_all(&mut ebpf, &cuda_backend, &libs, cfg.cuda_timed_calls) {
                         Ok((reports, links)) => {
                             cuda_links = links;
                             let programs = reports.iter().map(library_summary).collect();

@@ -88,6 +88,24 @@ pub enum MemoryKind {
     DriverFree,
 }
 
+/// A timed libcuda call: synchronisation, an event record, query or wait, a copy, a memset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub start_ktime_ns: u64,
+    pub end_ktime_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub entry_point: String,
+    /// `synchronize`, `query`, `wait`, `record`, `copy`, `memset`.
+    pub class: String,
+    pub stream: Option<u64>,
+    pub event: Option<u64>,
+    pub bytes: u64,
+    pub direction: String,
+    pub is_async: bool,
+    pub result: u32,
+}
+
 /// What is known of one recorded process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Process {
@@ -122,6 +140,7 @@ pub struct Recording {
     pub processes: BTreeMap<u32, Process>,
     pub launches: Vec<Launch>,
     pub memory: Vec<MemoryCall>,
+    pub calls: Vec<Call>,
     /// Events of the workload seen (kept or not).
     pub events_seen: u64,
     /// Events not kept because [`Limits::max_events`] was reached.
@@ -181,6 +200,7 @@ impl Recorder {
         }
         let keep = match p {
             Payload::CudaLaunch(_)
+            | Payload::CudaCall(_)
             | Payload::CudaAlloc(_)
             | Payload::CudaFree(_)
             | Payload::RmAlloc(_)
@@ -236,6 +256,20 @@ impl Recorder {
                     shared_mem_bytes: l.shared_mem_bytes,
                 });
             }
+            Payload::CudaCall(c) => self.rec.calls.push(Call {
+                start_ktime_ns: h.ktime_ns.saturating_sub(h.duration_ns),
+                end_ktime_ns: h.ktime_ns,
+                tgid: h.tgid,
+                tid: h.pid,
+                entry_point: c.entry_point.clone(),
+                class: c.class.clone(),
+                stream: c.stream,
+                event: c.event,
+                bytes: c.bytes,
+                direction: c.direction.clone(),
+                is_async: c.r#async,
+                result: c.result,
+            }),
             Payload::CudaAlloc(a) => {
                 self.rec.memory.push(call(MemoryKind::CudaAlloc, &a.entry_point, a.ptr, a.bytes, a.success))
             }

@@ -19,7 +19,10 @@ use gpu_tracer_proto::perfetto::{
 };
 use prost::Message;
 
-use super::{MemoryKind, Recording, summary::idle_gaps};
+use super::{
+    MemoryKind, Recording,
+    summary::{bounded_intervals, idle_gaps},
+};
 
 /// The one packet sequence every packet is written on.
 const SEQUENCE: u32 = 1;
@@ -172,6 +175,8 @@ enum Item<'a> {
     Launch(&'a super::Launch),
     Memory(usize),
     Gap { tgid: u32, end: bool },
+    Call { call: &'a super::Call, end: bool },
+    Bounded { b: &'a super::summary::Bounded, end: bool },
 }
 
 /// Write `rec` as a Perfetto trace to `out`, at most `max_bytes` long. `idle_gap_ns` is the
@@ -269,6 +274,15 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
         items.push((g.start_ktime_ns, 1, Item::Gap { tgid: g.tgid, end: false }));
         items.push((g.end_ktime_ns, 0, Item::Gap { tgid: g.tgid, end: true }));
     }
+    for c in &rec.calls {
+        items.push((c.start_ktime_ns, 1, Item::Call { call: c, end: false }));
+        items.push((c.end_ktime_ns, 0, Item::Call { call: c, end: true }));
+    }
+    let (bounded, _) = bounded_intervals(rec);
+    for b in &bounded {
+        items.push((b.start_ktime_ns, 1, Item::Bounded { b, end: false }));
+        items.push((b.end_ktime_ns, 0, Item::Bounded { b, end: true }));
+    }
     items.sort_by_key(|(ts, order, _)| (*ts, *order));
 
     // Counters start at 0 at the window's start.
@@ -355,6 +369,46 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
                     c.counter_value_field = Some(track_event::CounterValueField::CounterValue(*v));
                     w.event(ts, None, c)?;
                 }
+            }
+            Item::Call { call: c, end } => {
+                let track = tracks[&Track::Thread(c.tgid, c.tid)];
+                if end {
+                    w.event(ts, None, on(track, track_event::Type::SliceEnd))?;
+                    continue;
+                }
+                let mut e = on(track, track_event::Type::SliceBegin);
+                e.categories = vec![c.class.clone()];
+                let mut a = vec![uint("result", c.result.into())];
+                if let Some(st) = c.stream {
+                    a.push(ptr("stream", st));
+                }
+                if let Some(ev) = c.event {
+                    a.push(ptr("event", ev));
+                }
+                if c.class == "copy" || c.class == "memset" {
+                    a.push(uint("bytes", c.bytes));
+                    a.push(ann("async", debug_annotation::Value::BoolValue(c.is_async)));
+                }
+                if !c.direction.is_empty() {
+                    a.push(text("direction", c.direction.clone()));
+                }
+                e.debug_annotations = a;
+                w.event(ts, Some(&c.entry_point), e)?;
+            }
+            Item::Bounded { b, end } => {
+                let track = tracks[&Track::Stream(b.tgid, b.stream)];
+                if end {
+                    w.event(ts, None, on(track, track_event::Type::SliceEnd))?;
+                    continue;
+                }
+                let mut e = on(track, track_event::Type::SliceBegin);
+                e.categories = vec!["bounded".into()];
+                e.debug_annotations = vec![
+                    uint("kernels", b.kernels),
+                    text("bounded_by", b.by.clone()),
+                    text("meaning", "these kernels ran somewhere inside this interval; not a duration".into()),
+                ];
+                w.event(ts, Some("ran within (bounded at sync)"), e)?;
             }
             Item::Gap { tgid, end } => {
                 let track = tracks[&Track::Submission(tgid)];

@@ -75,6 +75,8 @@ pub fn prepare(cfg: &mut Config, target: &TargetSpec) -> Result<()> {
     if !cfg.families.cuda {
         bail!("profile records libcuda's calls: the cuda probe family is off (--no-cuda or families.cuda = false)");
     }
+    // Synchronisation, events, copies and memsets: probed for this session's own probes only.
+    cfg.cuda_timed_calls = true;
     if let TargetSpec::Pid(pid) = target {
         let dir = cfg.proc_root.join(pid.to_string());
         if !dir.exists() {

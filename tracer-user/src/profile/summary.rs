@@ -51,6 +51,99 @@ pub fn idle_gaps(rec: &Recording, min_ns: u64) -> Vec<Gap> {
     gaps
 }
 
+/// A stretch of one stream in which the kernels submitted to it ran: each was launched at or
+/// after `start_ktime_ns` and a synchronisation that began after its launch returned at
+/// `end_ktime_ns`. Not a measured kernel duration: a bound.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Bounded {
+    pub tgid: u32,
+    pub stream: u64,
+    pub start_ktime_ns: u64,
+    pub end_ktime_ns: u64,
+    pub kernels: u64,
+    /// The synchronisation entry point(s) that closed it.
+    pub by: String,
+}
+
+/// The bounded intervals of every stream (overlapping ones merged, so each stream's are disjoint
+/// and every kernel in one ran within it), and the launches no synchronisation in the window
+/// bounded. `cuStreamSynchronize(S)` bounds S's launches submitted before it began;
+/// `cuCtxSynchronize` every stream's of its process. (Event synchronisation is not used yet.)
+pub fn bounded_intervals(rec: &Recording) -> (Vec<Bounded>, u64) {
+    // Launch times per (process, stream), in order.
+    let mut launches: BTreeMap<(u32, u64), Vec<u64>> = BTreeMap::new();
+    for l in &rec.launches {
+        launches.entry((l.tgid, l.stream)).or_default().push(l.ktime_ns);
+    }
+    for v in launches.values_mut() {
+        v.sort_unstable();
+    }
+    let mut syncs: Vec<&super::Call> =
+        rec.calls.iter().filter(|c| c.class == "synchronize" && c.result == 0 && c.event.is_none()).collect();
+    syncs.sort_by_key(|c| c.end_ktime_ns);
+    let mut cursor: HashMap<(u32, u64), usize> = HashMap::new();
+    let mut raw: BTreeMap<(u32, u64), Vec<Bounded>> = BTreeMap::new();
+    for c in syncs {
+        let streams: Vec<(u32, u64)> = match c.stream {
+            Some(st) => vec![(c.tgid, st)],
+            None => launches.range((c.tgid, 0)..=(c.tgid, u64::MAX)).map(|(k, _)| *k).collect(),
+        };
+        for key in streams {
+            let Some(ts) = launches.get(&key) else { continue };
+            let from = cursor.get(&key).copied().unwrap_or(0);
+            let to = from + ts[from..].partition_point(|&t| t <= c.start_ktime_ns);
+            if to > from {
+                raw.entry(key).or_default().push(Bounded {
+                    tgid: key.0,
+                    stream: key.1,
+                    start_ktime_ns: ts[from],
+                    end_ktime_ns: c.end_ktime_ns,
+                    kernels: (to - from) as u64,
+                    by: c.entry_point.clone(),
+                });
+                cursor.insert(key, to);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (_, mut v) in raw {
+        v.sort_by_key(|b| b.start_ktime_ns);
+        let mut merged: Vec<Bounded> = Vec::new();
+        for b in v {
+            match merged.last_mut() {
+                Some(m) if b.start_ktime_ns < m.end_ktime_ns => {
+                    m.end_ktime_ns = m.end_ktime_ns.max(b.end_ktime_ns);
+                    m.kernels += b.kernels;
+                    if !m.by.split('+').any(|x| x == b.by) {
+                        m.by = format!("{}+{}", m.by, b.by);
+                    }
+                }
+                _ => merged.push(b),
+            }
+        }
+        out.extend(merged);
+    }
+    let bounded: u64 = out.iter().map(|b| b.kernels).sum();
+    (out, rec.launches.len() as u64 - bounded)
+}
+
+/// Total length of the union of `[start, end)` intervals.
+fn union_ns(mut v: Vec<(u64, u64)>) -> u64 {
+    v.sort_unstable();
+    let (mut total, mut cur): (u64, Option<(u64, u64)>) = (0, None);
+    for (s, e) in v {
+        cur = match cur {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    total + cur.map_or(0, |(s, e)| e - s)
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
     /// `pid N` or `cgroup N`.
@@ -69,7 +162,35 @@ pub struct Summary {
     pub leak_candidates_bytes: u64,
     pub idle: Idle,
     pub gpu_time: GpuTime,
+    /// Host time blocked in synchronisation, per thread (most first).
+    pub synchronisation: Vec<SyncRow>,
+    /// `cuEventQuery` calls (polling) and how many found the event not ready.
+    pub event_queries: u64,
+    pub event_queries_not_ready: u64,
+    /// Copies per direction (`htod`, `dtoh`, `dtod`, `any`), and memsets.
+    pub copies: BTreeMap<String, CopyRow>,
+    pub memsets: CopyRow,
     pub session: Session,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SyncRow {
+    pub tgid: u32,
+    pub tid: u32,
+    pub calls: u64,
+    pub blocked_ms: f64,
+    pub longest_ms: f64,
+    /// Calls per entry point.
+    pub per_entry_point: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CopyRow {
+    pub calls: u64,
+    pub bytes: u64,
+    pub async_calls: u64,
+    /// Host time inside the calls (for synchronous ones, the copy itself).
+    pub host_ms: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -166,12 +287,19 @@ pub struct GapRow {
     pub duration_ms: f64,
 }
 
-/// What is known of when kernels ran on the GPU. Uprobes see submissions only; without the
-/// synchronisation entry points there is no bound on when a kernel ran, so all of it is unknown.
+/// What is known of when kernels ran on the GPU. Uprobes see submissions only: a kernel is known
+/// to have run within [its launch, the return of a synchronisation that began after it]
+/// ([`Bounded`]); nothing else about its timing is.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct GpuTime {
-    pub bounded_at_sync_share: f64,
+    /// Launches a synchronisation in the window bounded, and those none did.
+    pub launches_bounded: u64,
+    pub launches_not_bounded: u64,
+    /// The share of the window (per process, averaged) covered by bounded intervals: the GPU ran
+    /// those kernels somewhere inside it. The rest of the window is unknown.
+    pub bounded_share: f64,
     pub unknown_share: f64,
+    pub intervals: u64,
     pub note: String,
 }
 
@@ -336,13 +464,61 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
             })
             .collect(),
     };
+    let (bounded, not_bounded) = bounded_intervals(rec);
+    let covered: u64 = rec
+        .processes
+        .keys()
+        .map(|t| {
+            union_ns(bounded.iter().filter(|b| b.tgid == *t).map(|b| (b.start_ktime_ns, b.end_ktime_ns)).collect())
+        })
+        .sum();
+    let bounded_share = (covered as f64 / (duration_ns.max(1) as f64 * rec.processes.len().max(1) as f64)).min(1.0);
     s.gpu_time = GpuTime {
-        bounded_at_sync_share: 0.0,
-        unknown_share: 1.0,
-        note: "uprobes see when kernels were submitted, not when they ran; the synchronisation entry points \
-               that bound GPU time are not probed yet, so no share of the window is bounded"
+        launches_bounded: rec.launches.len() as u64 - not_bounded,
+        launches_not_bounded: not_bounded,
+        bounded_share,
+        unknown_share: 1.0 - bounded_share,
+        intervals: bounded.len() as u64,
+        note: "uprobes see when kernels are submitted, not when they run: a kernel ran within [its launch, \
+               the return of a stream or context synchronisation that began after it] (drawn on the stream \
+               tracks as \"ran within (bounded at sync)\"); no kernel duration is measured"
             .into(),
     };
+
+    // Synchronisation per thread, queries, copies, memsets.
+    let mut sync: BTreeMap<(u32, u32), SyncRow> = BTreeMap::new();
+    for c in &rec.calls {
+        let ms = (c.end_ktime_ns - c.start_ktime_ns) as f64 / 1e6;
+        match c.class.as_str() {
+            "synchronize" => {
+                let r = sync.entry((c.tgid, c.tid)).or_insert_with(|| SyncRow {
+                    tgid: c.tgid,
+                    tid: c.tid,
+                    ..Default::default()
+                });
+                r.calls += 1;
+                r.blocked_ms += ms;
+                r.longest_ms = r.longest_ms.max(ms);
+                *r.per_entry_point.entry(c.entry_point.clone()).or_default() += 1;
+            }
+            "query" => {
+                s.event_queries += 1;
+                // CUDA_ERROR_NOT_READY
+                s.event_queries_not_ready += u64::from(c.result == 600);
+            }
+            "copy" | "memset" => {
+                let row =
+                    if c.class == "copy" { s.copies.entry(c.direction.clone()).or_default() } else { &mut s.memsets };
+                row.calls += 1;
+                row.bytes += c.bytes;
+                row.async_calls += u64::from(c.is_async);
+                row.host_ms += ms;
+            }
+            _ => {}
+        }
+    }
+    s.synchronisation = sync.into_values().collect();
+    s.synchronisation.sort_by(|a, b| b.blocked_ms.total_cmp(&a.blocked_ms).then(a.tid.cmp(&b.tid)));
 
     for (&tgid, p) in &rec.processes {
         let mine = |k: MemoryKind| rec.memory.iter().filter(|m| m.tgid == tgid && m.kind == k).count() as u64;
@@ -419,10 +595,11 @@ pub fn render(s: &Summary) -> String {
             );
         }
     }
+    let _ = writeln!(o);
     for (name, m) in [("CUDA", &s.cuda_memory), ("driver", &s.driver_memory)] {
         let _ = writeln!(
             o,
-            "\n{name} memory: {} allocations ({}, {} failed, {:.1}/s), {} frees ({}); net {}, peak {} at {:.2} s",
+            "{name} memory: {} allocations ({}, {} failed, {:.1}/s), {} frees ({}); net {}, peak {} at {:.2} s",
             m.allocs,
             bytes(m.alloc_bytes as i64),
             m.failed_allocs,
@@ -459,7 +636,38 @@ pub fn render(s: &Summary) -> String {
         s.idle.total_s,
         s.idle.share * 100.0
     );
-    let _ = writeln!(o, "GPU time: {}", s.gpu_time.note);
+    let g = &s.gpu_time;
+    let _ = writeln!(
+        o,
+        "GPU time: {} launches bounded at a synchronisation, {} not; the bounds cover {:.1}% of the window, \
+         the rest is unknown (kernel durations are not measured)",
+        g.launches_bounded,
+        g.launches_not_bounded,
+        g.bounded_share * 100.0,
+    );
+    for r in &s.synchronisation {
+        let _ = writeln!(
+            o,
+            "  thread {} blocked {:.2} ms in {} synchronisations (longest {:.2} ms)",
+            r.tid, r.blocked_ms, r.calls, r.longest_ms
+        );
+    }
+    if s.event_queries > 0 {
+        let _ =
+            writeln!(o, "  cuEventQuery: {} calls, {} not ready (polling)", s.event_queries, s.event_queries_not_ready);
+    }
+    for (dir, c) in
+        s.copies.iter().map(|(d, c)| (d.as_str(), c)).chain((s.memsets.calls > 0).then_some(("memset", &s.memsets)))
+    {
+        let _ = writeln!(
+            o,
+            "  {dir}: {} calls ({} async), {}, {:.2} ms on the host",
+            c.calls,
+            c.async_calls,
+            bytes(c.bytes as i64),
+            c.host_ms
+        );
+    }
     let t = &s.session.trace;
     let _ = writeln!(
         o,

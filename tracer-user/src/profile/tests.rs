@@ -270,3 +270,79 @@ fn a_process_exit_ends_its_idle_time_and_its_leaks() {
     assert_eq!(s.idle.gaps, 1);
     assert!((s.idle.total_s - 0.298).abs() < 1e-9, "{:?}", s.idle);
 }
+
+fn sync_call(entry: &str, stream: Option<u64>, result: u32) -> Payload {
+    Payload::CudaCall(v1::CudaCall {
+        entry_point: entry.into(),
+        class: "synchronize".into(),
+        result,
+        success: result == 0,
+        stream,
+        ..Default::default()
+    })
+}
+
+/// `ev` with the header's duration set (a timed call returning at `t` after `d` ns).
+fn timed(tgid: u32, tid: u32, t: u64, d: u64, p: Payload) -> v1::Event {
+    let mut e = ev(tgid, tid, t, p);
+    e.header.as_mut().unwrap().duration_ns = d;
+    e
+}
+
+#[test]
+fn synchronisations_bound_the_kernels_before_them_and_are_slices_on_their_thread() {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    for i in 0..30 {
+        r.event(&ev(10, 10, T0 + i * MS, launch("gemm", 0x5)));
+    }
+    // cuStreamSynchronize(0x5) from 30 to 45 ms: the 30 gemms ran within [0, 45 ms].
+    r.event(&timed(10, 10, T0 + 45 * MS, 15 * MS, sync_call("cuStreamSynchronize", Some(0x5), 0)));
+    for i in 0..10 {
+        r.event(&ev(10, 12, T0 + 500 * MS + i * MS, launch("softmax", 0x6)));
+    }
+    // A launch during the context synchronisation (from 600 to 620 ms) is not covered by it.
+    r.event(&ev(10, 12, T0 + 610 * MS, launch("late", 0x6)));
+    r.event(&timed(10, 10, T0 + 620 * MS, 20 * MS, sync_call("cuCtxSynchronize", None, 0)));
+    // A failed synchronisation bounds nothing.
+    r.event(&timed(10, 12, T0 + 700 * MS, MS, sync_call("cuStreamSynchronize", Some(0x6), 999)));
+    let rec = r.finish(T0 + 2000 * MS, "duration", 0);
+    let (b, not) = summary::bounded_intervals(&rec);
+    assert_eq!(not, 1, "the late launch: {b:#?}");
+    let got: Vec<(u64, u64, u64, u64)> =
+        b.iter().map(|b| (b.stream, (b.start_ktime_ns - T0) / MS, (b.end_ktime_ns - T0) / MS, b.kernels)).collect();
+    assert_eq!(got, vec![(0x5, 0, 45, 30), (0x6, 500, 620, 10)]);
+    let s = summary::summarize(&rec, &Target::Pid(10), 100 * MS, Default::default());
+    assert_eq!((s.gpu_time.launches_bounded, s.gpu_time.launches_not_bounded), (40, 1));
+    assert!((s.gpu_time.bounded_share - 0.165 / 2.0).abs() < 1e-9, "{:?}", s.gpu_time);
+    assert_eq!(s.synchronisation.len(), 2);
+    assert_eq!((s.synchronisation[0].tid, s.synchronisation[0].calls), (10, 2));
+    assert!((s.synchronisation[0].blocked_ms - 35.0).abs() < 1e-9);
+    assert_eq!(s.synchronisation[0].per_entry_point["cuCtxSynchronize"], 1);
+
+    let (t, stats) = decode(&rec, u64::MAX);
+    let by_track = check_structure(&t);
+    let slices = |name: &str| -> usize {
+        by_track.values().flatten().filter(|(n, ty)| n == name && *ty == track_event::Type::SliceBegin).count()
+    };
+    assert_eq!(slices("cuStreamSynchronize"), 2);
+    assert_eq!(slices("cuCtxSynchronize"), 1);
+    assert_eq!(slices("ran within (bounded at sync)"), 2);
+    assert!(stats.slices >= 5);
+}
+
+#[test]
+fn overlapping_bounds_on_one_stream_merge() {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    r.event(&ev(10, 10, T0 + MS, launch("a", 0x5)));
+    // Thread 11 launches while thread 10's synchronisation (2..10 ms) is in progress; its own
+    // synchronisation (9..20 ms) bounds it: [5, 20] overlaps [1, 10], so one interval [1, 20].
+    r.event(&ev(10, 11, T0 + 5 * MS, launch("b", 0x5)));
+    r.event(&timed(10, 10, T0 + 10 * MS, 8 * MS, sync_call("cuStreamSynchronize", Some(0x5), 0)));
+    r.event(&timed(10, 11, T0 + 20 * MS, 11 * MS, sync_call("cuStreamSynchronize", Some(0x5), 0)));
+    let rec = r.finish(T0 + 100 * MS, "duration", 0);
+    let (b, not) = summary::bounded_intervals(&rec);
+    assert_eq!(not, 0);
+    assert_eq!(b.len(), 1, "{b:#?}");
+    assert_eq!(((b[0].start_ktime_ns - T0) / MS, (b[0].end_ktime_ns - T0) / MS, b[0].kernels), (1, 20, 2));
+    check_structure(&decode(&rec, u64::MAX).0);
+}

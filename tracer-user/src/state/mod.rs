@@ -330,7 +330,8 @@ impl TracerState {
             Event::CudaAlloc { .. }
             | Event::CudaFree { .. }
             | Event::CudaFunction { .. }
-            | Event::CudaLaunch { .. } => {}
+            | Event::CudaLaunch { .. }
+            | Event::CudaTimed { .. } => {}
             Event::CgroupRemoved { cgroup_id, .. } => {
                 if let Some(c) = self.cgroups.get_mut(cgroup_id) {
                     c.removed = true;

@@ -63,6 +63,19 @@ cuda-mem-release <handle>        cuMemRelease -> ok
 cuda-caching-pattern [blocks] [bytes] [launches]  a caching allocator's life (PyTorch-like): blocks x cuMemAlloc_v2
                                  of bytes (default 4 x 512M) once, then launches x cuLaunchKernel (default 1000), no
                                  frees -> ok launched=N ns=T blocks=N bytes=TOTAL ptrs=0x..,0x..
+cuda-event-create                cuEventCreate -> ok event=0x..
+cuda-event-record <event>        cuEventRecord on the stream -> ok
+cuda-event-sync <event>          cuEventSynchronize -> ok ns=T (T: how long it blocked)
+cuda-event-query <event>         cuEventQuery -> ok ready=0|1
+cuda-stream-wait-event <event>   cuStreamWaitEvent(stream, event, 0) -> ok
+cuda-stream-sync                 cuStreamSynchronize on the stream -> ok ns=T
+cuda-ctx-sync                    cuCtxSynchronize -> ok ns=T
+cuda-memcpy-htod <ptr> <bytes>   cuMemcpyHtoD_v2 from a host buffer -> ok ns=T
+cuda-memcpy-dtoh <ptr> <bytes>   cuMemcpyDtoH_v2 into a host buffer -> ok ns=T
+cuda-memcpy-async <ptr> <bytes>  cuMemcpyAsync(ptr, host buffer, bytes, stream) -> ok ns=T
+cuda-memset <ptr> <bytes>        cuMemsetD8_v2 -> ok ns=T
+cuda-memset-d32-async <ptr> <n>  cuMemsetD32Async(ptr, 0, n, stream) -> ok ns=T
+(The fake library simulates GPU time when FAKE_LIBCUDA_KERNEL_NS is set in the workload's environment.)
 "
     };
 }
@@ -99,6 +112,18 @@ pub const COMMANDS: &[&str] = &[
     "cuda-free-host",
     "cuda-mem-release",
     "cuda-caching-pattern",
+    "cuda-event-create",
+    "cuda-event-record",
+    "cuda-event-sync",
+    "cuda-event-query",
+    "cuda-stream-wait-event",
+    "cuda-stream-sync",
+    "cuda-ctx-sync",
+    "cuda-memcpy-htod",
+    "cuda-memcpy-dtoh",
+    "cuda-memcpy-async",
+    "cuda-memset",
+    "cuda-memset-d32-async",
 ];
 
 /// The function `cuda-init` gets from its module (cuModuleGetFunction).
@@ -149,6 +174,7 @@ pub fn error_name(code: CuResult) -> &'static str {
         201 => "CUDA_ERROR_INVALID_CONTEXT",
         400 => "CUDA_ERROR_INVALID_HANDLE",
         500 => "CUDA_ERROR_NOT_FOUND",
+        600 => "CUDA_ERROR_NOT_READY",
         700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
         719 => "CUDA_ERROR_LAUNCH_FAILED",
         801 => "CUDA_ERROR_NOT_SUPPORTED",
@@ -160,6 +186,13 @@ pub fn error_name(code: CuResult) -> &'static str {
 
 fn check(op: &str, code: CuResult) -> Result<(), String> {
     if code == 0 { Ok(()) } else { Err(format!("op={op} code={code} name={}", error_name(code))) }
+}
+
+/// One call, answered with how long it took (`ns=T`).
+fn timed(op: &str, call: impl FnOnce() -> CuResult) -> Outcome {
+    let start = Instant::now();
+    check(op, call())?;
+    Ok(format!("ns={}", start.elapsed().as_nanos()))
 }
 
 /// `CUlaunchConfig` (cuda.h, 56 bytes).
@@ -301,6 +334,18 @@ api! {
     mem_free_async_ptsz: "cuMemFreeAsync_ptsz" fn(u64, Handle);
     mem_free_host: "cuMemFreeHost" fn(*mut c_void);
     get_proc_address: "cuGetProcAddress_v2" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
+    event_create: "cuEventCreate" fn(*mut Handle, c_uint);
+    event_record: "cuEventRecord" fn(Handle, Handle);
+    event_synchronize: "cuEventSynchronize" fn(Handle);
+    event_query: "cuEventQuery" fn(Handle);
+    stream_wait_event: "cuStreamWaitEvent" fn(Handle, Handle, c_uint);
+    stream_synchronize: "cuStreamSynchronize" fn(Handle);
+    ctx_synchronize: "cuCtxSynchronize" fn();
+    memcpy_htod: "cuMemcpyHtoD_v2" fn(u64, *const c_void, usize);
+    memcpy_dtoh: "cuMemcpyDtoH_v2" fn(*mut c_void, u64, usize);
+    memcpy_async: "cuMemcpyAsync" fn(u64, u64, usize, Handle);
+    memset_d8: "cuMemsetD8_v2" fn(u64, u8, usize);
+    memset_d32_async: "cuMemsetD32Async" fn(u64, c_uint, usize, Handle);
 }
 
 /// The entry point `$field` of `$api`, or an `err op=dlsym` answer.
@@ -483,6 +528,86 @@ impl CudaSession {
                 let blocks = count(0, 4)?;
                 let block = if args.len() > 1 { bytes(1)? } else { 512 << 20 };
                 self.caching_pattern(blocks, block, count(2, 1000)?)
+            }
+            "cuda-event-create" => {
+                let f = entry!(self.api, event_create, "cuEventCreate");
+                let mut e: Handle = std::ptr::null_mut();
+                // SAFETY: the out-pointer is a live local.
+                check("cuEventCreate", unsafe { f(&mut e, 0) })?;
+                Ok(format!("event={:#x}", e as usize))
+            }
+            "cuda-event-record" => {
+                let f = entry!(self.api, event_record, "cuEventRecord");
+                // SAFETY: an event handle the library returned (checked by the library), the stream.
+                check("cuEventRecord", unsafe { f(h(number(0)?), h(self.target.stream)) }).map(|()| String::new())
+            }
+            "cuda-event-sync" => {
+                let f = entry!(self.api, event_synchronize, "cuEventSynchronize");
+                let e = h(number(0)?);
+                // SAFETY: as above.
+                timed("cuEventSynchronize", || unsafe { f(e) })
+            }
+            "cuda-event-query" => {
+                let f = entry!(self.api, event_query, "cuEventQuery");
+                // SAFETY: as above.
+                match unsafe { f(h(number(0)?)) } {
+                    0 => Ok("ready=1".into()),
+                    600 => Ok("ready=0".into()),
+                    code => check("cuEventQuery", code).map(|()| String::new()),
+                }
+            }
+            "cuda-stream-wait-event" => {
+                let f = entry!(self.api, stream_wait_event, "cuStreamWaitEvent");
+                // SAFETY: the stream and an event handle the library returned.
+                check("cuStreamWaitEvent", unsafe { f(h(self.target.stream), h(number(0)?), 0) })
+                    .map(|()| String::new())
+            }
+            "cuda-stream-sync" => {
+                let f = entry!(self.api, stream_synchronize, "cuStreamSynchronize");
+                let stream = h(self.target.stream);
+                // SAFETY: the library's stream or NULL.
+                timed("cuStreamSynchronize", || unsafe { f(stream) })
+            }
+            "cuda-ctx-sync" => {
+                let f = entry!(self.api, ctx_synchronize, "cuCtxSynchronize");
+                // SAFETY: no arguments.
+                timed("cuCtxSynchronize", || unsafe { f() })
+            }
+            "cuda-memcpy-htod" => {
+                let f = entry!(self.api, memcpy_htod, "cuMemcpyHtoD_v2");
+                let (dst, n) = (number(0)?, size(1)?);
+                let buf = vec![0u8; n];
+                // SAFETY: the host buffer holds n bytes; the device pointer is checked by the library.
+                timed("cuMemcpyHtoD_v2", || unsafe { f(dst, buf.as_ptr().cast(), n) })
+            }
+            "cuda-memcpy-dtoh" => {
+                let f = entry!(self.api, memcpy_dtoh, "cuMemcpyDtoH_v2");
+                let (src, n) = (number(0)?, size(1)?);
+                let mut buf = vec![0u8; n];
+                // SAFETY: as above.
+                timed("cuMemcpyDtoH_v2", || unsafe { f(buf.as_mut_ptr().cast(), src, n) })
+            }
+            "cuda-memcpy-async" => {
+                let f = entry!(self.api, memcpy_async, "cuMemcpyAsync");
+                let (dst, n) = (number(0)?, size(1)?);
+                // Pinned memory would outlive the call; a leaked buffer stands in for it.
+                let src = Box::leak(vec![0u8; n].into_boxed_slice()).as_ptr() as u64;
+                let stream = h(self.target.stream);
+                // SAFETY: as above; the source stays valid for ever.
+                timed("cuMemcpyAsync", || unsafe { f(dst, src, n, stream) })
+            }
+            "cuda-memset" => {
+                let f = entry!(self.api, memset_d8, "cuMemsetD8_v2");
+                let (dst, n) = (number(0)?, size(1)?);
+                // SAFETY: the device pointer is checked by the library.
+                timed("cuMemsetD8_v2", || unsafe { f(dst, 0, n) })
+            }
+            "cuda-memset-d32-async" => {
+                let f = entry!(self.api, memset_d32_async, "cuMemsetD32Async");
+                let (dst, n) = (number(0)?, size(1)?);
+                let stream = h(self.target.stream);
+                // SAFETY: as above.
+                timed("cuMemsetD32Async", || unsafe { f(dst, 0, n, stream) })
             }
             other => Err(format!("usage: unknown command {other}")),
         }

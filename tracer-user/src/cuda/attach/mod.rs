@@ -280,6 +280,9 @@ fn plan(bytes: &[u8], id: u32, symbol: &'static str, action: cuda_entry::Action)
             cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => {
                 vec![(prog_names::CUDA_ALLOC_ENTER, place.file_offset), ret(prog_names::CUDA_ALLOC_RETURN)?]
             }
+            cuda_entry::Action::Timed => {
+                vec![(prog_names::CUDA_TIMED_ENTER, place.file_offset), ret(prog_names::CUDA_TIMED_RETURN)?]
+            }
         };
         Ok((probes, placement::describe(&place)))
     })();
@@ -312,11 +315,22 @@ fn attach_multi(multi: &MultiPrograms, lib: &Path, planned: &[Planned]) -> Resul
 /// Attach every entry point of one library, with multi links when `multi` is given (falling back
 /// to perf-event uprobes when the kernel refuses them); returns its report and links. Fails when
 /// nothing could be attached.
-pub fn attach_library(ebpf: &mut Ebpf, backend: &Backend, lib: &Path) -> Result<(LibraryReport, Links), AttachError> {
+/// With `timed`, also the [`cuda_entry::Action::Timed`] entry points (synchronisation, events,
+/// copies, memsets: an entry and a return probe each, which every call pays, profiled or not), as
+/// `profile` and `events --per-event-*` ask; without, they are not probed at all.
+pub fn attach_library(
+    ebpf: &mut Ebpf,
+    backend: &Backend,
+    lib: &Path,
+    timed: bool,
+) -> Result<(LibraryReport, Links), AttachError> {
     let md = std::fs::metadata(lib).map_err(|error| AttachError::Stat { path: lib.into(), error })?;
     let bytes = std::fs::read(lib).map_err(|error| AttachError::Read { path: lib.into(), error })?;
-    let planned: Vec<Planned> =
-        cuda_entry::ALL.into_iter().map(|(id, symbol, action)| plan(&bytes, id, symbol, action)).collect();
+    let planned: Vec<Planned> = cuda_entry::ALL
+        .into_iter()
+        .filter(|(_, _, action)| timed || *action != cuda_entry::Action::Timed)
+        .map(|(id, symbol, action)| plan(&bytes, id, symbol, action))
+        .collect();
     let planned_probes = planned.iter().filter_map(|p| p.placed.as_ref().ok()).map(|(probes, _)| probes.len()).sum();
     let mut links = Links::default();
     let mut method = Method::PerfEvent;
@@ -417,6 +431,7 @@ pub fn attach_all(
     ebpf: &mut Ebpf,
     backend: &Backend,
     libs: &[PathBuf],
+    timed: bool,
 ) -> Result<(Vec<LibraryReport>, Links), AttachError> {
     if libs.is_empty() {
         return Err(AttachError::NoLibrary { searched: SEARCH_PATHS });
@@ -438,7 +453,7 @@ pub fn attach_all(
         }
         // The host's libraries stay attached for the agent's life; their links are kept so that
         // the end detaches them all at once (`detach`), not one by one as the programs drop.
-        match attach_library(ebpf, backend, lib) {
+        match attach_library(ebpf, backend, lib, timed) {
             Ok((report, links)) => {
                 reports.push(report);
                 all_links.extend(links);

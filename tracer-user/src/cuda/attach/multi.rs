@@ -23,13 +23,15 @@ use aya::{Ebpf, maps::Map};
 use tracer_common::prog_names;
 
 /// The programs loaded for multi links: entry probes and return probes.
-pub const PROGRAMS: [(&str, bool); 6] = [
+pub const PROGRAMS: [(&str, bool); 8] = [
     (prog_names::CUDA_COUNT, false),
     (prog_names::CUDA_FREE, false),
     (prog_names::CUDA_ALLOC_ENTER, false),
     (prog_names::CUDA_ALLOC_RETURN, true),
     (prog_names::CUDA_LOOKUP_ENTER, false),
     (prog_names::CUDA_LOOKUP_RETURN, true),
+    (prog_names::CUDA_TIMED_ENTER, false),
+    (prog_names::CUDA_TIMED_RETURN, true),
 ];
 
 const BPF_PROG_LOAD: libc::c_long = 5;

@@ -197,6 +197,25 @@ fn payload_json(m: &mut Map<String, Value>, p: &Payload) {
             m.insert("block".into(), x.block.clone().into());
             m.insert("shared_mem_bytes".into(), x.shared_mem_bytes.into());
         }
+        Payload::CudaCall(x) => {
+            m.insert("entry_point".into(), x.entry_point.clone().into());
+            m.insert("class".into(), x.class.clone().into());
+            m.insert("result".into(), x.result.into());
+            m.insert("success".into(), x.success.into());
+            if let Some(s) = x.stream {
+                hex(m, "stream", s);
+            }
+            if let Some(ev) = x.event {
+                hex(m, "event", ev);
+            }
+            if x.class == "copy" || x.class == "memset" {
+                m.insert("bytes".into(), x.bytes.into());
+                m.insert("async".into(), x.r#async.into());
+            }
+            if !x.direction.is_empty() {
+                m.insert("direction".into(), x.direction.clone().into());
+            }
+        }
         Payload::Violation(x) => {
             m.insert("violation".into(), x.kind.clone().into());
             m.insert("namespace".into(), x.namespace.clone().into());

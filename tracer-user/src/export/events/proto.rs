@@ -142,6 +142,31 @@ pub fn to_proto(ev: &Event, e: &EventContext) -> v1::Event {
             });
             message(header, e, None, no_call, None, None, payload)
         }
+        Event::CudaTimed { header, entry, result, start_ktime_ns, args } => {
+            use tracer_common::timed;
+            let class = match timed::class(*entry) {
+                Some(timed::Class::Synchronize) => "synchronize",
+                Some(timed::Class::Query) => "query",
+                Some(timed::Class::Wait) => "wait",
+                Some(timed::Class::Record) => "record",
+                Some(timed::Class::Copy) => "copy",
+                Some(timed::Class::Set) => "memset",
+                None => "",
+            };
+            let payload = Payload::CudaCall(v1::CudaCall {
+                entry_point: cuda_entry_name(*entry).into(),
+                class: class.into(),
+                result: *result,
+                success: *result == 0,
+                stream: timed::stream(*entry, args),
+                event: timed::event(*entry, args),
+                bytes: timed::bytes(*entry, args),
+                direction: if class == "copy" { timed::direction(*entry).into() } else { String::new() },
+                r#async: timed::is_async(*entry),
+            });
+            let call = Call { duration_ns: header.ktime_ns.saturating_sub(*start_ktime_ns), ret: i64::from(*result) };
+            message(header, e, None, call, None, None, payload)
+        }
         Event::CgroupRemoved { header, cgroup_id, level, path } => {
             let payload =
                 Payload::CgroupRemoved(v1::CgroupRemoved { cgroup_id: *cgroup_id, level: *level, path: path.clone() });
@@ -168,6 +193,7 @@ pub fn kind_of(ev: &Event, e: &EventContext) -> v1::EventKind {
         Event::CudaFree { .. } => K::CudaFree,
         Event::CudaFunction { .. } => K::CudaFunction,
         Event::CudaLaunch { .. } => K::CudaLaunch,
+        Event::CudaTimed { .. } => K::CudaCall,
         Event::CgroupRemoved { .. } => K::CgroupRemoved,
     }
 }
@@ -270,6 +296,7 @@ pub fn event_kind(p: &Payload) -> v1::EventKind {
         Payload::CudaFree(_) => K::CudaFree,
         Payload::CudaFunction(_) => K::CudaFunction,
         Payload::CudaLaunch(_) => K::CudaLaunch,
+        Payload::CudaCall(_) => K::CudaCall,
         Payload::CudaLaunchBatch(_) => K::CudaLaunchBatch,
         Payload::Malformed(_) => K::Malformed,
     }

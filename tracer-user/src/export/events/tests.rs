@@ -660,3 +660,57 @@ fn kind_of_agrees_with_the_message() {
         assert_eq!(kind_of(&ev, &ctx) as i32, msg.header.unwrap().kind, "{ev:?}");
     }
 }
+
+/// Timed libcuda calls: the class, stream, event, bytes and direction come from the entry point and
+/// its arguments; the duration from the entry time; the record round-trips through the wire.
+#[test]
+fn timed_calls_read_their_arguments_by_entry_point() {
+    use tracer_common::cuda_entry as ce;
+    let e = EventContext::default();
+    let h = hdr();
+    let abi = DriverAbi::for_version(DEFAULT_DRIVER_VERSION);
+    let timed = |entry: u32, args: [u64; 4], result: u32| Event::CudaTimed {
+        header: h,
+        entry,
+        result,
+        start_ktime_ns: h.ktime_ns - 5_000,
+        args,
+    };
+    let call = |ev: &Event| -> (v1::CudaCall, u64) {
+        let bytes = encode::event(ev, &abi);
+        assert_eq!(&decode::decode(&bytes, &abi).unwrap(), ev, "round trip");
+        let m = to_proto(ev, &e);
+        assert_eq!(hdr_of(&m).kind(), v1::EventKind::CudaCall);
+        let d = hdr_of(&m).duration_ns;
+        let Some(Payload::CudaCall(c)) = m.payload else { panic!("{m:?}") };
+        (c, d)
+    };
+    let (c, d) = call(&timed(ce::STREAM_SYNCHRONIZE, [0x5000, 0, 0, 0], 0));
+    assert_eq!(
+        (c.entry_point.as_str(), c.class.as_str(), c.stream, c.event, c.success),
+        ("cuStreamSynchronize", "synchronize", Some(0x5000), None, true)
+    );
+    assert_eq!(d, 5_000);
+    let (c, _) = call(&timed(ce::CTX_SYNCHRONIZE, [9, 9, 9, 9], 0));
+    assert_eq!((c.stream, c.event), (None, None), "cuCtxSynchronize takes no arguments: registers are noise");
+    let (c, _) = call(&timed(ce::EVENT_QUERY, [0xe0, 0, 0, 0], 600));
+    assert_eq!((c.class.as_str(), c.event, c.result, c.success), ("query", Some(0xe0), 600, false));
+    let (c, _) = call(&timed(ce::EVENT_RECORD, [0xe0, 0x5000, 0, 0], 0));
+    assert_eq!((c.class.as_str(), c.event, c.stream), ("record", Some(0xe0), Some(0x5000)));
+    let (c, _) = call(&timed(ce::STREAM_WAIT_EVENT, [0x5000, 0xe0, 0, 0], 0));
+    assert_eq!((c.class.as_str(), c.event, c.stream), ("wait", Some(0xe0), Some(0x5000)));
+    let (c, _) = call(&timed(ce::MEMCPY_HTOD, [0x7000, 0x1000, 4096, 0xdead], 0));
+    assert_eq!(
+        (c.class.as_str(), c.bytes, c.direction.as_str(), c.r#async, c.stream),
+        ("copy", 4096, "htod", false, Some(0))
+    );
+    let (c, _) = call(&timed(ce::MEMCPY_ASYNC, [0x7000, 0x1000, 100, 0x5000], 0));
+    assert_eq!((c.bytes, c.direction.as_str(), c.r#async, c.stream), (100, "any", true, Some(0x5000)));
+    let (c, _) = call(&timed(ce::MEMSET_D32_ASYNC, [0x7000, 7, 10, 0x5000], 0));
+    assert_eq!((c.class.as_str(), c.bytes, c.direction.as_str(), c.stream), ("memset", 40, "", Some(0x5000)));
+    let j = to_json(&to_proto(&timed(ce::MEMCPY_DTOH, [0x1000, 0x7000, 64, 0], 0), &e));
+    assert_eq!(
+        (j["kind"].as_str(), j["class"].as_str(), j["bytes"].as_u64(), j["direction"].as_str()),
+        (Some("cuda_call"), Some("copy"), Some(64), Some("dtoh"))
+    );
+}

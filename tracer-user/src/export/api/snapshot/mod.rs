@@ -118,6 +118,7 @@ const EVENT_KINDS: &[&str] = &[
     "cuda_free",
     "cuda_function",
     "cuda_launch",
+    "cuda_timed",
 ];
 /// `decode::IoctlOp::kind_name` (`StateCounters::ioctls_by_op`, `failed_by_op`).
 const IOCTL_OPS: &[&str] = &[
