@@ -9,7 +9,7 @@ compares, as one JSON object:
     slices, flows_begun, flows_terminated, packets
 
 Structural failures (a track used before it is declared, a parent not declared first, an interned
-name used before it is defined, an unbalanced slice, timestamps going backwards, a packet on
+name (event or annotation name, annotation string) used before it is defined, an unbalanced slice, timestamps going backwards, a packet on
 another sequence) print `error: ...` on stderr and exit 1.
 """
 import json
@@ -28,7 +28,7 @@ def main(path):
     trace = Trace()
     with open(path, "rb") as f:
         trace.ParseFromString(f.read())
-    tracks, names = {}, {}
+    tracks, names, ann_names, strings = {}, {}, {}, {}
     events = defaultdict(lambda: defaultdict(int))
     counters = defaultdict(list)
     depth = defaultdict(int)
@@ -43,6 +43,14 @@ def main(path):
             if n.iid in names:
                 fail(f"iid {n.iid} interned twice")
             names[n.iid] = n.name
+        for n in p.interned_data.debug_annotation_names:
+            if n.iid in ann_names:
+                fail(f"annotation name iid {n.iid} interned twice")
+            ann_names[n.iid] = n.name
+        for v in p.interned_data.debug_annotation_string_values:
+            if v.iid in strings:
+                fail(f"string iid {v.iid} interned twice")
+            strings[v.iid] = v.str
         kind = p.WhichOneof("data")
         if kind == "track_descriptor":
             d = p.track_descriptor
@@ -76,6 +84,11 @@ def main(path):
                 name = names[e.name_iid]
             elif e.HasField("name"):
                 name = e.name
+            for a in e.debug_annotations:
+                if a.HasField("name_iid") and a.name_iid not in ann_names:
+                    fail(f"packet {i}: annotation name iid {a.name_iid} not interned")
+                if a.HasField("string_value_iid") and a.string_value_iid not in strings:
+                    fail(f"packet {i}: annotation string iid {a.string_value_iid} not interned")
             if e.type == TrackEvent.TYPE_SLICE_BEGIN:
                 depth[e.track_uuid] += 1
                 slices += 1

@@ -29,6 +29,7 @@ mod floors;
 mod merge;
 mod nvml;
 mod offline;
+mod profile;
 mod progstats;
 mod report;
 mod scan;
@@ -92,7 +93,7 @@ pub struct Opts {
     #[arg(long)]
     no_bpftrace: bool,
     /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`, 8 or `api`, 9 or
-    /// `exporters`, 10 or `cost`); with
+    /// `exporters`, 10 or `cost`, 11 or `scan`, 12 or `profile`); with
     /// --write, the others keep their text from the file being overwritten (or say "skipped").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -663,6 +664,12 @@ fn main() -> Result<()> {
         scan::ScanSection::skipped(SKIPPED)
     };
 
+    let profile_section = if opts.wants("12") || opts.wants("profile") {
+        profile::section(opts.quick)
+    } else {
+        profile::ProfileSection::skipped(SKIPPED)
+    };
+
     let load_end = sys::loadavg();
     let doc = Report {
         ctx: &ctx,
@@ -679,6 +686,7 @@ fn main() -> Result<()> {
         exporters: exporters_section,
         cost: cost_section,
         scan: scan_section,
+        profile: profile_section,
         hwm_before_offline_kb: hwm_kb,
         load: (load_start, load_end),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),

@@ -108,6 +108,7 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("run.pftrace");
     let summary_file = dir.path().join("summary.json");
+    let html = dir.path().join("report.html");
     let pid = w.pid().to_string();
     let (child, _log) = start_profile(
         &driver,
@@ -120,6 +121,8 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
             trace.to_str().unwrap(),
             "--summary",
             summary_file.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
             "--json",
         ],
     );
@@ -212,6 +215,50 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     assert_eq!((t["flows_begun"].as_u64(), t["flows_terminated"].as_u64()), (Some(2), Some(1)));
     // 4 calls, 2 bounded intervals, and at least the idle time before the first launch.
     assert!(t["slices"].as_u64().unwrap() >= 7, "{}", t["slices"]);
+
+    // The HTML report, rendered by headless Chromium: no console errors, a canvas per plot, and
+    // each plot's colour on the screenshot.
+    html_renders_in_chromium(&html, dir.path());
+}
+
+/// Every plot's series colour (tracer-user/src/profile/html.rs).
+const PLOT_COLOURS: [&str; 4] = ["1f77b4", "d62728", "2ca02c", "9467bd"];
+
+fn html_renders_in_chromium(html: &Path, dir: &Path) {
+    let page = std::fs::read_to_string(html).unwrap();
+    assert!(!page.contains("src=\"http"), "the report fetches nothing");
+    let chromium = Path::new("/usr/bin/chromium");
+    assert!(chromium.exists(), "chromium not found: `cargo xtask setup` installs Debian's chromium");
+    let url = format!("file://{}", html.display());
+    let chrome = |extra: &[&str]| {
+        Command::new(chromium)
+            .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,2600"])
+            .args(["--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0"])
+            .args(extra)
+            .arg(&url)
+            .env("HOME", dir)
+            .output()
+            .expect("run chromium")
+    };
+    let shot = dir.join("shot.png");
+    let out = chrome(&[&format!("--screenshot={}", shot.display())]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let console: Vec<&str> = stderr.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:#?}");
+    assert!(shot.exists(), "no screenshot: {stderr}");
+    let dom = String::from_utf8_lossy(&chrome(&["--dump-dom"]).stdout).into_owned();
+    assert_eq!(dom.matches("class=\"uplot").count(), 4, "one uPlot chart per plot");
+    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("png_colours.py");
+    let out = Command::new(venv.join("bin/python")).arg(script).arg(&shot).args(PLOT_COLOURS).output().unwrap();
+    let counts = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "png_colours.py: {}", String::from_utf8_lossy(&out.stderr));
+    for pair in counts.split_whitespace() {
+        let (colour, n) = pair.split_once('=').unwrap();
+        assert!(n.parse::<u64>().unwrap() >= 200, "the plot drawn in #{colour} is (nearly) blank: {counts}");
+    }
 }
 
 #[test]
@@ -239,6 +286,41 @@ fn profile_ends_cleanly_when_the_workload_exits() {
     assert_eq!(s["launches"]["total"], 7);
     assert!(s["processes"][0]["exited_at_s"].is_number());
     decode(&trace);
+}
+
+/// One session per workload: a second one on the same process is refused while the first
+/// records, and allowed once it has ended.
+#[test]
+fn a_second_session_on_one_workload_is_refused() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let lib = fake_libcuda("thunk");
+    let w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (t1, t2) = (dir.path().join("1.pftrace"), dir.path().join("2.pftrace"));
+    let pid = w.pid().to_string();
+    let (first, _log) = start_profile(&driver, &["--pid", &pid, "--duration", &secs(4), "-o", t1.to_str().unwrap()]);
+    let second = Command::new(gpu_tracer())
+        .arg("--dev-dir")
+        .arg(driver.dev_dir())
+        .args(["--simulated-devices", "profile", "--pid", &pid, "--duration", "1", "-o", t2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(err.contains("another profile session is recording this workload"), "{err}");
+    assert!(err.contains(&format!("gpu-tracer pid {}", first.id())), "{err}");
+    let out = first.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Ended: the lock is free again.
+    let third = Command::new(gpu_tracer())
+        .arg("--dev-dir")
+        .arg(driver.dev_dir())
+        .args(["--simulated-devices", "profile", "--pid", &pid, "--duration", "1", "-o", t2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(third.status.success(), "{}", String::from_utf8_lossy(&third.stderr));
 }
 
 #[test]

@@ -18,6 +18,7 @@ pub const GROUPS: &[(&[&str], &[&str], &str)] = &[
     (&["9", "exporters"], &["9"], "9"),
     (&["10", "cost"], &["10"], "10"),
     (&["11", "scan"], &["11"], "11"),
+    (&["12", "profile"], &["12"], "12"),
 ];
 
 /// Every key `--only` accepts.

@@ -222,6 +222,7 @@ pub struct Report<'a> {
     pub exporters: crate::exporters::ExportersSection,
     pub cost: crate::cost::CostSection,
     pub scan: crate::scan::ScanSection,
+    pub profile: crate::profile::ProfileSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -397,6 +398,7 @@ impl Report<'_> {
         self.exporters.render(&mut s);
         self.cost.render(&mut s);
         self.scan.render(&mut s);
+        self.profile.render(&mut s);
         self.render_reading(&mut s);
         s
     }

@@ -112,7 +112,7 @@ allocation to its free. Uprobes see when work is submitted, not when it runs on 
 Examples:
   gpu-tracer profile --pid 4242 --duration 30 -o run.pftrace
   gpu-tracer profile --cgroup kubepods.slice/kubepods-pod1234.slice/cri-containerd-ab12.scope \\
-      --duration 10 -o run.pftrace --summary summary.json"
+      --duration 10 -o run.pftrace --summary summary.json --html report.html"
 )]
 struct ProfileArgs {
     /// The workload: one process (host PID), with all its threads.
@@ -131,6 +131,10 @@ struct ProfileArgs {
     /// Also write the summary as JSON to this file.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
+    /// Also write an HTML report (one self-contained file: plots of memory, launches/s, top
+    /// kernels and synchronisation time, with their tables; opens offline).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Progress as JSON lines on stderr and the summary as JSON on stdout (for scripts).
     #[arg(long)]
     json: bool,
@@ -628,6 +632,7 @@ async fn run_profile(mut cfg: Config, a: ProfileArgs) -> Result<()> {
         duration: Duration::from_secs_f64(a.duration),
         output: a.output.clone(),
         summary_json: a.summary.clone(),
+        html: a.html.clone(),
         idle_gap: Duration::from_secs_f64(a.idle_gap_ms / 1e3),
         limits: Limits { max_events: a.max_events },
         max_trace_bytes: a.max_trace_mb.saturating_mul(1_000_000),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use gpu_tracer_proto::v1::{self, event::Payload};
 
+pub mod html;
 pub mod perfetto;
 pub mod session;
 pub mod summary;

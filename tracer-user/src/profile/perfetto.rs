@@ -13,9 +13,9 @@ use std::{
 };
 
 use gpu_tracer_proto::perfetto::{
-    CounterDescriptor, DebugAnnotation, EventName, InternedData, ProcessDescriptor, ThreadDescriptor, TracePacket,
-    TrackDescriptor, TrackEvent, counter_descriptor::Unit, debug_annotation, trace_packet, track_descriptor,
-    track_event,
+    CounterDescriptor, DebugAnnotation, DebugAnnotationName, EventName, InternedData, InternedString,
+    ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent, counter_descriptor::Unit,
+    debug_annotation, trace_packet, track_descriptor, track_event,
 };
 use prost::Message;
 
@@ -55,9 +55,18 @@ pub struct TraceStats {
 /// Writes packets with `Trace.packet` framing, interning event names on [`SEQUENCE`].
 struct Writer<W: Write> {
     out: W,
-    names: HashMap<String, u64>,
+    /// Interned on the sequence, each kind with its own iids: event names, annotation names,
+    /// annotation string values.
+    names: foldhash::HashMap<String, u64>,
+    strings: foldhash::HashMap<String, u64>,
+    /// `XxYxZ` strings of launch shapes, by shape (formatted once).
+    shapes: foldhash::HashMap<[u32; 3], u64>,
+    /// Interned since the last packet: sent with the next one (the one that uses it).
+    pending: InternedData,
     first: bool,
     max_bytes: u64,
+    /// No track event written yet (the annotation names go with the first).
+    first_event: bool,
     /// The size limit was reached: from then on only the ends of open slices are written.
     full: bool,
     /// Tracks with a slice begun and not yet ended.
@@ -94,14 +103,38 @@ impl<W: Write> Writer<W> {
         Ok(true)
     }
 
-    /// The iid of `name`, and the interned data to send with the packet when it is new.
-    fn intern(&mut self, name: &str) -> (u64, Option<InternedData>) {
-        if let Some(&iid) = self.names.get(name) {
-            return (iid, None);
+    /// The iid of annotation string `v`, interned with the next packet when new.
+    fn string(&mut self, v: &str) -> u64 {
+        if let Some(&iid) = self.strings.get(v) {
+            return iid;
+        }
+        let iid = self.strings.len() as u64 + 1;
+        self.strings.insert(v.to_string(), iid);
+        self.pending
+            .debug_annotation_string_values
+            .push(InternedString { iid: Some(iid), str: Some(v.as_bytes().to_vec()) });
+        iid
+    }
+
+    /// The iid of a launch shape's `XxYxZ` string.
+    fn shape(&mut self, d: [u32; 3]) -> u64 {
+        if let Some(&iid) = self.shapes.get(&d) {
+            return iid;
+        }
+        let iid = self.string(&format!("{}x{}x{}", d[0], d[1], d[2]));
+        self.shapes.insert(d, iid);
+        iid
+    }
+
+    /// The iid of event name `n`, interned with the next packet when new.
+    fn name(&mut self, n: &str) -> u64 {
+        if let Some(&iid) = self.names.get(n) {
+            return iid;
         }
         let iid = self.names.len() as u64 + 1;
-        self.names.insert(name.to_string(), iid);
-        (iid, Some(InternedData { event_names: vec![EventName { iid: Some(iid), name: Some(name.to_string()) }] }))
+        self.names.insert(n.to_string(), iid);
+        self.pending.event_names.push(EventName { iid: Some(iid), name: Some(n.to_string()) });
+        iid
     }
 
     fn descriptor(&mut self, d: TrackDescriptor) -> io::Result<()> {
@@ -117,11 +150,22 @@ impl<W: Write> Writer<W> {
         if end && !self.open.contains(&track) {
             return Ok(()); // its begin was left out at the size limit
         }
-        let interned = name.and_then(|n| {
-            let (iid, data) = self.intern(n);
-            e.name_field = Some(track_event::NameField::NameIid(iid));
-            data
-        });
+        if let Some(n) = name {
+            e.name_field = Some(track_event::NameField::NameIid(self.name(n)));
+        }
+        if self.first_event {
+            self.first_event = false;
+            self.pending.debug_annotation_names = ANNOTATIONS
+                .iter()
+                .enumerate()
+                .map(|(i, a)| DebugAnnotationName { iid: Some(i as u64 + 1), name: Some(a.to_string()) })
+                .collect();
+        }
+        let p = std::mem::take(&mut self.pending);
+        let empty = p.event_names.is_empty()
+            && p.debug_annotation_names.is_empty()
+            && p.debug_annotation_string_values.is_empty();
+        let interned = (!empty).then_some(p);
         let flows = e.flow_ids.len() as u64;
         let p = TracePacket {
             timestamp: Some(ts),
@@ -129,8 +173,8 @@ impl<W: Write> Writer<W> {
             data: Some(trace_packet::Data::TrackEvent(e)),
             ..Default::default()
         };
-        // Past the size limit nothing named is written again, so a name interned with a packet
-        // that was left out is never referred to.
+        // Past the size limit nothing with a name or annotations is written again, so what was
+        // interned with a packet that was left out is never referred to.
         if !self.packet(p, end)? {
             return Ok(());
         }
@@ -149,16 +193,42 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// Every annotation name the trace uses, interned once with the first event (iid = index + 1), so
+/// an annotation costs a varint, not its name, and building one allocates nothing.
+const ANNOTATIONS: [&str; 19] = [
+    "entry_point",
+    "grid",
+    "block",
+    "shared_mem_bytes",
+    "stream",
+    "function",
+    "thread",
+    "bytes",
+    "bytes_released",
+    "ptr",
+    "handle",
+    "success",
+    "result",
+    "event",
+    "async",
+    "direction",
+    "kernels",
+    "bounded_by",
+    "meaning",
+];
+
 fn ann(name: &str, value: debug_annotation::Value) -> DebugAnnotation {
-    DebugAnnotation { name_field: Some(debug_annotation::NameField::Name(name.to_string())), value: Some(value) }
+    let i = ANNOTATIONS.iter().position(|a| *a == name).expect("every annotation name is in ANNOTATIONS");
+    DebugAnnotation { name_field: Some(debug_annotation::NameField::NameIid(i as u64 + 1)), value: Some(value) }
 }
 
 fn uint(name: &str, v: u64) -> DebugAnnotation {
     ann(name, debug_annotation::Value::UintValue(v))
 }
 
-fn text(name: &str, v: String) -> DebugAnnotation {
-    ann(name, debug_annotation::Value::StringValue(v))
+/// A string annotation whose value is interned (`iid` from [`Writer::string`]).
+fn text(name: &str, iid: u64) -> DebugAnnotation {
+    ann(name, debug_annotation::Value::StringValueIid(iid))
 }
 
 fn ptr(name: &str, v: u64) -> DebugAnnotation {
@@ -184,7 +254,11 @@ enum Item<'a> {
 pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W) -> io::Result<TraceStats> {
     let mut w = Writer {
         out,
-        names: HashMap::new(),
+        names: Default::default(),
+        strings: Default::default(),
+        shapes: Default::default(),
+        pending: InternedData::default(),
+        first_event: true,
         first: true,
         max_bytes,
         full: false,
@@ -301,9 +375,9 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
         match item {
             Item::Launch(l) => {
                 let annotations = vec![
-                    text("entry_point", l.entry_point.clone()),
-                    text("grid", format!("{}x{}x{}", l.grid[0], l.grid[1], l.grid[2])),
-                    text("block", format!("{}x{}x{}", l.block[0], l.block[1], l.block[2])),
+                    text("entry_point", w.string(&l.entry_point)),
+                    text("grid", w.shape(l.grid)),
+                    text("block", w.shape(l.block)),
                     uint("shared_mem_bytes", l.shared_mem_bytes.into()),
                     ptr("stream", l.stream),
                     ptr("function", l.function),
@@ -390,7 +464,7 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
                     a.push(ann("async", debug_annotation::Value::BoolValue(c.is_async)));
                 }
                 if !c.direction.is_empty() {
-                    a.push(text("direction", c.direction.clone()));
+                    a.push(text("direction", w.string(&c.direction)));
                 }
                 e.debug_annotations = a;
                 w.event(ts, Some(&c.entry_point), e)?;
@@ -405,8 +479,8 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
                 e.categories = vec!["bounded".into()];
                 e.debug_annotations = vec![
                     uint("kernels", b.kernels),
-                    text("bounded_by", b.by.clone()),
-                    text("meaning", "these kernels ran somewhere inside this interval; not a duration".into()),
+                    text("bounded_by", w.string(&b.by)),
+                    text("meaning", w.string("these kernels ran somewhere inside this interval; not a duration")),
                 ];
                 w.event(ts, Some("ran within (bounded at sync)"), e)?;
             }

@@ -58,6 +58,8 @@ pub struct Options {
     pub duration: Duration,
     pub output: PathBuf,
     pub summary_json: Option<PathBuf>,
+    /// Also write the HTML report here.
+    pub html: Option<PathBuf>,
     /// Gaps between launches at least this long are idle.
     pub idle_gap: Duration,
     pub limits: Limits,
@@ -102,6 +104,54 @@ pub fn prepare(cfg: &mut Config, target: &TargetSpec) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where the session locks live: one file per workload, held (`flock`) while a session records it.
+pub const LOCK_DIR: &str = "/run/gpu-tracer/profile";
+
+/// The lock of one workload's session: taken before anything is loaded, released when dropped
+/// (and by the kernel when the process dies, SIGKILL included: nothing stale is left to clean).
+pub struct SessionLock {
+    _file: std::fs::File,
+}
+
+impl SessionLock {
+    /// Take the lock of `target` in `dir`, or say who holds it.
+    pub fn take(dir: &std::path::Path, target: &TargetSpec) -> Result<SessionLock> {
+        use std::os::unix::{fs::OpenOptionsExt, io::AsRawFd};
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the session lock directory {}", dir.display()))?;
+        let name = match target {
+            TargetSpec::Pid(p) => format!("pid-{p}.lock"),
+            // A path and an id name the same cgroup differently: the path's separators are kept
+            // out of the file name, so two spellings of one path share a lock.
+            TargetSpec::Cgroup(c) => format!("cgroup-{}.lock", c.trim_matches('/').replace('/', "%")),
+        };
+        let path = dir.join(name);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("opening the session lock {}", path.display()))?;
+        // SAFETY: flock on a file descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another profile session is recording this workload (gpu-tracer pid {}; lock {}): one session per \
+                 workload, wait for it to end",
+                holder.trim(),
+                path.display()
+            );
+        }
+        use std::io::Seek;
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(SessionLock { _file: file })
+    }
 }
 
 /// The recording loop's handler: every event to the recorder, a progress line every tick.
@@ -181,6 +231,7 @@ pub struct Outcome {
 
 /// Run a standalone session with `cfg` (already [`prepare`]d).
 pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
+    let _lock = SessionLock::take(std::path::Path::new(LOCK_DIR), &opts.target)?;
     // The output file first: a path that cannot be written fails before anything is loaded.
     let file = std::fs::File::create(&opts.output)
         .with_context(|| format!("creating the trace file {}", opts.output.display()))?;
@@ -255,6 +306,10 @@ pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
     if let Some(p) = &opts.summary_json {
         let text = serde_json::to_string_pretty(&summary)? + "\n";
         std::fs::write(p, text).with_context(|| format!("writing the summary to {}", p.display()))?;
+    }
+    if let Some(p) = &opts.html {
+        std::fs::write(p, super::html::render(&rec, &summary))
+            .with_context(|| format!("writing the HTML report to {}", p.display()))?;
     }
     Ok(Outcome { summary })
 }

@@ -1,7 +1,7 @@
 use std::collections::{HashMap, HashSet};
 
 use gpu_tracer_proto::{
-    perfetto::{Trace, trace_packet, track_descriptor, track_event},
+    perfetto::{Trace, debug_annotation, trace_packet, track_descriptor, track_event},
     v1::{self, event::Payload},
 };
 use prost::Message;
@@ -77,6 +77,7 @@ fn decode(rec: &Recording, max: u64) -> (Trace, perfetto::TraceStats) {
 fn check_structure(t: &Trace) -> HashMap<u64, Vec<(String, track_event::Type)>> {
     let mut declared = HashSet::new();
     let mut names: HashMap<u64, String> = HashMap::new();
+    let (mut ann_names, mut strings) = (HashSet::new(), HashSet::new());
     let mut depth: HashMap<u64, i64> = HashMap::new();
     let mut last_ts = 0;
     let mut by_track: HashMap<u64, Vec<(String, track_event::Type)>> = HashMap::new();
@@ -91,6 +92,12 @@ fn check_structure(t: &Trace) -> HashMap<u64, Vec<(String, track_event::Type)>> 
         if let Some(d) = &p.interned_data {
             for n in &d.event_names {
                 names.insert(n.iid(), n.name().to_string());
+            }
+            for n in &d.debug_annotation_names {
+                assert!(ann_names.insert(n.iid()), "annotation name iid {} interned twice", n.iid());
+            }
+            for v in &d.debug_annotation_string_values {
+                assert!(strings.insert(v.iid()), "string iid {} interned twice", v.iid());
             }
         }
         match &p.data {
@@ -108,6 +115,17 @@ fn check_structure(t: &Trace) -> HashMap<u64, Vec<(String, track_event::Type)>> 
                     Some(track_event::NameField::NameIid(iid)) => names.get(iid).expect("interned before use").clone(),
                     _ => String::new(),
                 };
+                for a in &e.debug_annotations {
+                    match (&a.name_field, &a.value) {
+                        (Some(debug_annotation::NameField::NameIid(i)), v) => {
+                            assert!(ann_names.contains(i), "annotation name iid {i} used before it is interned");
+                            if let Some(debug_annotation::Value::StringValueIid(j)) = v {
+                                assert!(strings.contains(j), "string iid {j} used before it is interned");
+                            }
+                        }
+                        other => panic!("annotation names are interned: {other:?}"),
+                    }
+                }
                 let d = depth.entry(e.track_uuid()).or_default();
                 match e.r#type() {
                     track_event::Type::SliceBegin => *d += 1,
@@ -345,4 +363,29 @@ fn overlapping_bounds_on_one_stream_merge() {
     assert_eq!(b.len(), 1, "{b:#?}");
     assert_eq!(((b[0].start_ktime_ns - T0) / MS, (b[0].end_ktime_ns - T0) / MS, b[0].kernels), (1, 20, 2));
     check_structure(&decode(&rec, u64::MAX).0);
+}
+
+/// The report is one file with everything inlined (no URL is fetched), and names from the
+/// workload (a kernel may be called anything) cannot break out of the page.
+#[test]
+fn html_report_is_self_contained_and_escapes_what_the_workload_names() {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    r.event(&ev(10, 10, T0 + MS, launch("</script><img src=x onerror=alert(1)>", 0x5)));
+    r.event(&ev(10, 10, T0 + 2 * MS, launch("gemm<float>", 0x5)));
+    r.event(&ev(10, 10, T0 + 3 * MS, alloc(0xa, 1 << 20)));
+    r.event(&timed(10, 10, T0 + 9 * MS, 5 * MS, sync_call("cuStreamSynchronize", Some(0x5), 0)));
+    let rec = r.finish(T0 + 1000 * MS, "duration", 0);
+    let s = summary::summarize(&rec, &Target::Pid(10), 100 * MS, Default::default());
+    let page = super::html::render(&rec, &s);
+    if let Ok(dir) = std::env::var("GPU_TRACER_KEEP_REPORT") {
+        std::fs::write(std::path::Path::new(&dir).join("unit-report.html"), &page).unwrap();
+    }
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert_eq!(page.matches("<script>").count(), 2, "uPlot and the page's own script, inline");
+    assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "nothing fetched");
+    assert!(page.contains("gemm&lt;float&gt;"), "names escaped in tables");
+    assert!(!page.contains("</script><img"), "a name cannot close the script");
+    for id in ["memory", "rate", "kernels", "sync"] {
+        assert!(page.contains(&format!("<div class=\"plot\" id=\"{id}\">")), "{id}");
+    }
 }

@@ -20,6 +20,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// `buildah` and `mmdebstrap` build the container image without a registry or a daemon
 /// (`cargo xtask image`, tests/tests/image.rs; vfs storage and chroot isolation need nothing more).
 /// `qemu-system-x86` and `busybox-static` boot the second kernel of `cargo xtask kernel-matrix`.
+/// `chromium` (headless) and `fonts-dejavu-core` render `profile --html`'s report in
+/// tests/tests/profile.rs.
 const APT_PACKAGES: &[&str] = &[
     "fuse3",
     "bpftrace",
@@ -31,6 +33,8 @@ const APT_PACKAGES: &[&str] = &[
     "mmdebstrap",
     "qemu-system-x86",
     "busybox-static",
+    "chromium",
+    "fonts-dejavu-core",
 ];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];
