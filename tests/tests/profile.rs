@@ -105,6 +105,7 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
         .env("FAKE_LIBCUDA_KERNEL_NS", "1000000")
         .spawn()
         .unwrap();
+    ok(&mut w, "pid"); // it answers once started: libcuda is mapped by then
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("run.pftrace");
     let summary_file = dir.path().join("summary.json");
@@ -268,6 +269,7 @@ fn profile_ends_cleanly_when_the_workload_exits() {
     let pod = PodCgroup::new().unwrap();
     let lib = fake_libcuda("thunk");
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    ok(&mut w, "pid"); // it answers once started: libcuda is mapped by then
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("run.pftrace");
     let pid = w.pid().to_string();
@@ -296,7 +298,8 @@ fn a_second_session_on_one_workload_is_refused() {
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
     let lib = fake_libcuda("thunk");
-    let w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
+    ok(&mut w, "pid"); // it answers once started: libcuda is mapped by then
     let dir = tempfile::tempdir().unwrap();
     let (t1, t2) = (dir.path().join("1.pftrace"), dir.path().join("2.pftrace"));
     let pid = w.pid().to_string();
