@@ -314,8 +314,9 @@ fn per_event_mode_ends_by_itself_at_its_deadline() {
     assert_eq!(cg(&s, pod.id()).launches, 10, "every launch is counted in every mode");
 }
 
-/// Synchronisation, event, copy and memset calls: counted in count mode; in per-event mode each is also reported with its entry and return time, so the
-/// host time a synchronisation blocked is measured (the fake's simulated GPU time: 2 ms a launch).
+/// Synchronisation, event, copy and memset calls: counted in count mode; in per-event mode each is
+/// also reported with its entry and return time, so the host time a synchronisation blocked is
+/// measured (the fake's simulated GPU time: 2 ms a launch).
 #[test]
 fn timed_calls_are_counted_and_in_per_event_mode_timed() {
     require_root();

@@ -67,6 +67,29 @@ fn decode(trace: &Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON")
 }
 
+/// A fake-libcuda workload in `pod`, once it answers (libcuda is mapped by then, so a session can
+/// start on it); `env` for its environment (the fake's simulated GPU time).
+fn workload(driver: &FakeDriver, pod: &PodCgroup, env: &[(&str, &str)]) -> Workload {
+    let mut b = Workload::builder(driver.dev_dir()).cgroup(pod).libcuda(fake_libcuda("thunk"));
+    for (k, v) in env {
+        b = b.env(k, v);
+    }
+    let mut w = b.spawn().unwrap();
+    ok(&mut w, "pid");
+    w
+}
+
+/// `gpu-tracer profile <args>` against the fake driver, to completion.
+fn run_profile(driver: &FakeDriver, args: &[&str]) -> std::process::Output {
+    Command::new(gpu_tracer())
+        .arg("--dev-dir")
+        .arg(driver.dev_dir())
+        .args(["--simulated-devices", "profile"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 fn ok(w: &mut Workload, cmd: &str) -> Answer {
     w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"))
 }
@@ -97,15 +120,8 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     require_root();
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
-    let lib = fake_libcuda("thunk");
     // The fake's simulated GPU time: each launch keeps its stream busy for 1 ms.
-    let mut w = Workload::builder(driver.dev_dir())
-        .cgroup(&pod)
-        .libcuda(&lib)
-        .env("FAKE_LIBCUDA_KERNEL_NS", "1000000")
-        .spawn()
-        .unwrap();
-    ok(&mut w, "pid"); // it answers once started: libcuda is mapped by then
+    let mut w = workload(&driver, &pod, &[("FAKE_LIBCUDA_KERNEL_NS", "1000000")]);
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("run.pftrace");
     let summary_file = dir.path().join("summary.json");
@@ -267,9 +283,7 @@ fn profile_ends_cleanly_when_the_workload_exits() {
     require_root();
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
-    let lib = fake_libcuda("thunk");
-    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
-    ok(&mut w, "pid"); // it answers once started: libcuda is mapped by then
+    let mut w = workload(&driver, &pod, &[]);
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("run.pftrace");
     let pid = w.pid().to_string();
@@ -297,19 +311,12 @@ fn a_second_session_on_one_workload_is_refused() {
     require_root();
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
-    let lib = fake_libcuda("thunk");
-    let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
-    ok(&mut w, "pid"); // it answers once started: libcuda is mapped by then
+    let w = workload(&driver, &pod, &[]);
     let dir = tempfile::tempdir().unwrap();
     let (t1, t2) = (dir.path().join("1.pftrace"), dir.path().join("2.pftrace"));
     let pid = w.pid().to_string();
     let (first, _log) = start_profile(&driver, &["--pid", &pid, "--duration", &secs(4), "-o", t1.to_str().unwrap()]);
-    let second = Command::new(gpu_tracer())
-        .arg("--dev-dir")
-        .arg(driver.dev_dir())
-        .args(["--simulated-devices", "profile", "--pid", &pid, "--duration", "1", "-o", t2.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let second = run_profile(&driver, &["--pid", &pid, "--duration", "1", "-o", t2.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&second.stderr);
     assert_eq!(second.status.code(), Some(1), "{err}");
     assert!(err.contains("another profile session is recording this workload"), "{err}");
@@ -317,12 +324,7 @@ fn a_second_session_on_one_workload_is_refused() {
     let out = first.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Ended: the lock is free again.
-    let third = Command::new(gpu_tracer())
-        .arg("--dev-dir")
-        .arg(driver.dev_dir())
-        .args(["--simulated-devices", "profile", "--pid", &pid, "--duration", "1", "-o", t2.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let third = run_profile(&driver, &["--pid", &pid, "--duration", "1", "-o", t2.to_str().unwrap()]);
     assert!(third.status.success(), "{}", String::from_utf8_lossy(&third.stderr));
 }
 
@@ -331,13 +333,7 @@ fn profile_refuses_what_it_cannot_record_with_a_clear_message() {
     require_root();
     let driver = FakeDriver::start(1).unwrap();
     let run = |args: &[&str]| {
-        let out = Command::new(gpu_tracer())
-            .arg("--dev-dir")
-            .arg(driver.dev_dir())
-            .args(["--simulated-devices", "profile"])
-            .args(args)
-            .output()
-            .unwrap();
+        let out = run_profile(&driver, args);
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let dir = tempfile::tempdir().unwrap();

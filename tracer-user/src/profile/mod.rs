@@ -25,10 +25,11 @@ pub enum Target {
 }
 
 impl Target {
-    fn selects(&self, h: &v1::Header) -> bool {
+    /// Is an event of process `tgid` in cgroup `cgroup_id` this workload's?
+    pub fn selects(&self, tgid: u32, cgroup_id: u64) -> bool {
         match self {
-            Target::Pid(p) => h.tgid == *p,
-            Target::Cgroup(id) => h.cgroup_id == *id,
+            Target::Pid(p) => tgid == *p,
+            Target::Cgroup(id) => cgroup_id == *id,
         }
     }
 }
@@ -196,7 +197,7 @@ impl Recorder {
     /// Take one event; events of other workloads and from before the window are ignored.
     pub fn event(&mut self, ev: &v1::Event) {
         let (Some(h), Some(p)) = (ev.header.as_ref(), ev.payload.as_ref()) else { return };
-        if !self.target.selects(h) || h.ktime_ns < self.rec.start_ktime_ns {
+        if !self.target.selects(h.tgid, h.cgroup_id) || h.ktime_ns < self.rec.start_ktime_ns {
             return;
         }
         let keep = match p {
@@ -314,8 +315,7 @@ impl Recorder {
 
     /// Launches the in-kernel counts saw for (`tgid`, `cgroup_id`) since the last call.
     pub fn counted(&mut self, tgid: u32, cgroup_id: u64, launches: u64) {
-        let h = v1::Header { tgid, cgroup_id, ..Default::default() };
-        if self.target.selects(&h) {
+        if self.target.selects(tgid, cgroup_id) {
             *self.rec.counted_launches.entry(tgid).or_default() += launches;
         }
     }

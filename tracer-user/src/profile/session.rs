@@ -208,7 +208,11 @@ impl Session {
 impl runner::Handler for Session {
     type Error = anyhow::Error;
     fn event(&mut self, ev: &crate::decode::Event, ctx: &crate::model::EventContext) {
-        self.recorder.event(&to_proto(ev, ctx));
+        // Only the workload's events are converted: the node's others are dropped before that.
+        let h = ev.header();
+        if self.recorder.target().selects(h.tgid, h.cgroup_id) {
+            self.recorder.event(&to_proto(ev, ctx));
+        }
     }
     fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
         for (key, n) in agent.launch_batches() {
