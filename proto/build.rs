@@ -37,6 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .build_server(true)
             .build_transport(false)
             .extern_path(".gputracer.v1.SubscribeResponse", "crate::EncodedSubscribeResponse")
+            // `ProfileResponse` shares `SubscribeResponse`'s field numbers for events: same bytes.
+            .extern_path(".gputracer.v1.ProfileResponse", "crate::EncodedSubscribeResponse")
             .extern_path(".gputracer.v1", "crate::v1")
             .out_dir(&server)
             .compile_fds(fds)?;

@@ -365,3 +365,234 @@ fn profile_refuses_what_it_cannot_record_with_a_clear_message() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--duration"), "{err}");
 }
+
+/// `gpu-tracer agent` with the cuda family on the fake libcuda (synchronisation and copy calls
+/// probed too) and its API on a Unix socket in `dir`; returns it, its log and the API address
+/// once it serves.
+fn start_agent(driver: &FakeDriver, dir: &Path) -> (Child, mpsc::Receiver<String>, String) {
+    let config = dir.join("agent.toml");
+    std::fs::write(&config, "cuda_timed_calls = true\n").unwrap();
+    let api = format!("unix://{}", dir.join("api.sock").display());
+    let mut child = Command::new(gpu_tracer())
+        .args(["--log", "info", "--dev-dir"])
+        .arg(driver.dev_dir())
+        .arg("--config")
+        .arg(&config)
+        .arg("--libcuda")
+        .arg(fake_libcuda("thunk"))
+        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "300", "--grpc-listen", &api])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpu-tracer agent");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    loop {
+        match rx.recv_timeout(scaled(Duration::from_secs(60))) {
+            Ok(line) if line.contains("serving the gRPC API") => break,
+            Ok(line) => said.push(line),
+            Err(_) => panic!("the agent did not serve its API: {said:#?}"),
+        }
+    }
+    (child, rx, api)
+}
+
+/// The agent's log lines until one contains `what` (panics after a while).
+fn wait_log(log: &mpsc::Receiver<String>, what: &str) -> String {
+    let mut said = Vec::new();
+    loop {
+        match log.recv_timeout(scaled(Duration::from_secs(30))) {
+            Ok(line) if line.contains(what) => return line,
+            Ok(line) => said.push(line),
+            Err(_) => panic!("the agent never logged {what:?}: {said:#?}"),
+        }
+    }
+}
+
+/// `profile --connect`: the running agent's probes record the session (none attached by the
+/// client), the summary and the trace equal the workload's schedule as a standalone session's do,
+/// and per-event mode ends with the session; a client killed mid-session (SIGKILL) ends its session
+/// in the agent at once (the lock is free again and the agent says so), and the agent refuses
+/// what it cannot record with the same clear messages.
+#[test]
+fn profile_connect_records_through_a_running_agent() {
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let mut w = workload(&driver, &pod, &[("FAKE_LIBCUDA_KERNEL_NS", "1000000")]);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, agent_log, api) = start_agent(&driver, dir.path());
+    let trace = dir.path().join("run.pftrace");
+    let summary_file = dir.path().join("summary.json");
+    let pid = w.pid().to_string();
+    let t = trace.to_str().unwrap();
+    let connect = ["--connect", api.as_str()];
+    let six = secs(6);
+    let args = [&connect[..], &["--pid", &pid, "--duration", &six, "-o", t, "--json"]].concat();
+    let (child, _log) = start_profile(&driver, &[&args[..], &["--summary", summary_file.to_str().unwrap()]].concat());
+    wait_log(&agent_log, "profile session started");
+    ok(&mut w, "cuda-init");
+    let stream = ok(&mut w, "cuda-state").number("stream").unwrap();
+    ok(&mut w, "cuda-launch 25");
+    let blocked = ok(&mut w, "cuda-stream-sync").number("ns").unwrap();
+    ok(&mut w, "cuda-launch-threads 2 10");
+    let a = ok(&mut w, "cuda-alloc 1048576").number("ptr").unwrap();
+    ok(&mut w, &format!("cuda-memcpy-htod {a:#x} 4096"));
+    ok(&mut w, &format!("cuda-free {a:#x}"));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).expect("the summary is JSON");
+    assert_eq!(s["window"]["ended_by"], "duration", "{s:#}");
+    assert_eq!(s["session"]["source"], format!("agent {api}"));
+    assert_eq!(s["session"]["notes"], serde_json::json!([]), "{s:#}");
+    assert_eq!(s["launches"]["total"], 45, "{s:#}");
+    assert_eq!(s["launches"]["unnamed"], 0);
+    let p = &s["processes"][0];
+    assert_eq!((p["tgid"].as_u64(), p["threads"].as_u64()), (Some(w.pid().into()), Some(3)), "{p:#}");
+    assert_eq!(p["counted_launches"], 45, "the agent's in-kernel counts for the window agree: {p:#}");
+    let m = &s["cuda_memory"];
+    assert_eq!((m["allocs"].as_u64(), m["frees"].as_u64(), m["net_bytes"].as_i64()), (Some(1), Some(1), Some(0)));
+    assert_eq!((s["copies"]["htod"]["calls"].as_u64(), s["copies"]["htod"]["bytes"].as_u64()), (Some(1), Some(4096)));
+    let sync = &s["synchronisation"][0];
+    assert_eq!(sync["calls"], 1, "{sync:#}");
+    let ours = sync["blocked_ms"].as_f64().unwrap();
+    let measured = blocked as f64 / 1e6;
+    assert!(ours >= measured * 0.9 && ours <= measured + 5.0, "probes {ours} ms vs the workload's {measured} ms");
+    assert_eq!(s["gpu_time"]["launches_bounded"], 25, "{:#}", s["gpu_time"]);
+    assert_eq!(s["session"]["tracer_dropped"], 0);
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&summary_file).unwrap()).unwrap();
+    assert_eq!(s, file);
+    let t = decode(&trace);
+    let streams = per_track(&t, "named");
+    assert_eq!(streams[&format!("stream {stream:#x}")].get("fake_kernel"), Some(&45), "{streams:#?}");
+    assert!(wait_log(&agent_log, "profile session ended").contains("duration"));
+
+    // After the session: launches are counted in the kernel only (a new session sees only its own).
+    ok(&mut w, "cuda-launch 9");
+    // A client killed mid-session: its session ends in the agent when the stream drops.
+    let trace2 = dir.path().join("killed.pftrace");
+    let args = [&connect[..], &["--pid", &pid, "--duration", "300", "-o", trace2.to_str().unwrap()]].concat();
+    let (mut killed, _log) = start_profile(&driver, &args);
+    wait_log(&agent_log, "profile session started");
+    ok(&mut w, "cuda-launch 3");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    assert!(wait_log(&agent_log, "profile session ended").contains("client"));
+    // The lock is free again, and a new session records only its own window's launches.
+    let trace3 = dir.path().join("after.pftrace");
+    let three = secs(3);
+    let args =
+        [&connect[..], &["--pid", &pid, "--duration", &three, "-o", trace3.to_str().unwrap(), "--json"]].concat();
+    let (third, _log) = start_profile(&driver, &args);
+    wait_log(&agent_log, "profile session started");
+    ok(&mut w, "cuda-launch 4");
+    let out = third.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["launches"]["total"], 4, "{s:#}");
+    assert_eq!(s["processes"][0]["counted_launches"], 4, "{s:#}");
+
+    // Refusals, from the agent, with the same messages as a standalone session's.
+    let run = |args: &[&str]| {
+        let out = run_profile(
+            &driver,
+            &[&connect[..], args, &["-o", dir.path().join("x.pftrace").to_str().unwrap()]].concat(),
+        );
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&["--pid", "2147483647"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("refused the session") && err.contains("no process 2147483647"), "{err}");
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let (code, err) = run(&["--pid", &sleeper.id().to_string()]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("has no libcuda.so mapped"), "{err}");
+    let (code, err) = run(&["--pod", "ml/no-such-pod", "--duration", "1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no running container of pod ml/no-such-pod"), "{err}");
+
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    assert!(agent.wait().unwrap().success());
+}
+
+/// `profile --pod NS/NAME [--container C]`, standalone: Kubernetes identity (the fake API server)
+/// names the pod's container cgroups, the workload's own libcuda copy is probed although it was
+/// mapped before the profiler started, and only that pod's launches are recorded (another pod's
+/// on the same node are not); a container the pod does not have is refused, naming those it has.
+#[test]
+fn profile_pod_records_only_that_pods_containers() {
+    use gpu_tracer_tests::{
+        kube_api::{FakeApiServer, FakePod},
+        pod_resources::FakePodResources,
+    };
+    require_root();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let driver = FakeDriver::start(1).unwrap();
+    let (mine, other) = (PodCgroup::new().unwrap(), PodCgroup::new().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let api = rt.block_on(FakeApiServer::start()).unwrap();
+    for (name, pod) in [("trainer-0", &mine), ("other-0", &other)] {
+        api.apply(
+            FakePod::new("ml", name, "profile-node")
+                .uid(pod.pod_uid())
+                .container("main", 1, Some(&format!("containerd://{}", pod.container_id())))
+                .build(),
+        );
+    }
+    let kubelet = rt.block_on(FakePodResources::start()).unwrap();
+    api.write_kubeconfig(&dir.path().join("kubeconfig")).unwrap();
+    let config = dir.path().join("gpu-tracer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[kubernetes]\nmode = \"required\"\nnode_name = \"profile-node\"\nkubeconfig = {:?}\npod_resources_socket = {:?}\n",
+            dir.path().join("kubeconfig"),
+            kubelet.socket()
+        ),
+    )
+    .unwrap();
+    let mut a = workload(&driver, &mine, &[]);
+    let mut b = workload(&driver, &other, &[]);
+    let trace = dir.path().join("pod.pftrace");
+    let cfg = config.to_str().unwrap();
+    let five = secs(5);
+    let (child, _log) = start_profile(
+        &driver,
+        &["--config", cfg, "--pod", "ml/trainer-0", "--duration", &five, "-o", trace.to_str().unwrap(), "--json"],
+    );
+    ok(&mut a, "cuda-init");
+    ok(&mut b, "cuda-init");
+    ok(&mut a, "cuda-launch 6");
+    ok(&mut b, "cuda-launch 4");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["target"], format!("cgroup {}", mine.id()), "{s:#}");
+    assert_eq!(s["launches"]["total"], 6, "{s:#}");
+    let procs = s["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{procs:#?}");
+    assert_eq!(procs[0]["tgid"], a.pid());
+    assert!(procs[0]["name"].as_str().unwrap().starts_with("ml/trainer-0/main ("), "{procs:#?}");
+    assert_eq!(s["workload"], "ml/trainer-0/main", "{s:#}");
+    assert_eq!(procs[0]["counted_launches"], 6);
+    decode(&trace);
+
+    // A container the pod does not have.
+    let out = run_profile(
+        &driver,
+        &["--config", cfg, "--pod", "ml/trainer-0", "--container", "nope", "-o", trace.to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("pod ml/trainer-0 has no running container nope") && err.contains("here: main"), "{err}");
+    drop(kubelet);
+}

@@ -97,11 +97,16 @@ enum Command {
 
 #[derive(Args)]
 #[command(
-    group(clap::ArgGroup::new("workload").required(true).args(["pid", "cgroup"])),
+    group(clap::ArgGroup::new("workload").required(true).args(["pid", "cgroup", "pod"])),
     after_help = "\
 Per-event mode is switched on for the workload only, with a deadline the kernel programs check
 (the window plus 5 s), so it ends even if this command is killed; every other process stays in
 count mode. Open the trace in https://ui.perfetto.dev (nothing is uploaded: the UI runs locally).
+
+Standalone (the default), profile loads its own probes, as `top` does. With --connect it asks a
+running agent instead (its DaemonSet probes are reused, nothing more is attached): the agent
+switches per-event mode on and off and streams the workload's events; synchronisation, copy and
+memset calls are in the trace only where the agent's config has cuda_timed_calls: true.
 
 What the trace holds: a process track per process (named after its pod when known), a thread
 track per thread with each launch (kernel name, grid, block, shared memory, stream) and each
@@ -111,6 +116,7 @@ allocation to its free. Uprobes see when work is submitted, not when it runs on 
 
 Examples:
   gpu-tracer profile --pid 4242 --duration 30 -o run.pftrace
+  gpu-tracer profile --pod ml/trainer-0 --container trainer --connect unix:///run/gpu-tracer/api.sock
   gpu-tracer profile --cgroup kubepods.slice/kubepods-pod1234.slice/cri-containerd-ab12.scope \\
       --duration 10 -o run.pftrace --summary summary.json --html report.html"
 )]
@@ -122,6 +128,14 @@ struct ProfileArgs {
     /// as in /proc/PID/cgroup, or a numeric cgroup id.
     #[arg(long, value_name = "PATH|ID")]
     cgroup: Option<String>,
+    /// The workload: a pod's containers (Kubernetes identity must know the pod).
+    #[arg(long, value_name = "NS/NAME")]
+    pod: Option<String>,
+    /// With --pod: only this container.
+    #[arg(long, value_name = "NAME", requires = "pod")]
+    container: Option<String>,
+    #[command(flatten)]
+    connect: ConnectArgs,
     /// How long to record, in seconds (at most 3600); Ctrl-C ends it early and still writes.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     duration: f64,
@@ -621,12 +635,16 @@ async fn run_profile(mut cfg: Config, a: ProfileArgs) -> Result<()> {
     if !(a.idle_gap_ms.is_finite() && a.idle_gap_ms > 0.0) {
         anyhow::bail!("--idle-gap-ms {}: give a positive number of milliseconds", a.idle_gap_ms);
     }
-    let target = match (a.pid, &a.cgroup) {
-        (Some(p), _) => TargetSpec::Pid(p),
-        (None, Some(c)) => TargetSpec::Cgroup(c.clone()),
-        (None, None) => unreachable!("clap requires --pid or --cgroup"),
+    let target = match (a.pid, &a.cgroup, &a.pod) {
+        (Some(p), _, _) => TargetSpec::Pid(p),
+        (None, Some(c), _) => TargetSpec::Cgroup(c.clone()),
+        (None, None, Some(p)) => TargetSpec::pod(p, a.container.as_deref()).map_err(anyhow::Error::msg)?,
+        (None, None, None) => unreachable!("clap requires --pid, --cgroup or --pod"),
     };
-    session::prepare(&mut cfg, &target)?;
+    let conn = a.connect.settings()?;
+    if conn.is_none() {
+        session::prepare(&mut cfg, &target)?;
+    }
     let opts = Options {
         target,
         duration: Duration::from_secs_f64(a.duration),
@@ -638,7 +656,10 @@ async fn run_profile(mut cfg: Config, a: ProfileArgs) -> Result<()> {
         max_trace_bytes: a.max_trace_mb.saturating_mul(1_000_000),
         progress: Progress::choose(a.json),
     };
-    let out = session::run(cfg, opts).await?;
+    let out = match &conn {
+        Some(c) => tracer_user::profile::remote::run(c, opts).await?,
+        None => session::run(cfg, opts).await?,
+    };
     let mut stdout = std::io::stdout();
     if a.json {
         writeln!(stdout, "{}", serde_json::to_string(&out.summary)?)?;
@@ -914,6 +935,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         api::{
             hub::HubSettings,
             listen::{self, ListenSettings},
+            profile::ProfileDesk,
             service::ApiState,
         },
         http::{HealthSettings, ServeLimits, ServeSecurity, ServeState, serve_secure},
@@ -929,6 +951,8 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         otlp: Option<OtlpExporter>,
         /// The node's bill into the event stream, once a minute.
         bills: cost::events::BillWriter,
+        /// Profiling sessions (`profile --connect`).
+        profiles: ProfileDesk,
     }
     /// The hub and, when OTLP export is on, the exporter (which keeps the kinds it exports).
     struct Tee<'a> {
@@ -978,8 +1002,17 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         fn event(&mut self, ev: &tracer_user::decode::Event, ctx: &EventContext) {
             Tee { hub: &self.api.hub, otlp: self.otlp.as_ref() }.event(ev, ctx);
         }
-        fn stepped(&mut self, _: &mut Agent) {
+        fn stepped(&mut self, agent: &mut Agent) {
             self.serve.heartbeat();
+            // A session's edges: the ring buffer drained and the launch counts sent, so that what
+            // the window counted is exactly what its stream carries.
+            let (hub, otlp, last_batch) = (&self.api.hub, self.otlp.as_ref(), &mut self.last_batch);
+            self.profiles.serve(agent, hub, &mut |agent| {
+                let mut tee = Tee { hub, otlp };
+                agent.drain(&mut |ev, ctx| tee.event(ev, ctx));
+                emit_launch_batches(&mut tee, agent, last_batch.elapsed());
+                *last_batch = Instant::now();
+            });
             // Subscribers are woken once per step for the events it applied, not once per event.
             self.api.hub.flush();
         }
@@ -1049,6 +1082,10 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     )
     .context("the metrics endpoint's TLS or token")?;
     let otlp_who = ResourceInfo::detect(cfg.kubernetes.node_name.as_deref());
+    let (profiles, profile_control) = ProfileDesk::new(
+        PathBuf::from(tracer_user::profile::session::LOCK_DIR),
+        cfg.families.cuda && cfg.cuda_timed_calls,
+    );
     let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
@@ -1057,7 +1094,8 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     let registry = MetricsRegistry::new().with_process_metrics().with_cgroup_label(cgroup_label);
     let state = Arc::new(ServeState::new(registry, HealthSettings::default()).with_token(security.token.clone()));
     state.mark_attached(agent.report().attach_mode.as_str());
-    let api = Arc::new(ApiState::new(hub.clone(), state.clone(), agent.report().clone()));
+    let api =
+        Arc::new(ApiState::new(hub.clone(), state.clone(), agent.report().clone()).with_profiles(profile_control));
     let scheme = if security.tls.is_some() { "https" } else { "http" };
     let server = serve_secure(a.listen, state.clone(), ServeLimits::default(), security.tls.clone())
         .await
@@ -1074,7 +1112,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     };
     let schedule =
         Schedule { interval, tick_at_start: true, duration: a.duration.and_then(Schedule::duration_from_secs) };
-    let mut publish = Publish { serve: state, api, last_batch: Instant::now(), otlp, bills };
+    let mut publish = Publish { serve: state, api, last_batch: Instant::now(), otlp, bills, profiles };
     let result = runner::run(&mut agent, schedule, &mut publish).await;
     hub.close();
     if let Some(o) = publish.otlp.take() {

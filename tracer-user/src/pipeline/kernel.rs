@@ -11,11 +11,10 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
 use tracer_common::{
-    CudaCount, CudaCountKey, DeviceRef, FdKey, PER_EVENT_CGROUP, PER_EVENT_TGID, PerEventKey, TracerConfig, UvmMapKey,
-    family, map_names, nv::DriverAbi,
+    CudaCount, CudaCountKey, DeviceRef, FdKey, PerEventKey, TracerConfig, UvmMapKey, family, map_names, nv::DriverAbi,
 };
 
-use super::StartError;
+use super::{PerEventSelection, StartError};
 use crate::{
     config::Config,
     decode,
@@ -159,33 +158,27 @@ impl KernelSide {
             + sweep_dead::<tracer_common::CudaTimedInflight>(ebpf, map_names::CUDA_TIMED_INFLIGHT, proc_root)
     }
 
-    /// Per-event mode for these cgroups and processes until `until_ktime_ns` (`u64::MAX`: no
-    /// deadline); empty lists turn it off.
-    pub(super) fn set_per_event(
-        &mut self,
-        cgroups: &[u64],
-        tgids: &[u32],
-        until_ktime_ns: u64,
-    ) -> Result<(), MapError> {
+    /// Per-event mode for these selections, each until its deadline (`ktime_ns`, `u64::MAX`: no
+    /// deadline); the map is replaced as a whole, and an empty list turns per-event mode off.
+    pub(super) fn set_per_event(&mut self, selections: &[(PerEventSelection, u64)]) -> Result<(), MapError> {
         let ebpf = &mut self.probes.ebpf;
         {
             let m = ebpf.map_mut(map_names::CUDA_PER_EVENT).ok_or_else(|| missing(map_names::CUDA_PER_EVENT))?;
             let mut h: BpfHashMap<&mut MapData, PerEventKey, u64> = BpfHashMap::try_from(m)?;
-            let old: Vec<PerEventKey> = h.keys().filter_map(Result::ok).collect();
+            let keys: Vec<(PerEventKey, u64)> = selections.iter().map(|(s, until)| (s.key(), *until)).collect();
+            let old: Vec<PerEventKey> =
+                h.keys().filter_map(Result::ok).filter(|k| !keys.iter().any(|(n, _)| n == k)).collect();
             for k in old {
                 h.remove(&k)?;
             }
-            for id in cgroups {
-                h.insert(PerEventKey { kind: PER_EVENT_CGROUP, _pad: 0, id: *id }, until_ktime_ns, 0)?;
-            }
-            for t in tgids {
-                h.insert(PerEventKey { kind: PER_EVENT_TGID, _pad: 0, id: *t as u64 }, until_ktime_ns, 0)?;
+            for (k, until) in keys {
+                h.insert(k, until, 0)?;
             }
         }
         let m = ebpf.map_mut(map_names::CONFIG).ok_or_else(|| missing(map_names::CONFIG))?;
         let mut a: aya::maps::Array<&mut MapData, TracerConfig> = aya::maps::Array::try_from(m)?;
         let mut cfg = a.get(&0, 0)?;
-        if cgroups.is_empty() && tgids.is_empty() {
+        if selections.is_empty() {
             cfg.families &= !family::CUDA_PER_EVENT;
         } else {
             cfg.families |= family::CUDA_PER_EVENT;

@@ -255,6 +255,42 @@ impl Agent {
         self.enrich.cgroup_id(path_or_id)
     }
 
+    /// Probe the libcuda copies `tgid` maps that are not probed yet (a process that started
+    /// before the tracer, with its own copy); as when a process opens an NVIDIA device.
+    pub fn probe_libcuda_of(&mut self, tgid: u32) {
+        let Some(k) = self.kernel.as_mut() else { return };
+        if self.cfg.families.cuda {
+            self.late_libcuda.process_opened_device(
+                &mut k.probes.ebpf,
+                &k.probes.cuda_backend,
+                &self.cfg.proc_root,
+                tgid,
+                &mut self.stats,
+            );
+        }
+    }
+
+    /// The cgroup id of process `tgid` (from `/proc/PID/cgroup`), if it exists.
+    pub fn cgroup_id_of_process(&self, tgid: u32) -> Option<u64> {
+        self.enrich.cgroup_id_of(tgid)
+    }
+
+    /// The cgroup2 mount the agent reads, when one was found.
+    pub fn cgroup_root(&self) -> Option<std::path::PathBuf> {
+        self.enrich.cgroups.root().map(std::path::Path::to_path_buf)
+    }
+
+    /// The procfs the agent reads.
+    pub fn proc_root(&self) -> &std::path::Path {
+        &self.cfg.proc_root
+    }
+
+    /// Where Kubernetes identity stands, in words (for messages).
+    pub fn kubernetes_status(&self) -> String {
+        let v = self.kube.view();
+        format!("{:?}: {}", v.status, v.detail)
+    }
+
     /// Who cgroup `id` is, resolved now (cheap: a path parse and cache lookups).
     pub fn identity_of(&mut self, id: u64) -> std::sync::Arc<ContainerIdentity> {
         self.identities.resolve(id, &mut self.enrich.cgroups, &self.kube)
@@ -274,8 +310,7 @@ impl Agent {
     /// shared memory, stream and the kernel name), on top of the in-kernel counts. Takes effect at
     /// once, without restarting anything; empty lists turn it off.
     pub fn set_per_event(&mut self, cgroups: &[u64], tgids: &[u32]) -> Result<(), aya::maps::MapError> {
-        let missing = || aya::maps::MapError::InvalidName { name: tracer_common::map_names::CUDA_PER_EVENT.into() };
-        self.kernel.as_mut().ok_or_else(missing)?.set_per_event(cgroups, tgids, u64::MAX)
+        self.set_per_event_until(&PerEventSelection::all(cgroups, tgids, u64::MAX))
     }
 
     /// [`Agent::set_per_event`] for at most `window`: the kernel programs stop sending launches one
@@ -287,9 +322,15 @@ impl Agent {
         tgids: &[u32],
         window: Duration,
     ) -> Result<(), aya::maps::MapError> {
+        self.set_per_event_until(&PerEventSelection::all(cgroups, tgids, deadline_after(window)))
+    }
+
+    /// Per-event mode for exactly these selections, each until its deadline (`ktime_ns` on
+    /// CLOCK_MONOTONIC, `u64::MAX`: none); the previous selections are replaced, an empty list
+    /// turns per-event mode off.
+    pub fn set_per_event_until(&mut self, selections: &[(PerEventSelection, u64)]) -> Result<(), aya::maps::MapError> {
         let missing = || aya::maps::MapError::InvalidName { name: tracer_common::map_names::CUDA_PER_EVENT.into() };
-        let until = clock::monotonic_ns().saturating_add(window.as_nanos().min(u64::MAX as u128 - 1) as u64);
-        self.kernel.as_mut().ok_or_else(missing)?.set_per_event(cgroups, tgids, until.min(u64::MAX - 1))
+        self.kernel.as_mut().ok_or_else(missing)?.set_per_event(selections)
     }
 
     /// Switch the kernel-side diagnostics on or off (`kernel_log`); returns the new state. Without
@@ -444,4 +485,37 @@ fn ledger_check(state: &crate::state::Snapshot, cuda: &crate::cuda::ledger::Cuda
             })
         })
         .collect()
+}
+
+/// What per-event mode is switched on for: a cgroup (every process in it) or one process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PerEventSelection {
+    Cgroup(u64),
+    Process(u32),
+}
+
+impl PerEventSelection {
+    /// The kernel map's key.
+    pub fn key(&self) -> tracer_common::PerEventKey {
+        match *self {
+            PerEventSelection::Cgroup(id) => {
+                tracer_common::PerEventKey { kind: tracer_common::PER_EVENT_CGROUP, _pad: 0, id }
+            }
+            PerEventSelection::Process(tgid) => {
+                tracer_common::PerEventKey { kind: tracer_common::PER_EVENT_TGID, _pad: 0, id: tgid.into() }
+            }
+        }
+    }
+
+    /// Every cgroup and process given, each until `until`.
+    pub fn all(cgroups: &[u64], tgids: &[u32], until: u64) -> Vec<(PerEventSelection, u64)> {
+        let cg = cgroups.iter().map(|c| (PerEventSelection::Cgroup(*c), until));
+        cg.chain(tgids.iter().map(|t| (PerEventSelection::Process(*t), until))).collect()
+    }
+}
+
+/// The `ktime_ns` deadline `window` from now (below `u64::MAX`, which means none).
+pub fn deadline_after(window: Duration) -> u64 {
+    let w = window.as_nanos().min(u64::MAX as u128 - 1) as u64;
+    clock::monotonic_ns().saturating_add(w).min(u64::MAX - 1)
 }

@@ -136,12 +136,13 @@ pub fn render(rec: &Recording, s: &Summary) -> String {
     // In a <script>, "</" would end it early: JSON allows "<\/" for the same string.
     let data = serde_json::to_string(&p).expect("plain data serializes").replace("</", "<\\/");
     let mut o = String::new();
+    let who = if s.workload.is_empty() { s.target.clone() } else { format!("{} ({})", s.workload, s.target) };
     let _ = write!(
         o,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>gpu-tracer profile: {}</title>\
          <style>{UPLOT_CSS}{STYLE}</style></head><body><h1>gpu-tracer profile: {}</h1>",
-        esc(&s.target),
-        esc(&s.target)
+        esc(&who),
+        esc(&who)
     );
     let g = &s.gpu_time;
     let blocked: f64 = s.synchronisation.iter().map(|r| r.blocked_ms).sum();

@@ -4,14 +4,16 @@
 //!
 //! The recorder reads `gputracer.v1.Event`s, the stream's own messages, so a session fed by this
 //! process's probes and one fed by a running agent's `Subscribe` stream are recorded the same way.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_tracer_proto::v1::{self, event::Payload};
 
 pub mod html;
 pub mod perfetto;
+pub mod remote;
 pub mod session;
 pub mod summary;
+pub mod target;
 #[cfg(test)]
 mod tests;
 
@@ -20,8 +22,8 @@ mod tests;
 pub enum Target {
     /// One process (its threads included).
     Pid(u32),
-    /// Every process of one cgroup (a container), by cgroup id.
-    Cgroup(u64),
+    /// Every process of these cgroups (a container, a pod's containers), by cgroup id.
+    Cgroups(BTreeSet<u64>),
 }
 
 impl Target {
@@ -29,7 +31,23 @@ impl Target {
     pub fn selects(&self, tgid: u32, cgroup_id: u64) -> bool {
         match self {
             Target::Pid(p) => tgid == *p,
-            Target::Cgroup(id) => cgroup_id == *id,
+            Target::Cgroups(ids) => ids.contains(&cgroup_id),
+        }
+    }
+
+    /// One cgroup.
+    pub fn cgroup(id: u64) -> Target {
+        Target::Cgroups([id].into())
+    }
+
+    /// `pid N`, `cgroup N`, `cgroups N, M`.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Pid(p) => format!("pid {p}"),
+            Target::Cgroups(ids) if ids.len() == 1 => format!("cgroup {}", ids.first().unwrap_or(&0)),
+            Target::Cgroups(ids) => {
+                format!("cgroups {}", ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
+            }
         }
     }
 }
@@ -152,8 +170,15 @@ pub struct Recording {
     /// Launch counts from count mode (batches) seen in the window, per process: what the kernel
     /// counted, against which the per-event launches are checked.
     pub counted_launches: BTreeMap<u32, u64>,
-    /// Why the session ended (`duration`, `signal`, `workload exited`, `event limit`).
+    /// Why the session ended (`duration`, `signal`, `workload exited`, `event limit`, `agent
+    /// stopped`).
     pub ended_by: String,
+    /// The workload as a person reads it (`ns/pod/container`, `pid 4242 (python)`).
+    pub workload: String,
+    /// Where the events came from: `standalone` (this process's probes) or `agent ADDR`.
+    pub source: String,
+    /// What the user should know about the recording (calls not probed, how the end was known).
+    pub notes: Vec<String>,
 }
 
 /// Takes the event stream of a session and keeps the target's events.
@@ -190,7 +215,7 @@ impl Recorder {
     pub fn target_exited(&self) -> bool {
         match self.target {
             Target::Pid(p) => self.rec.processes.get(&p).is_some_and(|p| p.exited_ktime_ns.is_some()),
-            Target::Cgroup(_) => false,
+            Target::Cgroups(_) => false,
         }
     }
 

@@ -18,14 +18,7 @@ use crate::{
     runner::{self, Flow, Schedule, Stopped},
 };
 
-/// The workload, as the user named it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TargetSpec {
-    /// A host PID.
-    Pid(u32),
-    /// A cgroup path relative to the cgroup2 mount (as in `/proc/PID/cgroup`) or a cgroup id.
-    Cgroup(String),
-}
+pub use super::target::TargetSpec;
 
 /// How progress is shown while recording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,18 +109,17 @@ pub struct SessionLock {
 }
 
 impl SessionLock {
-    /// Take the lock of `target` in `dir`, or say who holds it.
-    pub fn take(dir: &std::path::Path, target: &TargetSpec) -> Result<SessionLock> {
+    /// Take the locks named `names` (`pid-N`, `cgroup-ID`: [`Resolved::locks`]) in `dir`, or say
+    /// who holds one.
+    pub fn take(dir: &std::path::Path, names: &[String]) -> Result<Vec<SessionLock>> {
+        names.iter().map(|n| SessionLock::take_one(dir, n)).collect()
+    }
+
+    fn take_one(dir: &std::path::Path, name: &str) -> Result<SessionLock> {
         use std::os::unix::{fs::OpenOptionsExt, io::AsRawFd};
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the session lock directory {}", dir.display()))?;
-        let name = match target {
-            TargetSpec::Pid(p) => format!("pid-{p}.lock"),
-            // A path and an id name the same cgroup differently: the path's separators are kept
-            // out of the file name, so two spellings of one path share a lock.
-            TargetSpec::Cgroup(c) => format!("cgroup-{}.lock", c.trim_matches('/').replace('/', "%")),
-        };
-        let path = dir.join(name);
+        let path = dir.join(format!("{name}.lock"));
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -140,7 +132,7 @@ impl SessionLock {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let holder = std::fs::read_to_string(&path).unwrap_or_default();
             bail!(
-                "another profile session is recording this workload (gpu-tracer pid {}; lock {}): one session per \
+                "another profile session is recording this workload (held by {}; lock {}): one session per \
                  workload, wait for it to end",
                 holder.trim(),
                 path.display()
@@ -149,29 +141,48 @@ impl SessionLock {
         use std::io::Seek;
         file.set_len(0)?;
         file.rewind()?;
-        writeln!(file, "{}", std::process::id())?;
+        writeln!(file, "gpu-tracer pid {}", std::process::id())?;
         Ok(SessionLock { _file: file })
     }
 }
 
-/// The recording loop's handler: every event to the recorder, a progress line every tick.
-struct Session {
-    recorder: Recorder,
+/// The progress shown while recording (a bar on a terminal, JSON lines with `--json`).
+pub struct Shown {
     progress: Progress,
     bar: Option<indicatif::ProgressBar>,
     started: Instant,
     duration: Duration,
-    stop: Option<&'static str>,
     max_trace_bytes: u64,
 }
 
 /// Bytes a kept event takes in the trace, about (for the progress line's estimate).
 const TRACE_BYTES_PER_EVENT: u64 = 120;
 
-impl Session {
-    fn show(&mut self, agent: &Agent) {
-        let rec = self.recorder.recording();
-        let (_, acc) = agent.accounting();
+impl Shown {
+    /// Progress for a session of `opts`, starting now.
+    pub fn new(opts: &Options) -> Shown {
+        let bar = (opts.progress == Progress::Bar).then(|| {
+            let b = indicatif::ProgressBar::new(opts.duration.as_millis() as u64);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} recording [{bar:30}] {elapsed}/{duration_precise} {msg}",
+                )
+                .expect("a valid template")
+                .progress_chars("=> "),
+            );
+            b
+        });
+        Shown {
+            progress: opts.progress,
+            bar,
+            started: Instant::now(),
+            duration: opts.duration,
+            max_trace_bytes: opts.max_trace_bytes,
+        }
+    }
+
+    /// Show where `rec` stands; `dropped`: the tracer's drops so far, when known.
+    pub fn show(&self, rec: &super::Recording, dropped: Option<u64>) {
         let elapsed = self.started.elapsed().as_secs_f64();
         let kept = rec.events_seen - rec.events_over_limit;
         let trace = kept * TRACE_BYTES_PER_EVENT;
@@ -183,8 +194,9 @@ impl Session {
                     "duration_s": self.duration.as_secs_f64(),
                     "launches": rec.launches.len(),
                     "memory_calls": rec.memory.len(),
+                    "calls": rec.calls.len(),
                     "events_over_limit": rec.events_over_limit,
-                    "tracer_dropped": acc.dropped,
+                    "tracer_dropped": dropped,
                     "trace_bytes_estimate": trace,
                 });
                 let _ = writeln!(std::io::stderr(), "{line}");
@@ -193,16 +205,31 @@ impl Session {
                 if let Some(b) = &self.bar {
                     b.set_position((elapsed * 1000.0) as u64);
                     b.set_message(format!(
-                        "{} launches, {} memory calls, {} dropped, trace ~{}",
+                        "{} launches, {} memory calls, {} other calls, {} dropped, trace ~{}",
                         rec.launches.len(),
                         rec.memory.len(),
-                        acc.dropped + rec.events_over_limit,
+                        rec.calls.len(),
+                        dropped.unwrap_or(0) + rec.events_over_limit,
                         indicatif::HumanBytes(trace.min(self.max_trace_bytes))
                     ));
                 }
             }
         }
     }
+
+    /// Clear the bar.
+    pub fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// The recording loop's handler: every event to the recorder, a progress line every tick.
+struct Session {
+    recorder: Recorder,
+    shown: Shown,
+    stop: Option<&'static str>,
 }
 
 impl runner::Handler for Session {
@@ -218,7 +245,7 @@ impl runner::Handler for Session {
         for (key, n) in agent.launch_batches() {
             self.recorder.counted(key.tgid, key.cgroup_id, n);
         }
-        self.show(agent);
+        self.shown.show(self.recorder.recording(), Some(agent.accounting().1.dropped));
         if self.recorder.target_exited() {
             self.stop = Some("workload exited");
         } else if self.recorder.limit_reached() {
@@ -233,54 +260,58 @@ pub struct Outcome {
     pub summary: summary::Summary,
 }
 
+/// The trace file, created before anything is loaded or asked: a path that cannot be written
+/// fails first.
+pub fn create_output(opts: &Options) -> Result<std::fs::File> {
+    std::fs::File::create(&opts.output).with_context(|| format!("creating the trace file {}", opts.output.display()))
+}
+
+/// Write what `rec` holds: the trace into `file`, the summary and the HTML report where asked.
+pub fn write_outputs(rec: &super::Recording, target: &Target, opts: &Options, file: std::fs::File) -> Result<Outcome> {
+    let idle_ns = opts.idle_gap.as_nanos().min(u64::MAX as u128) as u64;
+    let stats = perfetto::write(rec, idle_ns, opts.max_trace_bytes, std::io::BufWriter::new(file))
+        .with_context(|| format!("writing the trace to {}", opts.output.display()))?;
+    let summary = summary::summarize(rec, target, idle_ns, stats);
+    if let Some(p) = &opts.summary_json {
+        let text = serde_json::to_string_pretty(&summary)? + "\n";
+        std::fs::write(p, text).with_context(|| format!("writing the summary to {}", p.display()))?;
+    }
+    if let Some(p) = &opts.html {
+        std::fs::write(p, super::html::render(rec, &summary))
+            .with_context(|| format!("writing the HTML report to {}", p.display()))?;
+    }
+    Ok(Outcome { summary })
+}
+
 /// Run a standalone session with `cfg` (already [`prepare`]d).
 pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
-    let _lock = SessionLock::take(std::path::Path::new(LOCK_DIR), &opts.target)?;
-    // The output file first: a path that cannot be written fails before anything is loaded.
-    let file = std::fs::File::create(&opts.output)
-        .with_context(|| format!("creating the trace file {}", opts.output.display()))?;
+    // A PID's lock is known before anything loads: a second session is refused at once.
+    let early_lock = match &opts.target {
+        TargetSpec::Pid(p) => Some(SessionLock::take(std::path::Path::new(LOCK_DIR), &[format!("pid-{p}")])?),
+        _ => None,
+    };
+    let file = create_output(&opts)?;
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     if let Some(e) = agent.report().cuda.error() {
         bail!("the cuda probes did not attach, so there is nothing to record: {e}");
     }
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
-    let (target, cgroups, tgids) = match &opts.target {
-        TargetSpec::Pid(p) => (Target::Pid(*p), vec![], vec![*p]),
-        TargetSpec::Cgroup(c) => {
-            let id = agent
-                .cgroup_id(c)
-                .with_context(|| format!("--cgroup {c}: no such cgroup (a path as in /proc/PID/cgroup, or an id)"))?;
-            (Target::Cgroup(id), vec![id], vec![])
-        }
+    let resolved = super::target::resolve(&mut agent, &opts.target)?;
+    let _locks = match early_lock {
+        Some(l) => l,
+        None => SessionLock::take(std::path::Path::new(LOCK_DIR), &resolved.locks)?,
     };
     // Launches counted before the window are not the window's.
     let _ = agent.launch_batches();
     let dropped_before = agent.accounting().1.dropped;
     let start = clock::monotonic_ns();
     agent
-        .set_per_event_for(&cgroups, &tgids, opts.duration + DEADLINE_GRACE)
+        .set_per_event_for(&resolved.cgroups, &resolved.tgids, opts.duration + DEADLINE_GRACE)
         .context("switching on per-event mode for the workload")?;
-    tracing::info!(target = ?opts.target, duration_s = opts.duration.as_secs_f64(), "recording");
-    let bar = (opts.progress == Progress::Bar).then(|| {
-        let b = indicatif::ProgressBar::new(opts.duration.as_millis() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} recording [{bar:30}] {elapsed}/{duration_precise} {msg}",
-            )
-            .expect("a valid template")
-            .progress_chars("=> "),
-        );
-        b
-    });
-    let mut session = Session {
-        recorder: Recorder::new(target.clone(), opts.limits, start),
-        progress: opts.progress,
-        bar,
-        started: Instant::now(),
-        duration: opts.duration,
-        stop: None,
-        max_trace_bytes: opts.max_trace_bytes,
-    };
+    tracing::info!(target = %resolved.description, duration_s = opts.duration.as_secs_f64(), "recording");
+    let target = resolved.target.clone();
+    let mut session =
+        Session { recorder: Recorder::new(target.clone(), opts.limits, start), shown: Shown::new(&opts), stop: None };
     let schedule =
         Schedule { interval: Duration::from_millis(250), tick_at_start: false, duration: Some(opts.duration) };
     let stopped = runner::run(&mut agent, schedule, &mut session).await;
@@ -293,27 +324,15 @@ pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
     for (key, n) in agent.launch_batches() {
         session.recorder.counted(key.tgid, key.cgroup_id, n);
     }
-    if let Some(b) = session.bar.take() {
-        b.finish_and_clear();
-    }
+    session.shown.finish();
     let reason = match stopped {
         Stopped::Signal => "signal",
         Stopped::Duration => "duration",
         Stopped::Handler => session.stop.unwrap_or("handler"),
     };
     let dropped = agent.accounting().1.dropped.saturating_sub(dropped_before);
-    let rec = session.recorder.finish(end, reason, dropped);
-    let idle_ns = opts.idle_gap.as_nanos().min(u64::MAX as u128) as u64;
-    let stats = perfetto::write(&rec, idle_ns, opts.max_trace_bytes, std::io::BufWriter::new(file))
-        .with_context(|| format!("writing the trace to {}", opts.output.display()))?;
-    let summary = summary::summarize(&rec, &target, idle_ns, stats);
-    if let Some(p) = &opts.summary_json {
-        let text = serde_json::to_string_pretty(&summary)? + "\n";
-        std::fs::write(p, text).with_context(|| format!("writing the summary to {}", p.display()))?;
-    }
-    if let Some(p) = &opts.html {
-        std::fs::write(p, super::html::render(&rec, &summary))
-            .with_context(|| format!("writing the HTML report to {}", p.display()))?;
-    }
-    Ok(Outcome { summary })
+    let mut rec = session.recorder.finish(end, reason, dropped);
+    rec.source = "standalone (this command's own probes)".into();
+    rec.workload = resolved.description;
+    write_outputs(&rec, &target, &opts, file)
 }

@@ -148,6 +148,8 @@ fn union_ns(mut v: Vec<(u64, u64)>) -> u64 {
 pub struct Summary {
     /// `pid N` or `cgroup N`.
     pub target: String,
+    /// The workload as a person reads it (`ns/pod/container`, `pid 4242 (python)`).
+    pub workload: String,
     pub window: Window,
     pub processes: Vec<ProcessRow>,
     pub launches: Launches,
@@ -305,6 +307,10 @@ pub struct GpuTime {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Session {
+    /// `standalone` (the profiler's own probes) or `agent ADDR`.
+    pub source: String,
+    /// What the reader should know about the recording.
+    pub notes: Vec<String>,
     pub events_seen: u64,
     pub events_kept: u64,
     pub events_over_limit: u64,
@@ -328,10 +334,8 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
     let duration_ns = rec.end_ktime_ns.saturating_sub(rec.start_ktime_ns);
     let duration_s = duration_ns as f64 / 1e9;
     let mut s = Summary {
-        target: match target {
-            Target::Pid(p) => format!("pid {p}"),
-            Target::Cgroup(c) => format!("cgroup {c}"),
-        },
+        target: target.describe(),
+        workload: rec.workload.clone(),
         window: Window {
             start_ktime_ns: rec.start_ktime_ns,
             end_ktime_ns: rec.end_ktime_ns,
@@ -534,6 +538,8 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
         });
     }
     s.session = Session {
+        source: rec.source.clone(),
+        notes: rec.notes.clone(),
         events_seen: rec.events_seen,
         events_kept: rec.events_seen - rec.events_over_limit,
         events_over_limit: rec.events_over_limit,
@@ -560,7 +566,8 @@ fn bytes(b: i64) -> String {
 /// The summary for a terminal.
 pub fn render(s: &Summary) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "profile of {}: {:.1} s, ended by {}", s.target, s.window.duration_s, s.window.ended_by);
+    let who = if s.workload.is_empty() { s.target.clone() } else { format!("{} ({})", s.workload, s.target) };
+    let _ = writeln!(o, "profile of {who}: {:.1} s, ended by {}", s.window.duration_s, s.window.ended_by);
     for p in &s.processes {
         let exited = p.exited_at_s.map(|t| format!(", exited at {t:.2} s")).unwrap_or_default();
         let _ = writeln!(
@@ -683,5 +690,11 @@ pub fn render(s: &Summary) -> String {
             String::new()
         }
     );
+    if !s.session.source.is_empty() {
+        let _ = writeln!(o, "source: {}", s.session.source);
+    }
+    for n in &s.session.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
     o
 }

@@ -266,7 +266,7 @@ fn summary_numbers_equal_the_schedule() {
 
 #[test]
 fn the_event_limit_is_counted_not_silent() {
-    let mut r = Recorder::new(Target::Cgroup(77), Limits { max_events: 5 }, T0);
+    let mut r = Recorder::new(Target::cgroup(77), Limits { max_events: 5 }, T0);
     for i in 0..8 {
         r.event(&ev(10, 10, T0 + i, launch("k", 1)));
     }

@@ -200,6 +200,11 @@ impl EventHub {
         }
     }
 
+    /// The number of the newest event published (0 before the first).
+    pub fn newest_seq(&self) -> u64 {
+        self.next_seq.load(Ordering::Relaxed) - 1
+    }
+
     /// Wakes the subscribers for everything published so far (once per agent step).
     pub fn flush(&self) {
         let newest = self.next_seq.load(Ordering::Relaxed) - 1;
@@ -322,6 +327,11 @@ impl Subscription {
     /// The hub it reads.
     pub fn hub(&self) -> &EventHub {
         &self.hub
+    }
+
+    /// The number of the next event it receives.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
     }
 
     /// The next events after the history, at most `max` at a time (waits for at least one).

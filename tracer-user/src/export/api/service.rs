@@ -16,6 +16,7 @@ use tokio_stream::Stream;
 use super::{
     filter::Filters,
     hub::{EventHub, Published, Received, Subscription},
+    profile::{ProfileControl, ProfileStream},
     snapshot::{snapshot_to_proto, status_to_proto},
 };
 use crate::{export::http::ServeState, probe::ProbeReport};
@@ -26,12 +27,24 @@ pub struct ApiState {
     pub hub: Arc<EventHub>,
     pub serve: Arc<ServeState>,
     report: RwLock<Arc<ProbeReport>>,
+    /// The agent loop's profiling desk (`None`: this agent serves no profiling sessions).
+    profiles: Option<ProfileControl>,
 }
 
 impl ApiState {
     /// The state of an agent whose probes reported `report`.
     pub fn new(hub: Arc<EventHub>, serve: Arc<ServeState>, report: ProbeReport) -> Self {
-        ApiState { hub, serve, report: RwLock::new(Arc::new(report)) }
+        ApiState { hub, serve, report: RwLock::new(Arc::new(report)), profiles: None }
+    }
+
+    /// Serve `Profile` through the agent loop's desk.
+    pub fn with_profiles(mut self, control: ProfileControl) -> Self {
+        self.profiles = Some(control);
+        self
+    }
+
+    fn profiles(&self) -> Result<&ProfileControl, Status> {
+        self.profiles.as_ref().ok_or_else(|| Status::unimplemented("this agent serves no profiling sessions"))
     }
 
     /// The probe report changed (a libcuda copy probed or detached).
@@ -136,6 +149,23 @@ impl GpuTracer for ApiService {
         // Polled by the connection itself: no task, no queue between the hub and the socket.
         // When the client goes away the stream is dropped, and with it the subscription.
         Ok(Response::new(Box::pin(futures::stream::unfold(state, StreamState::next))))
+    }
+
+    type ProfileStream = ResponseStream;
+
+    async fn profile(&self, request: Request<v1::ProfileRequest>) -> Result<Response<ResponseStream>, Status> {
+        let control = self.state.profiles()?;
+        let stream = ProfileStream::open(&self.state.hub, control, &request.into_inner()).await?;
+        // Dropped with the connection when the client goes: that ends the session.
+        Ok(Response::new(Box::pin(futures::stream::unfold(stream, ProfileStream::next))))
+    }
+
+    async fn end_profile(
+        &self,
+        request: Request<v1::EndProfileRequest>,
+    ) -> Result<Response<v1::EndProfileResponse>, Status> {
+        super::profile::end(self.state.profiles()?, request.into_inner().session_id)?;
+        Ok(Response::new(v1::EndProfileResponse {}))
     }
 
     async fn get_snapshot(

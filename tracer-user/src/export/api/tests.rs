@@ -735,3 +735,49 @@ fn history_kinds_decide_what_is_built_while_nobody_subscribes() {
     api.history_kinds = vec!["rm_allocc".into()];
     assert!(api.history_kinds().unwrap_err().to_string().contains("rm_allocc"));
 }
+
+mod profile_sessions {
+    use std::time::Duration;
+
+    use gpu_tracer_proto::{tonic::Code, v1};
+
+    use crate::{
+        export::api::profile::{request_to_spec, union},
+        pipeline::PerEventSelection::{Cgroup, Process},
+        profile::target::TargetSpec,
+    };
+
+    #[test]
+    fn overlapping_sessions_keep_each_selection_once_with_the_latest_deadline() {
+        let a = [Cgroup(7), Process(42)];
+        let b = [Cgroup(7), Cgroup(9)];
+        let u = union([(&a[..], 100), (&b[..], 300)]);
+        assert_eq!(u, vec![(Cgroup(7), 300), (Cgroup(9), 300), (Process(42), 100)]);
+        // One session ends: its selections go, the other's stay with its own deadline.
+        assert_eq!(union([(&a[..], 100)]), vec![(Cgroup(7), 100), (Process(42), 100)]);
+        assert!(union([]).is_empty(), "no session: per-event mode off");
+    }
+
+    #[test]
+    fn profile_requests_are_checked_before_anything_is_switched() {
+        use v1::profile_request::Target as T;
+        let req = |target, duration_ms| v1::ProfileRequest { target, duration_ms };
+        assert_eq!(request_to_spec(&req(Some(T::Pid(4)), 1000)).unwrap(), (TargetSpec::Pid(4), Duration::from_secs(1)));
+        let pod = T::Pod(v1::PodRef { namespace: "ml".into(), name: "t-0".into(), container: String::new() });
+        assert_eq!(
+            request_to_spec(&req(Some(pod), 5)).unwrap().0,
+            TargetSpec::Pod { namespace: "ml".into(), name: "t-0".into(), container: None }
+        );
+        for (target, ms) in [
+            (None, 1000),
+            (Some(T::Pid(0)), 1000),
+            (Some(T::Cgroup(String::new())), 1000),
+            (Some(T::Pid(4)), 0),
+            (Some(T::Pid(4)), 3_600_001),
+            (Some(T::Pod(v1::PodRef { namespace: "ml".into(), ..Default::default() })), 1000),
+        ] {
+            let e = request_to_spec(&req(target.clone(), ms)).unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{target:?} {ms}: {e:?}");
+        }
+    }
+}
