@@ -102,7 +102,10 @@ def main(path):
             elif e.type == TrackEvent.TYPE_COUNTER:
                 if tracks[e.track_uuid]["kind"] != "counter":
                     fail(f"packet {i}: a counter value on a non-counter track")
-                counters[e.track_uuid].append(e.counter_value)
+                if e.HasField("double_counter_value"):
+                    counters[e.track_uuid].append(e.double_counter_value)
+                else:
+                    counters[e.track_uuid].append(e.counter_value)
             else:
                 fail(f"packet {i}: event type {e.type}")
             flows_begun.update(e.flow_ids)

@@ -596,3 +596,119 @@ fn profile_pod_records_only_that_pods_containers() {
     assert!(err.contains("pod ml/trainer-0 has no running container nope") && err.contains("here: main"), "{err}");
     drop(kubelet);
 }
+
+/// NVML's readings of the GPU the workload uses go into the session (the fake libnvidia-ml, whose
+/// readings follow the fake driver: the workload's 1 GiB and 40 % SM): counter tracks per GPU in
+/// the trace and a row in the summary, the same whether the profiler samples NVML itself or the
+/// agent streams its own samples (`--connect`).
+#[test]
+fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
+    use gpu_tracer_tests::nvml_model::{Busy, NvmlModel};
+    require_root();
+    const GIB: u64 = 1 << 30;
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let mut w = workload(&driver, &pod, &[]);
+    ok(&mut w, "init 0");
+    ok(&mut w, "alloc-rm 1073741824");
+    let dir = tempfile::tempdir().unwrap();
+    let model = NvmlModel::install(&dir.path().join("nvml"), &driver.stats().unwrap(), 256 << 20).unwrap();
+    let lib = model.library().to_str().unwrap().to_string();
+    let pid = w.pid();
+    let _follower = model.follow(
+        driver.path(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME),
+        Duration::from_millis(200),
+        move || [(pid, Busy { sm_pct: 40, mem_pct: 10 })].into(),
+    );
+    let check = |s: &Value, trace: &Path| {
+        let g = &s["gpus"];
+        assert_eq!(g.as_array().map(Vec::len), Some(1), "{s:#}");
+        let g = &g[0];
+        assert_eq!(g["index"], 0);
+        assert!(g["samples"].as_u64().unwrap() >= 2, "{g:#}");
+        assert_eq!(g["workload_sm_mean_pct"].as_f64(), Some(40.0), "{g:#}");
+        assert_eq!(g["utilization_peak_pct"], 40, "{g:#}");
+        assert_eq!(g["workload_memory_peak_bytes"], GIB, "{g:#}");
+        assert_eq!(g["power_mean_w"].as_f64(), Some(270.0), "70 W idle + 5 W per SM %: {g:#}");
+        let t = decode(trace);
+        let counter = |name: &str| -> Vec<f64> {
+            let (uuid, _) = t["tracks"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .find(|(_, tr)| tr["name"].as_str().is_some_and(|n| n.starts_with("GPU 0") && n.contains(name)))
+                .unwrap_or_else(|| panic!("no GPU 0 track {name:?}: {:#}", t["tracks"]));
+            t["counters"][uuid].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+        };
+        let sm = counter("SM % of this workload");
+        assert!(sm.len() >= 2 && sm.iter().all(|v| *v == 40.0), "{sm:?}");
+        assert!(counter("memory of this workload").iter().all(|v| *v == GIB as f64));
+        assert!(counter("power W").iter().all(|v| *v == 270.0));
+    };
+    let pid = w.pid().to_string();
+
+    // Standalone: the profiler samples NVML once a second.
+    let trace = dir.path().join("standalone.pftrace");
+    let three = secs(3);
+    let (child, _log) = start_profile(
+        &driver,
+        &[
+            "--nvml",
+            "required",
+            "--nvml-library",
+            &lib,
+            "--pid",
+            &pid,
+            "--duration",
+            &three,
+            "-o",
+            trace.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    ok(&mut w, "cuda-init");
+    ok(&mut w, "cuda-launch 3");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    check(&s, &trace);
+
+    // On the agent: its own samples (once per snapshot interval) come with the stream.
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, format!("snapshot_interval_ms = 500\n[nvml]\nmode = \"required\"\nlibrary = {lib:?}\n"))
+        .unwrap();
+    let api = format!("unix://{}", dir.path().join("api.sock").display());
+    let mut agent = Command::new(gpu_tracer())
+        .args(["--log", "info", "--dev-dir"])
+        .arg(driver.dev_dir())
+        .arg("--config")
+        .arg(&config)
+        .arg("--libcuda")
+        .arg(fake_libcuda("thunk"))
+        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "120", "--grpc-listen", &api])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = agent.stderr.take().unwrap();
+    let (tx, log) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    wait_log(&log, "serving the gRPC API");
+    let trace = dir.path().join("agent.pftrace");
+    let (child, _log) = start_profile(
+        &driver,
+        &["--connect", &api, "--pid", &pid, "--duration", &three, "-o", trace.to_str().unwrap(), "--json"],
+    );
+    ok(&mut w, "cuda-launch 3");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    check(&s, &trace);
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    assert!(agent.wait().unwrap().success());
+}

@@ -378,6 +378,11 @@ impl Agent {
         (kc, acc)
     }
 
+    /// The latest NVML sample, if NVML is in use and sampled once.
+    pub fn nvml_sample(&self) -> Option<std::sync::Arc<crate::nvml::model::NvmlSample>> {
+        self.nvml.last.clone()
+    }
+
     /// Take an NVML sample (and attribute the interval since the previous one) now, whatever the
     /// snapshot interval says.
     pub fn sample_now(&mut self) {

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_tracer_proto::v1::{self, event::Payload};
 
+pub mod gpus;
 pub mod html;
 pub mod perfetto;
 pub mod remote;
@@ -152,7 +153,7 @@ impl Process {
 }
 
 /// Everything one session recorded.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Recording {
     /// The window, on the events' clock (`ktime_ns`, CLOCK_MONOTONIC).
     pub start_ktime_ns: u64,
@@ -175,6 +176,9 @@ pub struct Recording {
     pub ended_by: String,
     /// The workload as a person reads it (`ns/pod/container`, `pid 4242 (python)`).
     pub workload: String,
+    /// NVML's passes over the node's GPUs during the window (all GPUs; [`gpus`] picks those the
+    /// workload used).
+    pub gpu_samples: Vec<v1::GpuSample>,
     /// Where the events came from: `standalone` (this process's probes) or `agent ADDR`.
     pub source: String,
     /// What the user should know about the recording (calls not probed, how the end was known).
@@ -336,6 +340,12 @@ impl Recorder {
             )),
             _ => {}
         }
+    }
+
+    /// One NVML pass (the node's GPUs); a pass already taken (same time) is ignored.
+    pub fn nvml(&mut self, gpus: &[v1::GpuSample]) {
+        let last = self.rec.gpu_samples.last().map_or(0, |g| g.ktime_ns);
+        self.rec.gpu_samples.extend(gpus.iter().filter(|g| g.ktime_ns > last).cloned());
     }
 
     /// Launches the in-kernel counts saw for (`tgid`, `cgroup_id`) since the last call.

@@ -36,6 +36,56 @@ enum Track {
     CudaMemory(u32),
     DriverMemory(u32),
     Submission(u32),
+    /// One NVML reading of one GPU (by NVML index).
+    Gpu(u32, GpuCounter),
+}
+
+/// The NVML counters drawn per GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum GpuCounter {
+    Utilization,
+    WorkloadSm,
+    Power,
+    MemoryUsed,
+    WorkloadMemory,
+    SmClock,
+}
+
+impl GpuCounter {
+    const ALL: [GpuCounter; 6] = [
+        GpuCounter::Utilization,
+        GpuCounter::WorkloadSm,
+        GpuCounter::Power,
+        GpuCounter::MemoryUsed,
+        GpuCounter::WorkloadMemory,
+        GpuCounter::SmClock,
+    ];
+
+    /// The track's name after `GPU n: ` and its unit.
+    fn describe(self) -> (&'static str, CounterDescriptor) {
+        let bytes = CounterDescriptor { unit: Some(Unit::SizeBytes as i32), unit_name: None };
+        let named = |u: &str| CounterDescriptor { unit: None, unit_name: Some(u.to_string()) };
+        match self {
+            GpuCounter::Utilization => ("utilization % (NVML, whole GPU)", named("%")),
+            GpuCounter::WorkloadSm => ("SM % of this workload (NVML per process)", named("%")),
+            GpuCounter::Power => ("power W (NVML)", named("W")),
+            GpuCounter::MemoryUsed => ("memory used (NVML, whole GPU)", bytes),
+            GpuCounter::WorkloadMemory => ("memory of this workload (NVML per process)", bytes),
+            GpuCounter::SmClock => ("SM clock MHz (NVML)", named("MHz")),
+        }
+    }
+
+    /// This counter's value in sample `g`, if NVML gave it.
+    fn value(self, rec: &Recording, g: &gpu_tracer_proto::v1::GpuSample) -> Option<f64> {
+        match self {
+            GpuCounter::Utilization => g.gpu_pct.map(f64::from),
+            GpuCounter::WorkloadSm => super::gpus::workload_share(rec, g).0.map(f64::from),
+            GpuCounter::Power => g.power_mw.map(|p| f64::from(p) / 1e3),
+            GpuCounter::MemoryUsed => g.memory_used_bytes.map(|b| b as f64),
+            GpuCounter::WorkloadMemory => super::gpus::workload_share(rec, g).1.map(|b| b as f64),
+            GpuCounter::SmClock => g.sm_clock_mhz.map(f64::from),
+        }
+    }
 }
 
 /// What a written trace holds, for the summary and the progress line.
@@ -247,6 +297,7 @@ enum Item<'a> {
     Gap { tgid: u32, end: bool },
     Call { call: &'a super::Call, end: bool },
     Bounded { b: &'a super::summary::Bounded, end: bool },
+    Gpu(&'a gpu_tracer_proto::v1::GpuSample),
 }
 
 /// Write `rec` as a Perfetto trace to `out`, at most `max_bytes` long. `idle_gap_ns` is the
@@ -284,6 +335,16 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
         };
         tracks.insert(t, 0);
     }
+    // NVML's counters of the GPUs shown, only those with at least one value.
+    let gpu_samples = super::gpus::shown(rec);
+    for g in &gpu_samples {
+        for c in GpuCounter::ALL {
+            if c.value(rec, g).is_some() {
+                tracks.insert(Track::Gpu(g.index, c), 0);
+            }
+        }
+    }
+    let gpu_names: BTreeMap<u32, String> = gpu_samples.iter().map(|g| (g.index, g.name.clone())).collect();
     for (i, uuid) in tracks.values_mut().enumerate() {
         *uuid = i as u64 + 1;
     }
@@ -331,6 +392,14 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
                 Some(CounterDescriptor { unit: Some(Unit::SizeBytes as i32), unit_name: None }),
             ),
             Track::Submission(tgid) => named(uuid, parent(tgid), "GPU submission".into(), None),
+            Track::Gpu(index, c) => {
+                let (what, unit) = c.describe();
+                let name = match gpu_names.get(&index).filter(|n| !n.is_empty()) {
+                    Some(n) => format!("GPU {index} ({n}): {what}"),
+                    None => format!("GPU {index}: {what}"),
+                };
+                named(uuid, None, name, Some(unit))
+            }
         };
         w.descriptor(d)?;
     }
@@ -350,12 +419,17 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
     }
     for c in &rec.calls {
         items.push((c.start_ktime_ns, 1, Item::Call { call: c, end: false }));
-        items.push((c.end_ktime_ns, 0, Item::Call { call: c, end: true }));
+        // A call that returned in the nanosecond it began ends after its begin, not before.
+        let order = if c.end_ktime_ns <= c.start_ktime_ns { 2 } else { 0 };
+        items.push((c.end_ktime_ns.max(c.start_ktime_ns), order, Item::Call { call: c, end: true }));
     }
     let (bounded, _) = bounded_intervals(rec);
     for b in &bounded {
         items.push((b.start_ktime_ns, 1, Item::Bounded { b, end: false }));
         items.push((b.end_ktime_ns, 0, Item::Bounded { b, end: true }));
+    }
+    for g in &gpu_samples {
+        items.push((g.ktime_ns, 1, Item::Gpu(g)));
     }
     items.sort_by_key(|(ts, order, _)| (*ts, *order));
 
@@ -373,6 +447,15 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
     let mut next_flow = 1u64;
     for (ts, _, item) in items {
         match item {
+            Item::Gpu(g) => {
+                for c in GpuCounter::ALL {
+                    if let (Some(v), Some(&track)) = (c.value(rec, g), tracks.get(&Track::Gpu(g.index, c))) {
+                        let mut e = on(track, track_event::Type::Counter);
+                        e.counter_value_field = Some(track_event::CounterValueField::DoubleCounterValue(v));
+                        w.event(ts, None, e)?;
+                    }
+                }
+            }
             Item::Launch(l) => {
                 let annotations = vec![
                     text("entry_point", w.string(&l.entry_point)),

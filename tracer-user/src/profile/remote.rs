@@ -83,6 +83,7 @@ pub async fn run(conn: &ConnectSettings, opts: Options) -> Result<Outcome> {
                         v1::profile_response::Response::Event(ev) => recorder.event(&ev),
                         v1::profile_response::Response::LostEvents(l) => lost += l.count,
                         v1::profile_response::Response::Ended(e) => break Some(e),
+                        v1::profile_response::Response::Nvml(n) => recorder.nvml(&n.gpus),
                         v1::profile_response::Response::Started(_) => {}
                     },
                     Some(_) => {}

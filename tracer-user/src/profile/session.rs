@@ -230,6 +230,22 @@ struct Session {
     recorder: Recorder,
     shown: Shown,
     stop: Option<&'static str>,
+    /// When NVML was last sampled for the session (once a second).
+    nvml_at: Instant,
+}
+
+/// How often a standalone session samples NVML.
+const NVML_EVERY: Duration = Duration::from_secs(1);
+
+impl Session {
+    /// Sample NVML now and record the pass.
+    fn sample_nvml(&mut self, agent: &mut Agent) {
+        agent.sample_now();
+        self.nvml_at = Instant::now();
+        if let Some(s) = agent.nvml_sample() {
+            self.recorder.nvml(&super::gpus::gpu_samples(&s));
+        }
+    }
 }
 
 impl runner::Handler for Session {
@@ -244,6 +260,9 @@ impl runner::Handler for Session {
     fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
         for (key, n) in agent.launch_batches() {
             self.recorder.counted(key.tgid, key.cgroup_id, n);
+        }
+        if self.nvml_at.elapsed() >= NVML_EVERY {
+            self.sample_nvml(agent);
         }
         self.shown.show(self.recorder.recording(), Some(agent.accounting().1.dropped));
         if self.recorder.target_exited() {
@@ -310,8 +329,13 @@ pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
         .context("switching on per-event mode for the workload")?;
     tracing::info!(target = %resolved.description, duration_s = opts.duration.as_secs_f64(), "recording");
     let target = resolved.target.clone();
-    let mut session =
-        Session { recorder: Recorder::new(target.clone(), opts.limits, start), shown: Shown::new(&opts), stop: None };
+    let mut session = Session {
+        recorder: Recorder::new(target.clone(), opts.limits, start),
+        shown: Shown::new(&opts),
+        stop: None,
+        nvml_at: Instant::now(),
+    };
+    session.sample_nvml(&mut agent);
     let schedule =
         Schedule { interval: Duration::from_millis(250), tick_at_start: false, duration: Some(opts.duration) };
     let stopped = runner::run(&mut agent, schedule, &mut session).await;
@@ -319,6 +343,7 @@ pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
     let off = agent.set_per_event(&[], &[]);
     let stopped = stopped?;
     off.context("switching per-event mode off")?;
+    session.sample_nvml(&mut agent);
     let end = clock::monotonic_ns();
     agent.drain(&mut |ev, ctx| runner::Handler::event(&mut session, ev, ctx));
     for (key, n) in agent.launch_batches() {

@@ -68,7 +68,9 @@ pub struct Bounded {
 /// The bounded intervals of every stream (overlapping ones merged, so each stream's are disjoint
 /// and every kernel in one ran within it), and the launches no synchronisation in the window
 /// bounded. `cuStreamSynchronize(S)` bounds S's launches submitted before it began;
-/// `cuCtxSynchronize` every stream's of its process. (Event synchronisation is not used yet.)
+/// `cuCtxSynchronize` every stream's of its process; an event seen complete
+/// (`cuEventSynchronize(E)`, or `cuEventQuery(E)` returning success) bounds the launches on the
+/// stream of E's latest record before that call, submitted before the record began.
 pub fn bounded_intervals(rec: &Recording) -> (Vec<Bounded>, u64) {
     // Launch times per (process, stream), in order.
     let mut launches: BTreeMap<(u32, u64), Vec<u64>> = BTreeMap::new();
@@ -78,20 +80,47 @@ pub fn bounded_intervals(rec: &Recording) -> (Vec<Bounded>, u64) {
     for v in launches.values_mut() {
         v.sort_unstable();
     }
-    let mut syncs: Vec<&super::Call> =
-        rec.calls.iter().filter(|c| c.class == "synchronize" && c.result == 0 && c.event.is_none()).collect();
+    // Each event's records, per (process, event), in order.
+    let mut records: BTreeMap<(u32, u64), Vec<&super::Call>> = BTreeMap::new();
+    for c in rec.calls.iter().filter(|c| c.class == "record" && c.result == 0) {
+        if let Some(e) = c.event {
+            records.entry((c.tgid, e)).or_default().push(c);
+        }
+    }
+    for v in records.values_mut() {
+        v.sort_by_key(|c| c.start_ktime_ns);
+    }
+    // Calls that saw work complete: a stream or context synchronisation, an event
+    // synchronisation, a query that found the event done (CUDA_SUCCESS).
+    let mut syncs: Vec<&super::Call> = rec
+        .calls
+        .iter()
+        .filter(|c| c.result == 0 && (c.class == "synchronize" || (c.class == "query" && c.event.is_some())))
+        .collect();
     syncs.sort_by_key(|c| c.end_ktime_ns);
     let mut cursor: HashMap<(u32, u64), usize> = HashMap::new();
     let mut raw: BTreeMap<(u32, u64), Vec<Bounded>> = BTreeMap::new();
     for c in syncs {
-        let streams: Vec<(u32, u64)> = match c.stream {
-            Some(st) => vec![(c.tgid, st)],
-            None => launches.range((c.tgid, 0)..=(c.tgid, u64::MAX)).map(|(k, _)| *k).collect(),
+        // (stream key, launches submitted up to this time are bounded)
+        let streams: Vec<((u32, u64), u64)> = match (c.event, c.stream) {
+            (Some(e), _) => {
+                // The event's latest record before this call: its stream's earlier launches.
+                let Some(r) =
+                    records.get(&(c.tgid, e)).and_then(|v| v.iter().rev().find(|r| r.end_ktime_ns <= c.start_ktime_ns))
+                else {
+                    continue;
+                };
+                vec![((c.tgid, r.stream.unwrap_or(0)), r.start_ktime_ns)]
+            }
+            (None, Some(st)) => vec![((c.tgid, st), c.start_ktime_ns)],
+            (None, None) => {
+                launches.range((c.tgid, 0)..=(c.tgid, u64::MAX)).map(|(k, _)| (*k, c.start_ktime_ns)).collect()
+            }
         };
-        for key in streams {
+        for (key, before) in streams {
             let Some(ts) = launches.get(&key) else { continue };
             let from = cursor.get(&key).copied().unwrap_or(0);
-            let to = from + ts[from..].partition_point(|&t| t <= c.start_ktime_ns);
+            let to = from + ts[from..].partition_point(|&t| t <= before);
             if to > from {
                 raw.entry(key).or_default().push(Bounded {
                     tgid: key.0,
@@ -172,6 +201,9 @@ pub struct Summary {
     /// Copies per direction (`htod`, `dtoh`, `dtod`, `any`), and memsets.
     pub copies: BTreeMap<String, CopyRow>,
     pub memsets: CopyRow,
+    /// NVML's readings of the GPUs the workload used (every GPU when NVML lists none of its
+    /// processes), over the window.
+    pub gpus: Vec<super::gpus::GpuRow>,
     pub session: Session,
 }
 
@@ -537,9 +569,14 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
             exited_at_s: p.exited_ktime_ns.map(|t| secs(rec, t)),
         });
     }
+    s.gpus = super::gpus::rows(rec);
+    let mut notes = rec.notes.clone();
+    if !rec.gpu_samples.is_empty() && super::gpus::used_gpus(rec).is_none() {
+        notes.push("NVML lists none of the workload's processes on any GPU: every GPU's readings are shown".into());
+    }
     s.session = Session {
         source: rec.source.clone(),
-        notes: rec.notes.clone(),
+        notes,
         events_seen: rec.events_seen,
         events_kept: rec.events_seen - rec.events_over_limit,
         events_over_limit: rec.events_over_limit,
@@ -674,6 +711,24 @@ pub fn render(s: &Summary) -> String {
             bytes(c.bytes as i64),
             c.host_ms
         );
+    }
+    if !s.gpus.is_empty() {
+        let _ = writeln!(o, "\nGPUs (NVML, {} passes):", s.gpus.iter().map(|g| g.samples).max().unwrap_or(0));
+        let opt = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1}{unit}"));
+        for g in &s.gpus {
+            let _ = writeln!(
+                o,
+                "  GPU {} {}: utilization mean {} (peak {}), this workload's SM {}, power {}, memory used peak {}{}",
+                g.index,
+                g.name,
+                opt(g.utilization_mean_pct, "%"),
+                g.utilization_peak_pct.map_or("-".into(), |p| format!("{p}%")),
+                opt(g.workload_sm_mean_pct, "%"),
+                opt(g.power_mean_w, " W"),
+                g.memory_used_peak_bytes.map_or("-".into(), |b| bytes(b as i64)),
+                g.workload_memory_peak_bytes.map_or(String::new(), |b| format!(" (this workload {})", bytes(b as i64))),
+            );
+        }
     }
     let t = &s.session.trace;
     let _ = writeln!(

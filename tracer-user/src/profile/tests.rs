@@ -365,6 +365,50 @@ fn overlapping_bounds_on_one_stream_merge() {
     check_structure(&decode(&rec, u64::MAX).0);
 }
 
+fn event_call(entry: &str, class: &str, event: u64, stream: Option<u64>, result: u32) -> Payload {
+    Payload::CudaCall(v1::CudaCall {
+        entry_point: entry.into(),
+        class: class.into(),
+        result,
+        success: result == 0,
+        stream,
+        event: Some(event),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn an_event_seen_complete_bounds_the_launches_before_its_record() {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    for i in 0..5 {
+        r.event(&ev(10, 10, T0 + i * MS, launch("gemm", 0x5)));
+    }
+    // cuEventRecord(E, 0x5) at 10 ms; then 3 more launches on 0x5 after the record.
+    r.event(&timed(10, 10, T0 + 10 * MS, 0, event_call("cuEventRecord", "record", 0xe, Some(0x5), 0)));
+    for i in 0..3 {
+        r.event(&ev(10, 10, T0 + (11 + i) * MS, launch("gemm", 0x5)));
+    }
+    // Polling: not ready (bounds nothing), then cuEventSynchronize(E) returns at 40 ms: the 5
+    // launches before the record ran within [0, 40]; the 3 after it are not bounded by it.
+    r.event(&timed(10, 10, T0 + 20 * MS, MS, event_call("cuEventQuery", "query", 0xe, None, 600)));
+    r.event(&timed(10, 10, T0 + 40 * MS, 15 * MS, event_call("cuEventSynchronize", "synchronize", 0xe, None, 0)));
+    // An event on another stream (0x6) recorded at 50 ms and found complete by a query at 70 ms.
+    r.event(&ev(10, 11, T0 + 45 * MS, launch("softmax", 0x6)));
+    r.event(&timed(10, 11, T0 + 50 * MS, 0, event_call("cuEventRecord", "record", 0xf, Some(0x6), 0)));
+    r.event(&timed(10, 11, T0 + 70 * MS, MS, event_call("cuEventQuery", "query", 0xf, None, 0)));
+    // An event synchronised that was never recorded in the window bounds nothing.
+    r.event(&timed(10, 11, T0 + 80 * MS, MS, event_call("cuEventSynchronize", "synchronize", 0x99, None, 0)));
+    let rec = r.finish(T0 + 100 * MS, "duration", 0);
+    let (b, not) = summary::bounded_intervals(&rec);
+    let got: Vec<(u64, u64, u64, u64, &str)> = b
+        .iter()
+        .map(|b| (b.stream, (b.start_ktime_ns - T0) / MS, (b.end_ktime_ns - T0) / MS, b.kernels, b.by.as_str()))
+        .collect();
+    assert_eq!(got, vec![(0x5, 0, 40, 5, "cuEventSynchronize"), (0x6, 45, 70, 1, "cuEventQuery")]);
+    assert_eq!(not, 3, "the launches after the record");
+    check_structure(&decode(&rec, u64::MAX).0);
+}
+
 /// The report is one file with everything inlined (no URL is fetched), and names from the
 /// workload (a kernel may be called anything) cannot break out of the page.
 #[test]

@@ -275,9 +275,16 @@ enum Phase {
 /// Events taken out of the hub per wake-up.
 const BATCH: usize = 256;
 
+/// How often a session's stream looks for a new NVML sample in the agent's latest snapshot.
+const NVML_CHECK: Duration = Duration::from_millis(250);
+
 /// One session's response stream.
 pub struct ProfileStream {
     sub: Subscription,
+    /// The agent's latest snapshot: its NVML sample goes to the session when new.
+    serve: std::sync::Arc<crate::export::http::ServeState>,
+    nvml_sent: u64,
+    nvml_tick: tokio::time::Interval,
     before_seq: u64,
     event_cgroups: BTreeSet<u64>,
     pending: VecDeque<EncodedSubscribeResponse>,
@@ -290,6 +297,7 @@ impl ProfileStream {
     /// is `started`).
     pub async fn open(
         hub: &std::sync::Arc<EventHub>,
+        serve: &std::sync::Arc<crate::export::http::ServeState>,
         control: &ProfileControl,
         req: &v1::ProfileRequest,
     ) -> Result<ProfileStream, Status> {
@@ -303,14 +311,29 @@ impl ProfileStream {
         let guard = EndOnDrop { control: control.clone(), id: started.id, armed: true };
         let mut pending = VecDeque::new();
         pending.push_back(response(v1::profile_response::Response::Started(started.message)));
+        let mut nvml_tick = tokio::time::interval(NVML_CHECK);
+        nvml_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(ProfileStream {
             sub,
+            serve: serve.clone(),
+            nvml_sent: 0,
+            nvml_tick,
             before_seq: started.before_seq,
             event_cgroups: started.event_cgroups,
             pending,
             phase: Phase::Recording { deadline: tokio::time::Instant::now() + duration, ended: started.ended },
             guard,
         })
+    }
+
+    /// The agent's newest NVML sample, if not sent yet.
+    fn nvml(&mut self) {
+        let Some(sample) = self.serve.latest().and_then(|s| s.nvml.sample.clone()) else { return };
+        if sample.taken_mono_ns > self.nvml_sent {
+            self.nvml_sent = sample.taken_mono_ns;
+            let gpus = crate::profile::gpus::gpu_samples(&sample);
+            self.pending.push_back(response(v1::profile_response::Response::Nvml(v1::NvmlSamples { gpus })));
+        }
     }
 
     fn take(&mut self, r: Received) {
@@ -348,7 +371,9 @@ impl ProfileStream {
                 Phase::Done => return None,
                 Phase::Ending { last_seq, message } => {
                     if self.sub.cursor() > *last_seq {
-                        if let Some(m) = message.take() {
+                        let m = message.take();
+                        self.nvml();
+                        if let Some(m) = m {
                             self.pending.push_back(response(v1::profile_response::Response::Ended(m)));
                         }
                         self.phase = Phase::Done;
@@ -361,6 +386,7 @@ impl ProfileStream {
                     let deadline = *deadline;
                     tokio::select! {
                         r = self.sub.recv(BATCH) => self.take(r),
+                        _ = self.nvml_tick.tick() => self.nvml(),
                         e = ended => {
                             self.guard.armed = false;
                             match e {

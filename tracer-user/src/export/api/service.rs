@@ -155,7 +155,7 @@ impl GpuTracer for ApiService {
 
     async fn profile(&self, request: Request<v1::ProfileRequest>) -> Result<Response<ResponseStream>, Status> {
         let control = self.state.profiles()?;
-        let stream = ProfileStream::open(&self.state.hub, control, &request.into_inner()).await?;
+        let stream = ProfileStream::open(&self.state.hub, &self.state.serve, control, &request.into_inner()).await?;
         // Dropped with the connection when the client goes: that ends the session.
         Ok(Response::new(Box::pin(futures::stream::unfold(stream, ProfileStream::next))))
     }
