@@ -33,6 +33,7 @@ mod profile;
 mod progstats;
 mod report;
 mod scan;
+mod session;
 mod sys;
 mod worker;
 
@@ -93,7 +94,7 @@ pub struct Opts {
     #[arg(long)]
     no_bpftrace: bool,
     /// Run only these sections (comma-separated: 1, 2, 3a, 3b, 4, 5, 6 or `attribution`, 7 or `nvml`, 8 or `api`, 9 or
-    /// `exporters`, 10 or `cost`, 11 or `scan`, 12 or `profile`); with
+    /// `exporters`, 10 or `cost`, 11 or `scan`, 12 or `profile`, 13 or `session`); with
     /// --write, the others keep their text from the file being overwritten (or say "skipped").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -670,6 +671,12 @@ fn main() -> Result<()> {
         profile::ProfileSection::skipped(SKIPPED)
     };
 
+    let session_section = if opts.wants("13") || opts.wants("session") {
+        session::section(opts.quick)
+    } else {
+        session::SessionSection::skipped(SKIPPED)
+    };
+
     let load_end = sys::loadavg();
     let doc = Report {
         ctx: &ctx,
@@ -687,6 +694,7 @@ fn main() -> Result<()> {
         cost: cost_section,
         scan: scan_section,
         profile: profile_section,
+        session: session_section,
         hwm_before_offline_kb: hwm_kb,
         load: (load_start, load_end),
         foreign: ctx.all_foreign.borrow().iter().cloned().collect(),

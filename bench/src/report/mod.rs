@@ -223,6 +223,7 @@ pub struct Report<'a> {
     pub cost: crate::cost::CostSection,
     pub scan: crate::scan::ScanSection,
     pub profile: crate::profile::ProfileSection,
+    pub session: crate::session::SessionSection,
     pub hwm_before_offline_kb: u64,
     /// 1-minute load average at the start and the end.
     pub load: (f64, f64),
@@ -399,6 +400,7 @@ impl Report<'_> {
         self.cost.render(&mut s);
         self.scan.render(&mut s);
         self.profile.render(&mut s);
+        self.session.render(&mut s);
         self.render_reading(&mut s);
         s
     }

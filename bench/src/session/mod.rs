@@ -1,0 +1,287 @@
+//! Section 13: profiling sessions on a running agent (`gpu-tracer profile --connect`): how long
+//! until a session records, how soon a launch reaches the client, how long ending takes; beside
+//! it, in the same run, a standalone `gpu-tracer profile`, which loads (and unloads) its own
+//! probes for every session.
+use std::{
+    fmt::Write as _,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use gpu_tracer_proto::v1;
+use gpu_tracer_tests::{FakeDriver, Workload, fake_libcuda, harness::locate_binary};
+use tracer_user::export::api::client::{self, ConnectSettings};
+
+use crate::progress;
+
+/// Sessions on the agent (a third with --quick).
+const ROUNDS: usize = 9;
+/// Standalone sessions (their start-up takes seconds).
+const STANDALONE_ROUNDS: usize = 3;
+
+pub struct Measured {
+    /// Per agent session: request → `started`, a launch → its event at the client, `EndProfile` →
+    /// `ended`, ms.
+    start_ms: Vec<f64>,
+    first_event_ms: Vec<f64>,
+    end_ms: Vec<f64>,
+    /// Per standalone session: the command started → recording, and the window's end → exit, ms.
+    standalone_start_ms: Vec<f64>,
+    standalone_end_ms: Vec<f64>,
+    /// Launch events after a session ended (0: per-event mode was off), and the launches the
+    /// kernel's counts reported for them (launch batches; 5 expected).
+    events_after_end: u64,
+    counted_after_end: u64,
+}
+
+pub struct SessionSection {
+    pub result: Result<Measured, String>,
+}
+
+impl SessionSection {
+    pub fn skipped(why: &str) -> Self {
+        Self { result: Err(why.into()) }
+    }
+}
+
+pub fn section(quick: bool) -> SessionSection {
+    SessionSection { result: measure(quick).map_err(|e| format!("{e:#}")) }
+}
+
+/// Kills the agent when dropped.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NAN, f64::max)
+}
+
+fn measure(quick: bool) -> Result<Measured> {
+    let tracer = locate_binary("gpu-tracer").context("gpu-tracer (cargo xtask build)")?;
+    let driver = FakeDriver::start(1).context("the fake driver")?;
+    let lib = fake_libcuda("thunk");
+    let mut w = Workload::builder(driver.dev_dir()).libcuda(&lib).spawn().context("the workload")?;
+    w.ok("cuda-init").context("cuda-init")?;
+    let dir = tempfile::tempdir()?;
+    let sock = dir.path().join("api.sock");
+    let api = format!("unix://{}", sock.display());
+    let agent = Command::new(&tracer)
+        .arg("--dev-dir")
+        .arg(driver.dev_dir())
+        .arg("--libcuda")
+        .arg(&lib)
+        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "900", "--grpc-listen", &api])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting gpu-tracer agent")?;
+    let _agent = Agent(agent);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let conn =
+        ConnectSettings { addr: api.parse().map_err(anyhow::Error::msg)?, token: None, tls_ca: None, tls_domain: None };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut grpc = loop {
+        if sock.exists()
+            && let Ok(c) = rt.block_on(client::connect(&conn))
+        {
+            break c;
+        }
+        if Instant::now() > deadline {
+            bail!("the agent did not serve {api} within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let rounds = if quick { ROUNDS / 3 } else { ROUNDS };
+    let mut m = Measured {
+        start_ms: vec![],
+        first_event_ms: vec![],
+        end_ms: vec![],
+        standalone_start_ms: vec![],
+        standalone_end_ms: vec![],
+        events_after_end: 0,
+        counted_after_end: 0,
+    };
+    let pid = w.pid();
+    for round in 0..rounds {
+        progress(&format!("13: session {} of {rounds} on the agent", round + 1));
+        let t0 = Instant::now();
+        let mut stream = rt
+            .block_on(grpc.profile(v1::ProfileRequest {
+                target: Some(v1::profile_request::Target::Pid(pid)),
+                duration_ms: 60_000,
+            }))
+            .context("Profile")?
+            .into_inner();
+        let started = match rt.block_on(stream.message())? {
+            Some(v1::ProfileResponse { response: Some(v1::profile_response::Response::Started(s)) }) => s,
+            other => bail!("no `started`: {other:?}"),
+        };
+        m.start_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        let t1 = Instant::now();
+        w.ok("cuda-launch 1").context("cuda-launch")?;
+        loop {
+            match rt.block_on(stream.message())? {
+                Some(v1::ProfileResponse { response: Some(v1::profile_response::Response::Event(ev)) })
+                    if matches!(ev.payload, Some(v1::event::Payload::CudaLaunch(_))) =>
+                {
+                    break;
+                }
+                Some(_) => {}
+                None => bail!("the stream ended before the launch"),
+            }
+        }
+        m.first_event_ms.push(t1.elapsed().as_secs_f64() * 1e3);
+        let t2 = Instant::now();
+        rt.block_on(grpc.end_profile(v1::EndProfileRequest { session_id: started.session_id }))
+            .context("EndProfile")?;
+        loop {
+            match rt.block_on(stream.message())? {
+                Some(v1::ProfileResponse { response: Some(v1::profile_response::Response::Ended(_)) }) => break,
+                Some(_) => {}
+                None => bail!("the stream ended without `ended`"),
+            }
+        }
+        m.end_ms.push(t2.elapsed().as_secs_f64() * 1e3);
+        // Off after the end: a launch now is counted in the kernel only (a subscriber sees none).
+        drop(stream);
+    }
+    (m.events_after_end, m.counted_after_end) = launches_after_end(&rt, &conn, &mut w)?;
+    drop(_agent);
+
+    for round in 0..(if quick { 1 } else { STANDALONE_ROUNDS }) {
+        progress(&format!("13: standalone session {} of {}", round + 1, if quick { 1 } else { STANDALONE_ROUNDS }));
+        let (start, end) = standalone(&tracer, driver.dev_dir(), pid, dir.path())?;
+        m.standalone_start_ms.push(start);
+        m.standalone_end_ms.push(end);
+    }
+    Ok(m)
+}
+
+/// For 5 launches made after every session ended: the launch events a plain subscriber receives
+/// (0 when per-event mode is off), and the launches the kernel's counts report (launch batches).
+fn launches_after_end(rt: &tokio::runtime::Runtime, conn: &ConnectSettings, w: &mut Workload) -> Result<(u64, u64)> {
+    let mut sub =
+        rt.block_on(client::subscribe_raw(conn, v1::SubscribeRequest { follow: true, ..Default::default() }))?;
+    w.ok("cuda-launch 5")?;
+    let (mut events, mut counted) = (0, 0);
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    rt.block_on(async {
+        while let Ok(Ok(Some(client::Received::Event(e)))) = tokio::time::timeout_at(until, sub.message()).await {
+            match tracer_user::export::api::hub::decode_event(&e).and_then(|ev| ev.payload) {
+                Some(v1::event::Payload::CudaLaunch(_)) => events += 1,
+                Some(v1::event::Payload::CudaLaunchBatch(b)) => counted += b.launches,
+                _ => {}
+            }
+        }
+    });
+    Ok((events, counted))
+}
+
+/// One standalone `gpu-tracer profile --duration 1`: (started → recording, window end → exit), ms.
+fn standalone(tracer: &Path, dev: &Path, pid: u32, dir: &Path) -> Result<(f64, f64)> {
+    let out: PathBuf = dir.join("standalone.pftrace");
+    let t0 = Instant::now();
+    let mut child = Command::new(tracer)
+        .args(["--log", "info", "--dev-dir"])
+        .arg(dev)
+        .args(["--simulated-devices", "profile", "--pid", &pid.to_string(), "--duration", "1", "-o"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let start = loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains("recording") => break t0.elapsed(),
+            Some(_) => {}
+            None => bail!("gpu-tracer profile ended before recording"),
+        }
+    };
+    for _ in lines.by_ref() {}
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("gpu-tracer profile: {status}");
+    }
+    let end = t0.elapsed().saturating_sub(start).saturating_sub(Duration::from_secs(1));
+    Ok((start.as_secs_f64() * 1e3, end.as_secs_f64() * 1e3))
+}
+
+impl SessionSection {
+    pub fn render(&self, s: &mut String) {
+        let _ = writeln!(s, "## 13. Profiling sessions on a running agent: start and stop\n");
+        let _ = writeln!(
+            s,
+            "**Method.** `gpu-tracer agent` runs with the cuda family on the fake libcuda (`thunk`) and its API on a \
+             Unix socket; a fake-libcuda workload is idle between commands. {ROUNDS} sessions are opened through the \
+             API as `profile --connect` does (`Profile`, 60 s window) and ended early (`EndProfile`): **start** is \
+             the request until `started` (the agent resolved the process, took the lock, drained and sent the \
+             window's edge, switched per-event mode on); **first event** is from asking the workload for one \
+             `cuLaunchKernel` (its command round trip included) until the launch's event arrives at the client; \
+             **end** is `EndProfile` until `ended` (mode off, ring drained, counts sent). Then a plain subscriber \
+             checks that launches made after the sessions are not sent one by one. Baseline in the same run: a \
+             standalone `gpu-tracer profile --pid … --duration 1` ({STANDALONE_ROUNDS} runs): its start is the \
+             command until it logs `recording` (probes loaded and attached), its end is the window's end until \
+             it exits (outputs written, probes detached). Goal (issue 12): start-to-first-event and stop < 1 s. \
+             Run alone with `cargo xtask bench --only 13`.\n"
+        );
+        match &self.result {
+            Err(e) => {
+                let _ = writeln!(s, "Not measured: {e}\n");
+            }
+            Ok(m) => {
+                let _ =
+                    writeln!(s, "| session | start (median / max) | first event (median / max) | end (median / max) |");
+                let _ = writeln!(s, "|---|---:|---:|---:|");
+                let _ = writeln!(
+                    s,
+                    "| on the agent ({} sessions) | {:.1} / {:.1} ms | {:.1} / {:.1} ms | {:.1} / {:.1} ms |",
+                    m.start_ms.len(),
+                    median(&m.start_ms),
+                    max(&m.start_ms),
+                    median(&m.first_event_ms),
+                    max(&m.first_event_ms),
+                    median(&m.end_ms),
+                    max(&m.end_ms)
+                );
+                let _ = writeln!(
+                    s,
+                    "| baseline: standalone ({} sessions) | {:.0} / {:.0} ms | — | {:.0} / {:.0} ms |\n",
+                    m.standalone_start_ms.len(),
+                    median(&m.standalone_start_ms),
+                    max(&m.standalone_start_ms),
+                    median(&m.standalone_end_ms),
+                    max(&m.standalone_end_ms)
+                );
+                let _ = writeln!(
+                    s,
+                    "Starting a session on the agent takes {:.3}× the standalone start, ending it {:.3}× the standalone \
+                     end (medians). For 5 launches after every session ended, a plain subscriber received {} launch \
+                     events (per-event mode off) and launch batches counting {} of them (count mode on). The agent's \
+                     latencies are about one pass of its loop (it serves sessions between steps; the ring buffer is \
+                     drained at least every 10 ms).\n",
+                    median(&m.start_ms) / median(&m.standalone_start_ms),
+                    median(&m.end_ms) / median(&m.standalone_end_ms),
+                    m.events_after_end,
+                    m.counted_after_end
+                );
+            }
+        }
+    }
+}
