@@ -35,6 +35,34 @@ pub struct Measured {
     /// kernel's counts reported for them (launch batches; 5 expected).
     events_after_end: u64,
     counted_after_end: u64,
+    /// Timed-call probes: per call and configuration, CPU ns per call (median of rounds).
+    timed: Vec<TimedRow>,
+    /// In the per-event session: call events received, lost, and calls made.
+    timed_events: (u64, u64, u64),
+}
+
+/// One timed entry point's cost per call under each configuration.
+pub struct TimedRow {
+    call: &'static str,
+    none: f64,
+    timed_off: f64,
+    count: f64,
+    per_event: f64,
+}
+
+/// The calls measured: (workload's name, entry point).
+const CALLS: [(&str, &str); 2] = [("event-query", "cuEventQuery"), ("stream-sync", "cuStreamSynchronize")];
+/// Calls per loop (a tenth with --quick), and loops per configuration.
+const LOOP_CALLS: u64 = 20_000;
+const LOOPS: usize = 3;
+
+/// The configurations the timed calls are measured under, in order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TimedConfig {
+    None,
+    TimedOff,
+    Count,
+    PerEvent,
 }
 
 pub struct SessionSection {
@@ -116,7 +144,27 @@ fn measure(quick: bool) -> Result<Measured> {
         standalone_end_ms: vec![],
         events_after_end: 0,
         counted_after_end: 0,
+        timed: vec![],
+        timed_events: (0, 0, 0),
     };
+    let event = w.ok("cuda-event-create")?.number("event").context("an event handle")?;
+    w.ok(&format!("cuda-event-record {event:#x}"))?;
+    let n = if quick { LOOP_CALLS / 10 } else { LOOP_CALLS };
+    let mut cost: Vec<[Vec<f64>; 4]> = CALLS.iter().map(|_| Default::default()).collect();
+    let mut measure_calls = |w: &mut Workload, config: TimedConfig| -> Result<()> {
+        for _ in 0..LOOPS {
+            for (i, (call, _)) in CALLS.iter().enumerate() {
+                let a = w.ok(&format!("cuda-call-loop {call} {n} {event:#x}"))?;
+                let ns = a.number("cpu_ns").context("cpu_ns")? as f64 / n as f64;
+                cost[i][config as usize].push(ns);
+            }
+        }
+        Ok(())
+    };
+    progress("13: timed calls without an agent");
+    measure_calls(&mut w, TimedConfig::None)?;
+    progress("13: timed calls with the agent (cuda_timed_calls off)");
+    measure_calls(&mut w, TimedConfig::TimedOff)?;
     let pid = w.pid();
     for round in 0..rounds {
         progress(&format!("13: session {} of {rounds} on the agent", round + 1));
@@ -163,6 +211,92 @@ fn measure(quick: bool) -> Result<Measured> {
     }
     (m.events_after_end, m.counted_after_end) = launches_after_end(&rt, &conn, &mut w)?;
     drop(_agent);
+
+    // An agent that probes the timed entry points (entry and return uprobes).
+    let config = dir.path().join("timed.toml");
+    std::fs::write(&config, "cuda_timed_calls = true\n")?;
+    let sock2 = dir.path().join("api-timed.sock");
+    let api2 = format!("unix://{}", sock2.display());
+    let agent2 = Command::new(&tracer)
+        .arg("--dev-dir")
+        .arg(driver.dev_dir())
+        .arg("--config")
+        .arg(&config)
+        .arg("--libcuda")
+        .arg(&lib)
+        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "900", "--grpc-listen", &api2])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting gpu-tracer agent (cuda_timed_calls)")?;
+    let _agent2 = Agent(agent2);
+    let conn2 = ConnectSettings {
+        addr: api2.parse().map_err(anyhow::Error::msg)?,
+        token: None,
+        tls_ca: None,
+        tls_domain: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(sock2.exists() && rt.block_on(client::connect(&conn2)).is_ok()) {
+        if Instant::now() > deadline {
+            bail!("the agent did not serve {api2} within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    progress("13: timed calls with the agent (cuda_timed_calls, count mode)");
+    measure_calls(&mut w, TimedConfig::Count)?;
+    // A session on the workload, read on a thread of its own while the calls run.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = {
+        let conn2 = conn2.clone();
+        std::thread::spawn(move || -> Result<(u64, u64)> {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async {
+                let mut grpc = client::connect(&conn2).await?;
+                let mut stream = grpc
+                    .profile(v1::ProfileRequest {
+                        target: Some(v1::profile_request::Target::Pid(pid)),
+                        duration_ms: 600_000,
+                    })
+                    .await?
+                    .into_inner();
+                let (mut calls, mut lost) = (0u64, 0u64);
+                while let Some(r) = stream.message().await? {
+                    match r.response {
+                        Some(v1::profile_response::Response::Started(s)) => tx.send(s.session_id)?,
+                        Some(v1::profile_response::Response::Event(ev)) => {
+                            if matches!(ev.payload, Some(v1::event::Payload::CudaCall(_))) {
+                                calls += 1;
+                            }
+                        }
+                        Some(v1::profile_response::Response::LostEvents(l)) => lost += l.count,
+                        Some(v1::profile_response::Response::Ended(_)) => break,
+                        _ => {}
+                    }
+                }
+                Ok((calls, lost))
+            })
+        })
+    };
+    let session = rx.recv_timeout(Duration::from_secs(30)).context("the timed session did not start")?;
+    progress("13: timed calls in a profiling session (per-event)");
+    measure_calls(&mut w, TimedConfig::PerEvent)?;
+    let mut grpc2 = rt.block_on(client::connect(&conn2))?;
+    rt.block_on(grpc2.end_profile(v1::EndProfileRequest { session_id: session }))?;
+    let (calls, lost) = reader.join().map_err(|_| anyhow::anyhow!("the session reader panicked"))??;
+    m.timed_events = (calls, lost, n * (LOOPS * CALLS.len()) as u64);
+    drop(_agent2);
+    m.timed = CALLS
+        .iter()
+        .zip(&cost)
+        .map(|((_, entry), c)| TimedRow {
+            call: entry,
+            none: median(&c[TimedConfig::None as usize]),
+            timed_off: median(&c[TimedConfig::TimedOff as usize]),
+            count: median(&c[TimedConfig::Count as usize]),
+            per_event: median(&c[TimedConfig::PerEvent as usize]),
+        })
+        .collect();
 
     for round in 0..(if quick { 1 } else { STANDALONE_ROUNDS }) {
         progress(&format!("13: standalone session {} of {}", round + 1, if quick { 1 } else { STANDALONE_ROUNDS }));
@@ -280,6 +414,43 @@ impl SessionSection {
                     median(&m.end_ms) / median(&m.standalone_end_ms),
                     m.events_after_end,
                     m.counted_after_end
+                );
+                let _ = writeln!(
+                    s,
+                    "**Timed calls' probes.** The same workload calls `cuEventQuery` (on a recorded event: it returns at \
+                     once) and `cuStreamSynchronize` (nothing queued: it returns at once) {LOOP_CALLS} times per loop, \
+                     {LOOPS} loops each, timed on the thread's CPU clock (`cuda-call-loop`): with no agent; with the agent \
+                     as it runs by default (`cuda_timed_calls` off: these entry points are not probed); with an agent \
+                     that has `cuda_timed_calls = true` (an entry and a return uprobe per call, counted); and with that \
+                     agent recording a profiling session of the workload (per-event: each call also timed entry to \
+                     return and sent as a record). Median CPU ns per call:\n"
+                );
+                let _ = writeln!(
+                    s,
+                    "| call | no agent | agent (timed calls off) | agent, timed calls counted | Δ | in a session (per-event) | Δ | per-event ÷ counted (Δ) |"
+                );
+                let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+                for r in &m.timed {
+                    let (dc, dp) = (r.count - r.none, r.per_event - r.none);
+                    let _ = writeln!(
+                        s,
+                        "| `{}` | {:.0} | {:.0} | {:.0} | +{:.0} | {:.0} | +{:.0} | {:.2}× |",
+                        r.call,
+                        r.none,
+                        r.timed_off,
+                        r.count,
+                        dc,
+                        r.per_event,
+                        dp,
+                        dp / dc
+                    );
+                }
+                let (got, lost, made) = m.timed_events;
+                let _ = writeln!(
+                    s,
+                    "\nIn the session the client received {got} call events and was told of {lost} lost, for {made} calls \
+                     made ({}).\n",
+                    if got + lost == made { "all accounted for" } else { "NOT all accounted for" }
                 );
             }
         }

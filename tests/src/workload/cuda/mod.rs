@@ -70,6 +70,9 @@ cuda-event-query <event>         cuEventQuery -> ok ready=0|1
 cuda-stream-wait-event <event>   cuStreamWaitEvent(stream, event, 0) -> ok
 cuda-stream-sync                 cuStreamSynchronize on the stream -> ok ns=T
 cuda-ctx-sync                    cuCtxSynchronize -> ok ns=T
+cuda-call-loop <call> <n> [event]  n calls of stream-sync (cuStreamSynchronize), ctx-sync (cuCtxSynchronize)
+                                 or event-query (cuEventQuery(event)), timed on the thread's CPU clock
+                                 -> ok calls=n cpu_ns=T wall_ns=W
 cuda-memcpy-htod <ptr> <bytes>   cuMemcpyHtoD_v2 from a host buffer -> ok ns=T
 cuda-memcpy-dtoh <ptr> <bytes>   cuMemcpyDtoH_v2 into a host buffer -> ok ns=T
 cuda-memcpy-async <ptr> <bytes>  cuMemcpyAsync(ptr, host buffer, bytes, stream) -> ok ns=T
@@ -119,6 +122,7 @@ pub const COMMANDS: &[&str] = &[
     "cuda-stream-wait-event",
     "cuda-stream-sync",
     "cuda-ctx-sync",
+    "cuda-call-loop",
     "cuda-memcpy-htod",
     "cuda-memcpy-dtoh",
     "cuda-memcpy-async",
@@ -572,6 +576,48 @@ impl CudaSession {
                 let f = entry!(self.api, ctx_synchronize, "cuCtxSynchronize");
                 // SAFETY: no arguments.
                 timed("cuCtxSynchronize", || unsafe { f() })
+            }
+            "cuda-call-loop" => {
+                let call = args.first().ok_or("usage: cuda-call-loop <call> <n> [event]")?.to_string();
+                let n = count(1, 1000)?;
+                let mut one: Box<dyn FnMut() -> CuResult> = match call.as_str() {
+                    "stream-sync" => {
+                        let f = entry!(self.api, stream_synchronize, "cuStreamSynchronize");
+                        let stream = h(self.target.stream);
+                        // SAFETY: the library's stream or NULL.
+                        Box::new(move || unsafe { f(stream) })
+                    }
+                    "ctx-sync" => {
+                        let f = entry!(self.api, ctx_synchronize, "cuCtxSynchronize");
+                        // SAFETY: no arguments.
+                        Box::new(move || unsafe { f() })
+                    }
+                    "event-query" => {
+                        let f = entry!(self.api, event_query, "cuEventQuery");
+                        let e = h(count(2, 0)?);
+                        // SAFETY: an event handle the library returned (checked by the library).
+                        Box::new(move || match unsafe { f(e) } {
+                            600 => 0,
+                            r => r,
+                        })
+                    }
+                    other => {
+                        return Err(format!(
+                            "cuda-call-loop: unknown call {other:?} (stream-sync, ctx-sync, event-query)"
+                        ));
+                    }
+                };
+                let cpu = || {
+                    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    // SAFETY: a valid out-pointer.
+                    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+                };
+                let (c0, w0) = (cpu(), Instant::now());
+                for _ in 0..n {
+                    check("cuda-call-loop", one())?;
+                }
+                Ok(format!("calls={n} cpu_ns={} wall_ns={}", cpu() - c0, w0.elapsed().as_nanos()))
             }
             "cuda-memcpy-htod" => {
                 let f = entry!(self.api, memcpy_htod, "cuMemcpyHtoD_v2");
