@@ -122,7 +122,14 @@ fn main() {
             Event::ProcessExit { header, comm: "python3".into() },
             Event::ProcessFork { header, child_pid: 101 },
             Event::CgroupRemoved { header, cgroup_id: 42, level: 3, path: "/kubepods/pod/ctr".into() },
-            Event::CudaAlloc { header, entry: 8, result: 0, ptr: 0x7000_0000_0000, bytes: 1 << 20 },
+            Event::CudaAlloc {
+                header,
+                entry: 8,
+                result: 0,
+                ptr: 0x7000_0000_0000,
+                bytes: 1 << 20,
+                start_ktime_ns: header.ktime_ns.saturating_sub(4_000),
+            },
             Event::CudaFree { header, entry: 15, ptr: 0x7000_0000_0000 },
             Event::CudaFunction { header, entry: 22, result: 0, handle: 0x1234, source: 0, name: "sgemm".into() },
             Event::CudaLaunch {

@@ -34,7 +34,7 @@
  *     default stream, like the real legacy stream.
  *   - cuGetProcAddress(_v2) returns the exported symbol's own address (what dlsym returns), as the
  *     real 535 library was seen to do; it maps base names to `_v2` and, with
- *     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, to `_ptsz`.
+ *     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, to `_ptsz` or `_ptds` (also after `_v2`).
  *
  * Prologue variants (what a uprobe at the exported symbol sees), chosen by how it is compiled:
  *   - push:    -fcf-protection=none; every exported function starts with `push %rbp`.
@@ -801,6 +801,13 @@ CUresult API(cuMemcpy)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
     return copy(dst, src, NULL, 1);
 }
 
+/* The `_ptds`/`_ptsz` forms (per-thread default stream) behave as their base forms: the default
+ * streams are one stream here. */
+CUresult API(cuMemcpy_ptds)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+    (void)ByteCount;
+    return copy(dst, src, NULL, 1);
+}
+
 CUresult API(cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
     (void)ByteCount;
     return copy(dst, src, hStream, 0);
@@ -816,7 +823,17 @@ CUresult API(cuMemcpyHtoD_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t
     return copy(dstDevice, (uint64_t)(uintptr_t)srcHost, NULL, 1);
 }
 
+CUresult API(cuMemcpyHtoD_v2_ptds)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
+    (void)ByteCount;
+    return copy(dstDevice, (uint64_t)(uintptr_t)srcHost, NULL, 1);
+}
+
 CUresult API(cuMemcpyDtoH_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+    (void)ByteCount;
+    return copy((uint64_t)(uintptr_t)dstHost, srcDevice, NULL, 1);
+}
+
+CUresult API(cuMemcpyDtoH_v2_ptds)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
     (void)ByteCount;
     return copy((uint64_t)(uintptr_t)dstHost, srcDevice, NULL, 1);
 }
@@ -826,12 +843,28 @@ CUresult API(cuMemcpyDtoD_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     return copy(dstDevice, srcDevice, NULL, 1);
 }
 
+CUresult API(cuMemcpyDtoD_v2_ptds)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+    (void)ByteCount;
+    return copy(dstDevice, srcDevice, NULL, 1);
+}
+
 CUresult API(cuMemcpyHtoDAsync_v2)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
     (void)ByteCount;
     return copy(dstDevice, (uint64_t)(uintptr_t)srcHost, hStream, 0);
 }
 
+CUresult API(cuMemcpyHtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                                        CUstream hStream) {
+    (void)ByteCount;
+    return copy(dstDevice, (uint64_t)(uintptr_t)srcHost, hStream, 0);
+}
+
 CUresult API(cuMemcpyDtoHAsync_v2)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+    (void)ByteCount;
+    return copy((uint64_t)(uintptr_t)dstHost, srcDevice, hStream, 0);
+}
+
+CUresult API(cuMemcpyDtoHAsync_v2_ptsz)(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     (void)ByteCount;
     return copy((uint64_t)(uintptr_t)dstHost, srcDevice, hStream, 0);
 }
@@ -842,12 +875,28 @@ CUresult API(cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
     return copy(dstDevice, srcDevice, hStream, 0);
 }
 
+CUresult API(cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                        CUstream hStream) {
+    (void)ByteCount;
+    return copy(dstDevice, srcDevice, hStream, 0);
+}
+
 CUresult API(cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
     (void)uc, (void)N;
     return copy(dstDevice, 1, NULL, 1);
 }
 
+CUresult API(cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+    (void)uc, (void)N;
+    return copy(dstDevice, 1, NULL, 1);
+}
+
 CUresult API(cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+    (void)ui, (void)N;
+    return copy(dstDevice, 1, NULL, 1);
+}
+
+CUresult API(cuMemsetD32_v2_ptds)(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
     (void)ui, (void)N;
     return copy(dstDevice, 1, NULL, 1);
 }
@@ -1077,8 +1126,11 @@ static CUresult proc_address(const char *symbol, void **pfn, cuuint64_t flags,
     if (!symbol || !pfn)
         return CUDA_ERROR_INVALID_VALUE;
     void *p = NULL;
-    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
-        p = export_with_suffix(symbol, "_ptsz");
+    /* The per-thread forms: `_ptsz` (asynchronous calls), `_ptds` (synchronous ones), after
+     * `_v2` where the base name has one. */
+    static const char *const per_thread[] = {"_ptsz", "_v2_ptsz", "_ptds", "_v2_ptds"};
+    for (size_t i = 0; !p && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && i < 4; i++)
+        p = export_with_suffix(symbol, per_thread[i]);
     if (!p)
         p = export_with_suffix(symbol, "_v2");
     if (!p)

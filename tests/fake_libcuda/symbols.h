@@ -61,16 +61,25 @@
     X(cuEventRecordWithFlags)              \
     X(cuEventRecordWithFlags_ptsz)         \
     X(cuMemcpy)                            \
+    X(cuMemcpy_ptds)                       \
     X(cuMemcpyAsync)                       \
     X(cuMemcpyAsync_ptsz)                  \
     X(cuMemcpyHtoD_v2)                     \
+    X(cuMemcpyHtoD_v2_ptds)                \
     X(cuMemcpyDtoH_v2)                     \
+    X(cuMemcpyDtoH_v2_ptds)                \
     X(cuMemcpyDtoD_v2)                     \
+    X(cuMemcpyDtoD_v2_ptds)                \
     X(cuMemcpyHtoDAsync_v2)                \
+    X(cuMemcpyHtoDAsync_v2_ptsz)           \
     X(cuMemcpyDtoHAsync_v2)                \
+    X(cuMemcpyDtoHAsync_v2_ptsz)           \
     X(cuMemcpyDtoDAsync_v2)                \
+    X(cuMemcpyDtoDAsync_v2_ptsz)           \
     X(cuMemsetD8_v2)                       \
+    X(cuMemsetD8_v2_ptds)                  \
     X(cuMemsetD32_v2)                      \
+    X(cuMemsetD32_v2_ptds)                 \
     X(cuMemsetD8Async)                     \
     X(cuMemsetD8Async_ptsz)                \
     X(cuMemsetD32Async)                    \

@@ -257,6 +257,8 @@ fn events_json_reports_cuda_launch_batches_and_allocations() {
     let a: Vec<_> = events.iter().filter(|e| e["kind"] == "cuda_alloc").collect();
     assert_eq!(a.len(), 1);
     assert_eq!((a[0]["entry_point"].as_str(), a[0]["bytes"].as_u64()), (Some("cuMemAlloc_v2"), Some(8388608)));
+    // Timed from its entry probe to its return probe.
+    assert!(a[0]["duration_ns"].as_u64().is_some_and(|d| d > 0), "{:#}", a[0]);
     assert!(events.iter().any(|e| e["kind"] == "cuda_function" && e["name"] == "fake_kernel"));
 }
 

@@ -154,6 +154,10 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let a = ok(&mut w, "cuda-alloc 8388608").number("ptr").unwrap();
     ok(&mut w, &format!("cuda-memcpy-htod {a:#x} 4096"));
     ok(&mut w, &format!("cuda-memcpy-dtoh {a:#x} 8192"));
+    // The per-thread default stream's forms (a program built with --default-stream per-thread).
+    ok(&mut w, &format!("cuda-memcpy-htod-ptds {a:#x} 1024"));
+    ok(&mut w, &format!("cuda-memcpy-dtoh-async-ptsz {a:#x} 2048"));
+    ok(&mut w, &format!("cuda-memset-ptds {a:#x} 512"));
     ok(&mut w, "cuda-alloc 4096");
     ok(&mut w, &format!("cuda-free {a:#x}"));
     let out = child.wait_with_output().unwrap();
@@ -194,8 +198,10 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let ours = sync["blocked_ms"].as_f64().unwrap();
     assert!(blocked >= 20_000_000, "the fake blocked for the simulated work: {blocked} ns");
     assert!(ours >= measured * 0.9 && ours <= measured + 5.0, "probes {ours} ms vs the workload's {measured} ms");
-    assert_eq!((s["copies"]["htod"]["calls"].as_u64(), s["copies"]["htod"]["bytes"].as_u64()), (Some(1), Some(4096)));
-    assert_eq!((s["copies"]["dtoh"]["calls"].as_u64(), s["copies"]["dtoh"]["bytes"].as_u64()), (Some(1), Some(8192)));
+    let copies = |d: &str| (s["copies"][d]["calls"].as_u64(), s["copies"][d]["bytes"].as_u64());
+    assert_eq!(copies("htod"), (Some(2), Some(4096 + 1024)), "{:#}", s["copies"]);
+    assert_eq!(copies("dtoh"), (Some(2), Some(8192 + 2048)), "{:#}", s["copies"]);
+    assert_eq!((s["memsets"]["calls"].as_u64(), s["memsets"]["bytes"].as_u64()), (Some(1), Some(512)));
     assert_eq!(s["session"]["events_over_limit"], 0);
 
     // The trace, read by Perfetto's own protos.
@@ -205,7 +211,15 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let main = &threads[&format!("tid {}", w.pid())];
     assert_eq!(main.get("fake_kernel"), Some(&30), "{main:?}");
     assert_eq!((main.get("cuMemAlloc_v2"), main.get("cuMemFree_v2")), (Some(&2), Some(&1)));
-    for call in ["cuStreamSynchronize", "cuCtxSynchronize", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"] {
+    for call in [
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuMemcpyHtoD_v2",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD_v2_ptds",
+        "cuMemcpyDtoHAsync_v2_ptsz",
+        "cuMemsetD8_v2_ptds",
+    ] {
         assert_eq!(main.get(call), Some(&1), "{call} is a slice on the calling thread: {main:?}");
     }
     let others: Vec<u64> = threads
@@ -230,18 +244,23 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
         .expect("a CUDA memory counter track");
     assert_eq!(counter, serde_json::json!([0, 8388608, 8388608 + 4096, 4096]));
     assert_eq!((t["flows_begun"].as_u64(), t["flows_terminated"].as_u64()), (Some(2), Some(1)));
-    // 4 calls, 2 bounded intervals, and at least the idle time before the first launch.
-    assert!(t["slices"].as_u64().unwrap() >= 7, "{}", t["slices"]);
+    // 7 calls, 2 allocations, 2 bounded intervals, and at least the idle time before the first launch.
+    assert!(t["slices"].as_u64().unwrap() >= 12, "{}", t["slices"]);
 
     // The HTML report, rendered by headless Chromium: no console errors, a canvas per plot, and
     // each plot's colour on the screenshot.
-    html_renders_in_chromium(&html, dir.path());
+    // No NVML readings here: the GPU plot says so instead of drawing.
+    html_renders_in_chromium(&html, dir.path(), 4, &PLOT_COLOURS);
 }
 
-/// Every plot's series colour (tracer-user/src/profile/html.rs).
+/// Every plot's series colour (tracer-user/src/profile/html.rs), without NVML's.
 const PLOT_COLOURS: [&str; 4] = ["1f77b4", "d62728", "2ca02c", "9467bd"];
+/// The NVML plot's colours for GPU 0: utilization and this workload's SM %.
+const GPU_PLOT_COLOURS: [&str; 2] = ["8c564b", "e377c2"];
 
-fn html_renders_in_chromium(html: &Path, dir: &Path) {
+/// `html` loads in headless Chromium with no console message and draws `plots` uPlot charts,
+/// each of `colours` visible on a screenshot.
+fn html_renders_in_chromium(html: &Path, dir: &Path, plots: usize, colours: &[&str]) {
     let page = std::fs::read_to_string(html).unwrap();
     assert!(!page.contains("src=\"http"), "the report fetches nothing");
     let chromium = Path::new("/usr/bin/chromium");
@@ -264,12 +283,12 @@ fn html_renders_in_chromium(html: &Path, dir: &Path) {
     assert!(console.is_empty(), "console messages: {console:#?}");
     assert!(shot.exists(), "no screenshot: {stderr}");
     let dom = String::from_utf8_lossy(&chrome(&["--dump-dom"]).stdout).into_owned();
-    assert_eq!(dom.matches("class=\"uplot").count(), 4, "one uPlot chart per plot");
+    assert_eq!(dom.matches("class=\"uplot").count(), plots, "one uPlot chart per plot");
     let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("png_colours.py");
-    let out = Command::new(venv.join("bin/python")).arg(script).arg(&shot).args(PLOT_COLOURS).output().unwrap();
+    let out = Command::new(venv.join("bin/python")).arg(script).arg(&shot).args(colours).output().unwrap();
     let counts = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "png_colours.py: {}", String::from_utf8_lossy(&out.stderr));
     for pair in counts.split_whitespace() {
@@ -649,6 +668,7 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
 
     // Standalone: the profiler samples NVML once a second.
     let trace = dir.path().join("standalone.pftrace");
+    let html = dir.path().join("standalone.html");
     let three = secs(3);
     let (child, _log) = start_profile(
         &driver,
@@ -663,6 +683,8 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
             &three,
             "-o",
             trace.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
             "--json",
         ],
     );
@@ -672,6 +694,9 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     check(&s, &trace);
+    // The report plots them, beside the launch rate and the top kernels (no memory calls or
+    // synchronisations in this window: those say so instead of drawing).
+    html_renders_in_chromium(&html, dir.path(), 3, &GPU_PLOT_COLOURS);
 
     // On the agent: its own samples (once per snapshot interval) come with the stream.
     let config = dir.path().join("agent.toml");

@@ -423,24 +423,34 @@ pub mod cuda_entry {
     pub const EVENT_RECORD_PTSZ: u32 = 33;
     pub const EVENT_RECORD_WITH_FLAGS: u32 = 34;
     pub const EVENT_RECORD_WITH_FLAGS_PTSZ: u32 = 35;
-    // Copies: `(dst, src, bytes[, stream])`.
+    // Copies: `(dst, src, bytes[, stream])`. The `_ptds` ones (synchronous) are what a program
+    // built with `--default-stream per-thread` calls; they copy on its thread's default stream.
     pub const MEMCPY: u32 = 36;
-    pub const MEMCPY_ASYNC: u32 = 37;
-    pub const MEMCPY_ASYNC_PTSZ: u32 = 38;
-    pub const MEMCPY_HTOD: u32 = 39;
-    pub const MEMCPY_DTOH: u32 = 40;
-    pub const MEMCPY_DTOD: u32 = 41;
-    pub const MEMCPY_HTOD_ASYNC: u32 = 42;
-    pub const MEMCPY_DTOH_ASYNC: u32 = 43;
-    pub const MEMCPY_DTOD_ASYNC: u32 = 44;
+    pub const MEMCPY_PTDS: u32 = 37;
+    pub const MEMCPY_ASYNC: u32 = 38;
+    pub const MEMCPY_ASYNC_PTSZ: u32 = 39;
+    pub const MEMCPY_HTOD: u32 = 40;
+    pub const MEMCPY_HTOD_PTDS: u32 = 41;
+    pub const MEMCPY_DTOH: u32 = 42;
+    pub const MEMCPY_DTOH_PTDS: u32 = 43;
+    pub const MEMCPY_DTOD: u32 = 44;
+    pub const MEMCPY_DTOD_PTDS: u32 = 45;
+    pub const MEMCPY_HTOD_ASYNC: u32 = 46;
+    pub const MEMCPY_HTOD_ASYNC_PTSZ: u32 = 47;
+    pub const MEMCPY_DTOH_ASYNC: u32 = 48;
+    pub const MEMCPY_DTOH_ASYNC_PTSZ: u32 = 49;
+    pub const MEMCPY_DTOD_ASYNC: u32 = 50;
+    pub const MEMCPY_DTOD_ASYNC_PTSZ: u32 = 51;
     // Memsets: `(dst, value, count[, stream])`, count in elements of 1 or 4 bytes.
-    pub const MEMSET_D8: u32 = 45;
-    pub const MEMSET_D32: u32 = 46;
-    pub const MEMSET_D8_ASYNC: u32 = 47;
-    pub const MEMSET_D8_ASYNC_PTSZ: u32 = 48;
-    pub const MEMSET_D32_ASYNC: u32 = 49;
-    pub const MEMSET_D32_ASYNC_PTSZ: u32 = 50;
-    pub const COUNT: u32 = 51;
+    pub const MEMSET_D8: u32 = 52;
+    pub const MEMSET_D8_PTDS: u32 = 53;
+    pub const MEMSET_D32: u32 = 54;
+    pub const MEMSET_D32_PTDS: u32 = 55;
+    pub const MEMSET_D8_ASYNC: u32 = 56;
+    pub const MEMSET_D8_ASYNC_PTSZ: u32 = 57;
+    pub const MEMSET_D32_ASYNC: u32 = 58;
+    pub const MEMSET_D32_ASYNC_PTSZ: u32 = 59;
+    pub const COUNT: u32 = 60;
     /// (id, exported symbol, action), in id order.
     pub const ALL: [(u32, &str, Action); COUNT as usize] = [
         (LAUNCH_KERNEL, "cuLaunchKernel", Action::Count),
@@ -480,16 +490,25 @@ pub mod cuda_entry {
         (EVENT_RECORD_WITH_FLAGS, "cuEventRecordWithFlags", Action::Timed),
         (EVENT_RECORD_WITH_FLAGS_PTSZ, "cuEventRecordWithFlags_ptsz", Action::Timed),
         (MEMCPY, "cuMemcpy", Action::Timed),
+        (MEMCPY_PTDS, "cuMemcpy_ptds", Action::Timed),
         (MEMCPY_ASYNC, "cuMemcpyAsync", Action::Timed),
         (MEMCPY_ASYNC_PTSZ, "cuMemcpyAsync_ptsz", Action::Timed),
         (MEMCPY_HTOD, "cuMemcpyHtoD_v2", Action::Timed),
+        (MEMCPY_HTOD_PTDS, "cuMemcpyHtoD_v2_ptds", Action::Timed),
         (MEMCPY_DTOH, "cuMemcpyDtoH_v2", Action::Timed),
+        (MEMCPY_DTOH_PTDS, "cuMemcpyDtoH_v2_ptds", Action::Timed),
         (MEMCPY_DTOD, "cuMemcpyDtoD_v2", Action::Timed),
+        (MEMCPY_DTOD_PTDS, "cuMemcpyDtoD_v2_ptds", Action::Timed),
         (MEMCPY_HTOD_ASYNC, "cuMemcpyHtoDAsync_v2", Action::Timed),
+        (MEMCPY_HTOD_ASYNC_PTSZ, "cuMemcpyHtoDAsync_v2_ptsz", Action::Timed),
         (MEMCPY_DTOH_ASYNC, "cuMemcpyDtoHAsync_v2", Action::Timed),
+        (MEMCPY_DTOH_ASYNC_PTSZ, "cuMemcpyDtoHAsync_v2_ptsz", Action::Timed),
         (MEMCPY_DTOD_ASYNC, "cuMemcpyDtoDAsync_v2", Action::Timed),
+        (MEMCPY_DTOD_ASYNC_PTSZ, "cuMemcpyDtoDAsync_v2_ptsz", Action::Timed),
         (MEMSET_D8, "cuMemsetD8_v2", Action::Timed),
+        (MEMSET_D8_PTDS, "cuMemsetD8_v2_ptds", Action::Timed),
         (MEMSET_D32, "cuMemsetD32_v2", Action::Timed),
+        (MEMSET_D32_PTDS, "cuMemsetD32_v2_ptds", Action::Timed),
         (MEMSET_D8_ASYNC, "cuMemsetD8Async", Action::Timed),
         (MEMSET_D8_ASYNC_PTSZ, "cuMemsetD8Async_ptsz", Action::Timed),
         (MEMSET_D32_ASYNC, "cuMemsetD32Async", Action::Timed),
@@ -546,6 +565,8 @@ pub struct CudaAllocInflight {
     /// Bytes requested (allocations); the name pointer (module/library lookups); the source
     /// handle (cuKernelGetFunction).
     pub bytes: u64,
+    /// When the call was entered (`bpf_ktime_get_ns`; allocations only, 0 for lookups).
+    pub start_ktime_ns: u64,
     pub entry: u32,
     pub _pad: u32,
 }
@@ -561,6 +582,8 @@ pub struct CudaAllocRecord {
     /// The device pointer / handle written to the out-parameter (0 if unreadable).
     pub ptr: u64,
     pub bytes: u64,
+    /// When the call was entered (the header's `ktime_ns` is when it returned).
+    pub start_ktime_ns: u64,
 }
 
 /// Bytes of a kernel name copied into a [`CudaFunctionRecord`].
@@ -640,7 +663,7 @@ pub mod timed {
             EVENT_QUERY => Class::Query,
             STREAM_WAIT_EVENT | STREAM_WAIT_EVENT_PTSZ => Class::Wait,
             EVENT_RECORD | EVENT_RECORD_PTSZ | EVENT_RECORD_WITH_FLAGS | EVENT_RECORD_WITH_FLAGS_PTSZ => Class::Record,
-            MEMCPY..=MEMCPY_DTOD_ASYNC => Class::Copy,
+            MEMCPY..=MEMCPY_DTOD_ASYNC_PTSZ => Class::Copy,
             MEMSET_D8..=MEMSET_D32_ASYNC_PTSZ => Class::Set,
             _ => return None,
         })
@@ -649,9 +672,11 @@ pub mod timed {
     /// Bytes a copy or memset moves or writes (0 for the others).
     pub const fn bytes(id: u32, args: &[u64; 4]) -> u64 {
         match id {
-            MEMCPY..=MEMCPY_DTOD_ASYNC | MEMSET_D8 | MEMSET_D8_ASYNC | MEMSET_D8_ASYNC_PTSZ => args[2],
+            MEMCPY..=MEMCPY_DTOD_ASYNC_PTSZ | MEMSET_D8 | MEMSET_D8_PTDS | MEMSET_D8_ASYNC | MEMSET_D8_ASYNC_PTSZ => {
+                args[2]
+            }
             // Clamped so that the product fits (no 128-bit multiply in BPF).
-            MEMSET_D32 | MEMSET_D32_ASYNC | MEMSET_D32_ASYNC_PTSZ => {
+            MEMSET_D32 | MEMSET_D32_PTDS | MEMSET_D32_ASYNC | MEMSET_D32_ASYNC_PTSZ => {
                 (if args[2] > u32::MAX as u64 { u32::MAX as u64 } else { args[2] }) * 4
             }
             _ => 0,
@@ -659,8 +684,8 @@ pub mod timed {
     }
 
     /// The stream a call is on: its argument, or 0 (the legacy default stream) for the synchronous
-    /// copies and memsets; `None` for calls that name no stream (context and event
-    /// synchronisation, event queries).
+    /// copies and memsets, 2 (`CU_STREAM_PER_THREAD`) for their `_ptds` forms; `None` for calls that
+    /// name no stream (context and event synchronisation, event queries).
     pub const fn stream(id: u32, args: &[u64; 4]) -> Option<u64> {
         match id {
             STREAM_SYNCHRONIZE | STREAM_SYNCHRONIZE_PTSZ | STREAM_WAIT_EVENT | STREAM_WAIT_EVENT_PTSZ => Some(args[0]),
@@ -668,13 +693,19 @@ pub mod timed {
             MEMCPY_ASYNC
             | MEMCPY_ASYNC_PTSZ
             | MEMCPY_HTOD_ASYNC
+            | MEMCPY_HTOD_ASYNC_PTSZ
             | MEMCPY_DTOH_ASYNC
+            | MEMCPY_DTOH_ASYNC_PTSZ
             | MEMCPY_DTOD_ASYNC
+            | MEMCPY_DTOD_ASYNC_PTSZ
             | MEMSET_D8_ASYNC
             | MEMSET_D8_ASYNC_PTSZ
             | MEMSET_D32_ASYNC
             | MEMSET_D32_ASYNC_PTSZ => Some(args[3]),
             MEMCPY | MEMCPY_HTOD | MEMCPY_DTOH | MEMCPY_DTOD | MEMSET_D8 | MEMSET_D32 => Some(0),
+            MEMCPY_PTDS | MEMCPY_HTOD_PTDS | MEMCPY_DTOH_PTDS | MEMCPY_DTOD_PTDS | MEMSET_D8_PTDS | MEMSET_D32_PTDS => {
+                Some(2)
+            }
             _ => None,
         }
     }
@@ -700,8 +731,11 @@ pub mod timed {
             MEMCPY_ASYNC
                 | MEMCPY_ASYNC_PTSZ
                 | MEMCPY_HTOD_ASYNC
+                | MEMCPY_HTOD_ASYNC_PTSZ
                 | MEMCPY_DTOH_ASYNC
+                | MEMCPY_DTOH_ASYNC_PTSZ
                 | MEMCPY_DTOD_ASYNC
+                | MEMCPY_DTOD_ASYNC_PTSZ
                 | MEMSET_D8_ASYNC
                 | MEMSET_D8_ASYNC_PTSZ
                 | MEMSET_D32_ASYNC
@@ -713,9 +747,9 @@ pub mod timed {
     /// unified addresses: "any").
     pub const fn direction(id: u32) -> &'static str {
         match id {
-            MEMCPY_HTOD | MEMCPY_HTOD_ASYNC => "htod",
-            MEMCPY_DTOH | MEMCPY_DTOH_ASYNC => "dtoh",
-            MEMCPY_DTOD | MEMCPY_DTOD_ASYNC => "dtod",
+            MEMCPY_HTOD | MEMCPY_HTOD_PTDS | MEMCPY_HTOD_ASYNC | MEMCPY_HTOD_ASYNC_PTSZ => "htod",
+            MEMCPY_DTOH | MEMCPY_DTOH_PTDS | MEMCPY_DTOH_ASYNC | MEMCPY_DTOH_ASYNC_PTSZ => "dtoh",
+            MEMCPY_DTOD | MEMCPY_DTOD_PTDS | MEMCPY_DTOD_ASYNC | MEMCPY_DTOD_ASYNC_PTSZ => "dtod",
             _ => "any",
         }
     }
@@ -1175,8 +1209,8 @@ const _: () = {
     assert!(size_of::<CudaCountKey>() == 16);
     assert!(size_of::<PerEventKey>() == 16);
     assert!(size_of::<CudaCount>() == 16);
-    assert!(size_of::<CudaAllocInflight>() == 24);
-    assert!(size_of::<CudaAllocRecord>() == 56);
+    assert!(size_of::<CudaAllocInflight>() == 32);
+    assert!(size_of::<CudaAllocRecord>() == 64);
     assert!(size_of::<CudaFreeRecord>() == 48);
     assert!(size_of::<CudaFunctionRecord>() == 32 + 32 + CUDA_NAME_MAX);
     assert!(size_of::<CudaLaunchRecord>() == 32 + 8 + 16 + 24);
@@ -1224,8 +1258,8 @@ mod pod {
     // SAFETY: CudaCount is #[repr(C)] with two u64 fields (size asserted to be 16), so any bit pattern is
     // valid.
     unsafe impl aya::Pod for CudaCount {}
-    // SAFETY: CudaAllocInflight is #[repr(C)] with two u64 and two u32 fields, the last the explicit `_pad`
-    // (size asserted to be 24), so it has no implicit padding and any bit pattern is valid.
+    // SAFETY: CudaAllocInflight is #[repr(C)] with three u64 and two u32 fields, the last the explicit `_pad`
+    // (size asserted to be 32), so it has no implicit padding and any bit pattern is valid.
     unsafe impl aya::Pod for CudaAllocInflight {}
     // SAFETY: CudaTimedInflight is #[repr(C)] with five u64s, a u32 and the explicit `_pad: u32` (size
     // asserted to be 48), so it has no implicit padding and any bit pattern is valid.
@@ -1311,7 +1345,7 @@ unsafe impl Record for CgroupRmdirRecord {
     const KIND: u16 = kind::CGROUP_RMDIR;
 }
 // SAFETY: CudaAllocRecord is #[repr(C)] of `EventHeader`, `u32`, `u64`, all of which accept any bit pattern;
-// its size is asserted above to be 56, the sum of its fields, so there is no implicit padding.
+// its size is asserted above to be 64, the sum of its fields, so there is no implicit padding.
 unsafe impl Record for CudaAllocRecord {
     const KIND: u16 = kind::CUDA_ALLOC;
 }

@@ -164,7 +164,7 @@ pub fn on_lookup_enter(ctx: &ProbeContext) {
     let (rsi, rdx) =
         unsafe { (core::ptr::read_volatile(&(*ctx.regs).rsi), core::ptr::read_volatile(&(*ctx.regs).rdx)) };
     let extra: u64 = if entry == cuda_entry::KERNEL_GET_FUNCTION { rsi } else { rdx };
-    let st = CudaAllocInflight { out, bytes: extra, entry, _pad: 0 };
+    let st = CudaAllocInflight { out, bytes: extra, start_ktime_ns: 0, entry, _pad: 0 };
     if CUDA_INFLIGHT.insert(&bpf_get_current_pid_tgid(), &st, 0).is_err() {
         emit::drop_event(probe::CUDA_FUNCTION, counter::DROP_INFLIGHT_FULL);
     }
@@ -213,7 +213,9 @@ pub fn on_alloc_enter(ctx: &ProbeContext) {
         ctx.arg(1).unwrap_or(0)
     };
     count(probe::CUDA_CALL, entry, bytes);
-    let st = CudaAllocInflight { out, bytes, entry, _pad: 0 };
+    // SAFETY: bpf_ktime_get_ns takes no arguments and only reads the monotonic clock.
+    let start_ktime_ns = unsafe { bpf_ktime_get_ns() };
+    let st = CudaAllocInflight { out, bytes, start_ktime_ns, entry, _pad: 0 };
     if CUDA_INFLIGHT.insert(&bpf_get_current_pid_tgid(), &st, 0).is_err() {
         emit::drop_event(probe::CUDA_ALLOC, counter::DROP_INFLIGHT_FULL);
     }
@@ -240,6 +242,7 @@ pub fn on_alloc_return(ctx: &RetProbeContext) {
             (*r).result = result as u32;
             (*r).ptr = ptr;
             (*r).bytes = st.bytes;
+            (*r).start_ktime_ns = st.start_ktime_ns;
         }
         emit::submit(probe::CUDA_ALLOC, e);
     }

@@ -105,6 +105,8 @@ fn recording(n: u64) -> Recording {
             let ptr = 0x7000_0000_0000 + i * 0x20_0000;
             for (kind, at) in [(MemoryKind::CudaAlloc, ts + 500), (MemoryKind::CudaFree, ts + 1_900)] {
                 rec.memory.push(MemoryCall {
+                    // An allocation is a 100 ns call (inside the synchronisation when both fall on one thread).
+                    start_ktime_ns: if kind == MemoryKind::CudaAlloc { at - 100 } else { at },
                     ktime_ns: at,
                     tgid,
                     tid,

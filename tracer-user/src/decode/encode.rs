@@ -83,12 +83,13 @@ pub fn event(ev: &Event, abi: &DriverAbi) -> Vec<u8> {
             child_pid: *child_pid,
             _pad: 0,
         }),
-        Event::CudaAlloc { header, entry, result, ptr, bytes } => record_bytes(&CudaAllocRecord {
+        Event::CudaAlloc { header, entry, result, ptr, bytes, start_ktime_ns } => record_bytes(&CudaAllocRecord {
             hdr: wire_header::<CudaAllocRecord>(header, 0),
             entry: *entry,
             result: *result,
             ptr: *ptr,
             bytes: *bytes,
+            start_ktime_ns: *start_ktime_ns,
         }),
         Event::CudaFree { header, entry, ptr } => record_bytes(&CudaFreeRecord {
             hdr: wire_header::<CudaFreeRecord>(header, 0),

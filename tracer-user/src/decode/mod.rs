@@ -194,8 +194,9 @@ pub enum Event {
     /// A tracked process forked or cloned; `child_pid` may be a thread of the same process.
     ProcessFork { header: Header, child_pid: u32 },
     /// A libcuda allocation returned (`cuda` family): `ptr` is what was written to the
-    /// out-parameter (0 when the call failed or it was unreadable); `result` is the CUresult.
-    CudaAlloc { header: Header, entry: u32, result: u32, ptr: u64, bytes: u64 },
+    /// out-parameter (0 when the call failed or it was unreadable); `result` is the CUresult; the
+    /// header's time is the return, `start_ktime_ns` the entry.
+    CudaAlloc { header: Header, entry: u32, result: u32, ptr: u64, bytes: u64, start_ktime_ns: u64 },
     /// A libcuda free was called with `ptr` (a device pointer, host pointer or handle).
     CudaFree { header: Header, entry: u32, ptr: u64 },
     /// A function/kernel handle was obtained: with its name (cuModuleGetFunction,
@@ -666,7 +667,14 @@ pub fn decode(bytes: &[u8], abi: &DriverAbi) -> Result<Event, DecodeError> {
         }
         kind::CUDA_ALLOC => {
             let r: CudaAllocRecord = record(bytes, &hdr)?;
-            Event::CudaAlloc { header, entry: r.entry, result: r.result, ptr: r.ptr, bytes: r.bytes }
+            Event::CudaAlloc {
+                header,
+                entry: r.entry,
+                result: r.result,
+                ptr: r.ptr,
+                bytes: r.bytes,
+                start_ktime_ns: r.start_ktime_ns,
+            }
         }
         kind::CUDA_FREE => {
             let r: CudaFreeRecord = record(bytes, &hdr)?;

@@ -1,12 +1,13 @@
 //! The HTML report of a session: one self-contained file (uPlot and its CSS inlined, the data as
 //! JSON in the page; nothing is fetched when it is opened) with plots of memory over the window,
-//! launches per second, the top kernels and the host time blocked in synchronisation per thread,
-//! and a table beside each plot with the numbers it draws.
+//! launches per second, the top kernels, the host time blocked in synchronisation per thread and
+//! NVML's utilization of the GPUs the workload used, and a table beside each plot with the numbers
+//! it draws.
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{MemoryKind, Recording, summary::Summary};
+use super::{MemoryKind, Recording, gpus, summary::Summary};
 
 const UPLOT_JS: &str = include_str!("vendor/uplot/uPlot.iife.min.js");
 const UPLOT_CSS: &str = include_str!("vendor/uplot/uPlot.min.css");
@@ -27,7 +28,16 @@ struct Plots {
     kernels: (Vec<String>, Vec<u64>),
     /// Threads (`tid`) and the milliseconds each blocked in synchronisation.
     sync: (Vec<String>, Vec<f64>),
+    /// NVML: seconds of each pass, then per GPU shown its utilization % and this workload's SM %
+    /// (null where a pass had no reading); `gpu_labels` names those series in order.
+    gpu: Vec<Vec<Option<f64>>>,
+    gpu_labels: Vec<String>,
 }
+
+/// Series colours of the NVML plot, per GPU: utilization, then the workload's SM % (the first
+/// GPU's are what the Chromium test looks for).
+const GPU_COLOURS: [(&str, &str); 4] =
+    [("#8c564b", "#e377c2"), ("#17becf", "#bcbd22"), ("#7f7f7f", "#aec7e8"), ("#ff9896", "#c5b0d5")];
 
 fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
@@ -95,16 +105,40 @@ fn plots(rec: &Recording, s: &Summary) -> Plots {
         p.sync.0.push(format!("{} ({})", r.tid, r.tgid));
         p.sync.1.push(r.blocked_ms);
     }
+    // NVML: one x per pass (the passes of all GPUs share their time), two series per GPU.
+    let shown = gpus::shown(rec);
+    let times: std::collections::BTreeSet<u64> = shown.iter().map(|g| g.ktime_ns).collect();
+    let indices: std::collections::BTreeSet<u32> = shown.iter().map(|g| g.index).collect();
+    if !times.is_empty() {
+        let at: std::collections::BTreeMap<u64, usize> = times.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+        p.gpu.push(times.iter().map(|t| Some(secs(*t))).collect());
+        for index in &indices {
+            let (mut util, mut sm) = (vec![None; times.len()], vec![None; times.len()]);
+            for g in shown.iter().filter(|g| g.index == *index) {
+                util[at[&g.ktime_ns]] = g.gpu_pct.map(f64::from);
+                sm[at[&g.ktime_ns]] = gpus::workload_share(rec, g).0.map(f64::from);
+            }
+            p.gpu.push(util);
+            p.gpu.push(sm);
+            p.gpu_labels.push(format!("GPU {index} utilization %"));
+            p.gpu_labels.push(format!("GPU {index} SM % of this workload"));
+        }
+    }
     p
 }
 
 /// One plot's place: a heading, the chart (or a line saying there is nothing to draw) and its table.
 fn section(o: &mut String, id: &str, title: &str, has_data: bool, table: &str) {
+    section_or(o, id, title, has_data, "Nothing recorded in the window.", table)
+}
+
+/// [`section`] with its own line for when there is nothing to draw.
+fn section_or(o: &mut String, id: &str, title: &str, has_data: bool, empty: &str, table: &str) {
     let _ = write!(o, "<section><h2>{}</h2>", esc(title));
     if has_data {
         let _ = write!(o, "<div class=\"plot\" id=\"{id}\"></div>");
     } else {
-        let _ = write!(o, "<p class=\"empty\">Nothing recorded in the window.</p>");
+        let _ = write!(o, "<p class=\"empty\">{}</p>", esc(empty));
     }
     let _ = write!(
         o,
@@ -218,6 +252,42 @@ pub fn render(rec: &Recording, s: &Summary) -> String {
         !p.sync.0.is_empty(),
         &table(&["thread", "process", "calls", "blocked (ms)", "longest (ms)"], sync_rows),
     );
+    let shown = gpus::shown(rec);
+    let gpu_rows = shown.iter().map(|g| {
+        let (sm, mem) = gpus::workload_share(rec, g);
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        vec![
+            format!("{:.3}", g.ktime_ns.saturating_sub(rec.start_ktime_ns) as f64 / 1e9),
+            g.index.to_string(),
+            opt(g.gpu_pct.map(|v| v.to_string())),
+            opt(sm.map(|v| v.to_string())),
+            opt(g.power_mw.map(|v| format!("{:.1}", f64::from(v) / 1e3))),
+            opt(g.memory_used_bytes.map(|v| format!("{:.1}", v as f64 / MIB))),
+            opt(mem.map(|v| format!("{:.1}", v as f64 / MIB))),
+            opt(g.sm_clock_mhz.map(|v| v.to_string())),
+        ]
+    });
+    section_or(
+        &mut o,
+        "gpu",
+        "GPU utilization (NVML), the GPUs this workload used (%)",
+        !p.gpu.is_empty(),
+        "No NVML readings in the window: NVML was not loaded (see the summary's session notes) or its first \
+         pass came after the window.",
+        &table(
+            &[
+                "time (s)",
+                "GPU",
+                "utilization %",
+                "workload SM %",
+                "power (W)",
+                "memory used (MiB)",
+                "workload memory (MiB)",
+                "SM clock (MHz)",
+            ],
+            gpu_rows,
+        ),
+    );
     let leak_rows = s.leak_candidates.iter().map(|l| {
         vec![l.ptr.clone(), l.bytes.to_string(), l.entry_point.clone(), l.tid.to_string(), format!("{:.3}", l.at_s)]
     });
@@ -228,7 +298,11 @@ pub fn render(rec: &Recording, s: &Summary) -> String {
         s.leak_candidates_bytes,
         table(&["pointer", "bytes", "entry point", "thread", "at (s)"], leak_rows)
     );
-    let _ = write!(o, "<script>{UPLOT_JS}</script><script>const DATA = {data};\n{SCRIPT}</script></body></html>");
+    let colours = serde_json::to_string(&GPU_COLOURS).expect("plain data serializes");
+    let _ = write!(
+        o,
+        "<script>{UPLOT_JS}</script><script>const DATA = {data};\nconst GPU_COLOURS = {colours};\n{SCRIPT}</script></body></html>"
+    );
     o
 }
 
@@ -239,7 +313,7 @@ h2{font-size:1.05em;margin-top:28px}.meta{color:#555}.plot{min-height:300px}\
 table{border-collapse:collapse;font-size:0.85em;margin-top:6px}\
 td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}td:first-child{text-align:left}";
 
-/// Draws the four plots from `DATA`. Each series has its own colour (the Chromium test looks for
+/// Draws the five plots from `DATA`. Each series has its own colour (the Chromium test looks for
 /// them in a screenshot).
 const SCRIPT: &str = r##"
 const W = Math.min(1050, document.body.clientWidth || 1050);
@@ -270,4 +344,15 @@ function categories(id, names, values, colour, unit) {
 }
 categories("kernels", DATA.kernels[0], DATA.kernels[1], "#2ca02c", "launches");
 categories("sync", DATA.sync[0], DATA.sync[1], "#9467bd", "ms blocked");
+if (DATA.gpu.length > 1) {
+  plot("gpu", {
+    scales: {x: {time: false}, y: {range: [0, 100]}},
+    axes: [{label: "seconds"}, {label: "%"}],
+    series: [{label: "s"}].concat(DATA.gpu_labels.map((label, i) => ({
+      // The GPU's utilization as a wide band, the workload's SM % a thin line over it (equal when
+      // the workload is all the GPU does: both stay visible).
+      label, width: i % 2 ? 2 : 6, spanGaps: true,
+      stroke: GPU_COLOURS[Math.floor(i / 2) % GPU_COLOURS.length][i % 2]}))),
+  }, DATA.gpu);
+}
 "##;

@@ -87,6 +87,10 @@ pub struct Launch {
 /// A CUDA allocation (successful or not) or free, or a driver-side (RM) allocation or free.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryCall {
+    /// When the call was entered (libcuda allocations and the driver's calls, measured by entry
+    /// and return probes; never before the window's start); `ktime_ns` for frees seen at entry only.
+    pub start_ktime_ns: u64,
+    /// When it returned (or, for a free seen at entry only, when it was called).
     pub ktime_ns: u64,
     pub tgid: u32,
     pub tid: u32,
@@ -260,7 +264,10 @@ impl Recorder {
         self.kept += 1;
         self.rec.end_ktime_ns = self.rec.end_ktime_ns.max(h.ktime_ns);
         self.process(h).threads.entry(h.pid).or_insert(h.ktime_ns);
+        // A call that began before the window is drawn from the window's start.
+        let start_ktime_ns = h.ktime_ns.saturating_sub(h.duration_ns).max(self.rec.start_ktime_ns);
         let call = |kind, entry_point: &str, ptr, bytes, success| MemoryCall {
+            start_ktime_ns,
             ktime_ns: h.ktime_ns,
             tgid: h.tgid,
             tid: h.pid,
@@ -288,7 +295,7 @@ impl Recorder {
                 });
             }
             Payload::CudaCall(c) => self.rec.calls.push(Call {
-                start_ktime_ns: h.ktime_ns.saturating_sub(h.duration_ns),
+                start_ktime_ns,
                 end_ktime_ns: h.ktime_ns,
                 tgid: h.tgid,
                 tid: h.pid,

@@ -20,7 +20,7 @@ use gpu_tracer_proto::perfetto::{
 use prost::Message;
 
 use super::{
-    MemoryKind, Recording,
+    MemoryCall, MemoryKind, Recording,
     summary::{bounded_intervals, idle_gaps},
 };
 
@@ -119,8 +119,9 @@ struct Writer<W: Write> {
     first_event: bool,
     /// The size limit was reached: from then on only the ends of open slices are written.
     full: bool,
-    /// Tracks with a slice begun and not yet ended.
-    open: std::collections::HashSet<u64>,
+    /// Tracks with slices begun and not yet ended, and how many (slices nest: a driver call inside
+    /// the allocation that made it).
+    open: HashMap<u64, u32>,
     stats: TraceStats,
 }
 
@@ -197,7 +198,7 @@ impl<W: Write> Writer<W> {
         let track = e.track_uuid.unwrap_or(0);
         let kind = e.r#type.unwrap_or(0);
         let end = kind == track_event::Type::SliceEnd as i32;
-        if end && !self.open.contains(&track) {
+        if end && !self.open.contains_key(&track) {
             return Ok(()); // its begin was left out at the size limit
         }
         if let Some(n) = name {
@@ -229,10 +230,15 @@ impl<W: Write> Writer<W> {
             return Ok(());
         }
         if kind == track_event::Type::SliceBegin as i32 {
-            self.open.insert(track);
+            *self.open.entry(track).or_default() += 1;
             self.stats.slices += 1;
         } else if end {
-            self.open.remove(&track);
+            if let Some(n) = self.open.get_mut(&track) {
+                *n -= 1;
+                if *n == 0 {
+                    self.open.remove(&track);
+                }
+            }
         } else if kind == track_event::Type::Instant as i32 {
             self.stats.instants += 1;
         } else if kind == track_event::Type::Counter as i32 {
@@ -293,10 +299,24 @@ fn on(track: u64, t: track_event::Type) -> TrackEvent {
 /// that begins at the same instant).
 enum Item<'a> {
     Launch(&'a super::Launch),
-    Memory(usize),
-    Gap { tgid: u32, end: bool },
-    Call { call: &'a super::Call, end: bool },
-    Bounded { b: &'a super::summary::Bounded, end: bool },
+    /// A memory call: an instant when it has no duration (a free seen at entry), else a slice
+    /// from its entry (`end: false`) to its return (`end: true`, where the counter moves).
+    Memory {
+        i: usize,
+        end: Option<bool>,
+    },
+    Gap {
+        tgid: u32,
+        end: bool,
+    },
+    Call {
+        call: &'a super::Call,
+        end: bool,
+    },
+    Bounded {
+        b: &'a super::summary::Bounded,
+        end: bool,
+    },
     Gpu(&'a gpu_tracer_proto::v1::GpuSample),
 }
 
@@ -411,7 +431,12 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
         items.push((l.ktime_ns, 1, Item::Launch(l)));
     }
     for (i, m) in rec.memory.iter().enumerate() {
-        items.push((m.ktime_ns, 1, Item::Memory(i)));
+        if m.start_ktime_ns < m.ktime_ns {
+            items.push((m.start_ktime_ns, 1, Item::Memory { i, end: Some(false) }));
+            items.push((m.ktime_ns, 0, Item::Memory { i, end: Some(true) }));
+        } else {
+            items.push((m.ktime_ns, 1, Item::Memory { i, end: None }));
+        }
     }
     for g in &gaps {
         items.push((g.start_ktime_ns, 1, Item::Gap { tgid: g.tgid, end: false }));
@@ -474,9 +499,20 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
                 s.debug_annotations = vec![uint("thread", l.tid.into())];
                 w.event(ts, Some(&l.name), s)?;
             }
-            Item::Memory(i) => {
+            Item::Memory { i, end } => {
                 let m = &rec.memory[i];
-                let mut e = on(tracks[&Track::Thread(m.tgid, m.tid)], track_event::Type::Instant);
+                let thread = tracks[&Track::Thread(m.tgid, m.tid)];
+                if end == Some(true) {
+                    w.event(ts, None, on(thread, track_event::Type::SliceEnd))?;
+                    if let Some((counter, v)) = memory_level(&mut level, m) {
+                        let mut c = on(tracks[&counter], track_event::Type::Counter);
+                        c.counter_value_field = Some(track_event::CounterValueField::CounterValue(v));
+                        w.event(ts, None, c)?;
+                    }
+                    continue;
+                }
+                let kind = if end.is_none() { track_event::Type::Instant } else { track_event::Type::SliceBegin };
+                let mut e = on(thread, kind);
                 e.categories = vec!["memory".into()];
                 e.debug_annotations = vec![
                     uint(
@@ -497,33 +533,27 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
                     ),
                     ann("success", debug_annotation::Value::BoolValue(m.success)),
                 ];
-                let (counter, delta) = match m.kind {
-                    MemoryKind::CudaAlloc => {
-                        if m.success && m.ptr != 0 {
-                            let id = next_flow;
-                            next_flow += 1;
-                            flows.insert((m.tgid, m.ptr), id);
-                            e.flow_ids = vec![id];
-                        }
-                        (Track::CudaMemory(m.tgid), if m.success { m.bytes as i64 } else { 0 })
+                match m.kind {
+                    MemoryKind::CudaAlloc if m.success && m.ptr != 0 => {
+                        let id = next_flow;
+                        next_flow += 1;
+                        flows.insert((m.tgid, m.ptr), id);
+                        e.flow_ids = vec![id];
                     }
                     MemoryKind::CudaFree => {
                         if let Some(id) = flows.remove(&(m.tgid, m.ptr)) {
                             e.terminating_flow_ids = vec![id];
                         }
-                        (Track::CudaMemory(m.tgid), -(m.bytes as i64))
                     }
-                    MemoryKind::DriverAlloc => {
-                        (Track::DriverMemory(m.tgid), if m.success { m.bytes as i64 } else { 0 })
-                    }
-                    MemoryKind::DriverFree => (Track::DriverMemory(m.tgid), -(m.bytes as i64)),
-                };
+                    _ => {}
+                }
                 w.event(ts, Some(&m.entry_point), e)?;
-                if delta != 0 {
-                    let v = level.entry(counter).or_default();
-                    *v += delta;
+                // The counter moves when the call returns: now for an instant, at the slice's end otherwise.
+                if end.is_none()
+                    && let Some((counter, v)) = memory_level(&mut level, m)
+                {
                     let mut c = on(tracks[&counter], track_event::Type::Counter);
-                    c.counter_value_field = Some(track_event::CounterValueField::CounterValue(*v));
+                    c.counter_value_field = Some(track_event::CounterValueField::CounterValue(v));
                     w.event(ts, None, c)?;
                 }
             }
@@ -579,6 +609,23 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
     }
     w.out.flush()?;
     Ok(w.stats)
+}
+
+/// Apply a memory call to its ledger's level: the counter track and its new value, or `None`
+/// when the call changes nothing (a failed allocation, a free of unknown size).
+fn memory_level(level: &mut HashMap<Track, i64>, m: &MemoryCall) -> Option<(Track, i64)> {
+    let (counter, delta) = match m.kind {
+        MemoryKind::CudaAlloc => (Track::CudaMemory(m.tgid), if m.success { m.bytes as i64 } else { 0 }),
+        MemoryKind::CudaFree => (Track::CudaMemory(m.tgid), -(m.bytes as i64)),
+        MemoryKind::DriverAlloc => (Track::DriverMemory(m.tgid), if m.success { m.bytes as i64 } else { 0 }),
+        MemoryKind::DriverFree => (Track::DriverMemory(m.tgid), -(m.bytes as i64)),
+    };
+    if delta == 0 {
+        return None;
+    }
+    let v = level.entry(counter).or_default();
+    *v += delta;
+    Some((counter, *v))
 }
 
 fn named(uuid: u64, parent: Option<u64>, name: String, counter: Option<CounterDescriptor>) -> TrackDescriptor {

@@ -432,4 +432,77 @@ fn html_report_is_self_contained_and_escapes_what_the_workload_names() {
     for id in ["memory", "rate", "kernels", "sync"] {
         assert!(page.contains(&format!("<div class=\"plot\" id=\"{id}\">")), "{id}");
     }
+    assert!(page.contains("No NVML readings in the window"), "no plot where NVML gave nothing");
+
+    // With NVML's passes: a plot of the GPU the workload used, and its table.
+    let mut rec = rec;
+    for (i, pct) in [30u32, 50, 70].into_iter().enumerate() {
+        rec.gpu_samples.push(v1::GpuSample {
+            ktime_ns: T0 + 100 * MS + i as u64 * 300 * MS,
+            index: 0,
+            gpu_pct: Some(pct),
+            power_mw: Some(200_000),
+            processes: vec![v1::GpuProcessSample { pid: 10, sm_pct: Some(pct - 10), ..Default::default() }],
+            ..Default::default()
+        });
+    }
+    let page = super::html::render(&rec, &s);
+    assert!(page.contains("<div class=\"plot\" id=\"gpu\">"));
+    assert!(page.contains("\"gpu_labels\":[\"GPU 0 utilization %\",\"GPU 0 SM % of this workload\"]"), "{page}");
+    assert!(page.contains("\"gpu\":[[0.1,0.4,0.7],[30.0,50.0,70.0],[20.0,40.0,60.0]]"));
+    assert!(
+        page.contains("<td>0.400</td><td>0</td><td>50</td><td>40</td><td>200.0</td><td>-</td><td>-</td><td>-</td>")
+    );
+}
+
+#[test]
+fn an_allocation_is_a_slice_from_entry_to_return_and_the_counter_moves_at_return() {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    // cuMemAlloc_v2 from 10 to 13 ms, with the driver's RM_ALLOC inside it (11 to 12 ms).
+    let rm = Payload::RmAlloc(v1::RmAlloc { handle: 0xcafe, bytes: 2 << 20, success: true, ..Default::default() });
+    r.event(&timed(10, 10, T0 + 12 * MS, MS, rm));
+    r.event(&timed(10, 10, T0 + 13 * MS, 3 * MS, alloc(0xa000, 2 << 20)));
+    // One that began before the window (at -1 ms) is drawn from the window's start.
+    r.event(&timed(10, 10, T0 + 20 * MS, 21 * MS, alloc(0xb000, 1 << 20)));
+    r.event(&ev(10, 10, T0 + 30 * MS, free(0xa000, 2 << 20)));
+    let rec = r.finish(T0 + 100 * MS, "duration", 0);
+    let starts: Vec<u64> = rec.memory.iter().map(|m| (m.start_ktime_ns - T0) / MS).collect();
+    assert_eq!(starts, vec![11, 10, 0, 30]);
+
+    let (t, stats) = decode(&rec, u64::MAX);
+    let by_track = check_structure(&t);
+    let thread: Vec<(String, track_event::Type)> =
+        by_track.values().find(|v| v.iter().any(|(n, _)| n == "cuMemFree_v2")).unwrap().clone();
+    use track_event::Type::{Instant, SliceBegin, SliceEnd};
+    assert_eq!(
+        thread.iter().map(|(n, t)| (n.as_str(), *t)).collect::<Vec<_>>(),
+        vec![
+            ("cuMemAlloc_v2", SliceBegin),   // 0xb000 at 0 ms (clamped), returns at 20 ms
+            ("cuMemAlloc_v2", SliceBegin),   // 0xa000 at 10 ms
+            ("NV_ESC_RM_ALLOC", SliceBegin), // 11 ms
+            ("", SliceEnd),                  // 12 ms
+            ("", SliceEnd),                  // 13 ms
+            ("", SliceEnd),                  // 20 ms
+            ("cuMemFree_v2", Instant),       // 30 ms
+        ]
+    );
+    // Three calls, and the window's idle time (nothing was submitted).
+    assert_eq!((stats.slices, stats.flows), (4, 2));
+    // The counters move at the returns: the driver's at 12 ms, CUDA's at 13 and 20 ms, the free at 30.
+    let counters: Vec<(u64, i64)> = t
+        .packet
+        .iter()
+        .filter_map(|p| match &p.data {
+            Some(trace_packet::Data::TrackEvent(e)) if e.r#type() == track_event::Type::Counter => {
+                match e.counter_value_field {
+                    Some(track_event::CounterValueField::CounterValue(v)) if p.timestamp() > T0 => {
+                        Some(((p.timestamp() - T0) / MS, v))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counters, vec![(12, 2 << 20), (13, 2 << 20), (20, 3 << 20), (30, 1 << 20)]);
 }

@@ -78,6 +78,9 @@ cuda-memcpy-dtoh <ptr> <bytes>   cuMemcpyDtoH_v2 into a host buffer -> ok ns=T
 cuda-memcpy-async <ptr> <bytes>  cuMemcpyAsync(ptr, host buffer, bytes, stream) -> ok ns=T
 cuda-memset <ptr> <bytes>        cuMemsetD8_v2 -> ok ns=T
 cuda-memset-d32-async <ptr> <n>  cuMemsetD32Async(ptr, 0, n, stream) -> ok ns=T
+cuda-memcpy-htod-ptds <ptr> <bytes>  cuMemcpyHtoD_v2_ptds (a --default-stream per-thread program's copy) -> ok ns=T
+cuda-memcpy-dtoh-async-ptsz <ptr> <bytes>  cuMemcpyDtoHAsync_v2_ptsz(host buffer, ptr, bytes, stream) -> ok ns=T
+cuda-memset-ptds <ptr> <bytes>   cuMemsetD8_v2_ptds -> ok ns=T
 (The fake library simulates GPU time when FAKE_LIBCUDA_KERNEL_NS is set in the workload's environment.)
 "
     };
@@ -128,6 +131,9 @@ pub const COMMANDS: &[&str] = &[
     "cuda-memcpy-async",
     "cuda-memset",
     "cuda-memset-d32-async",
+    "cuda-memcpy-htod-ptds",
+    "cuda-memcpy-dtoh-async-ptsz",
+    "cuda-memset-ptds",
 ];
 
 /// The function `cuda-init` gets from its module (cuModuleGetFunction).
@@ -350,6 +356,9 @@ api! {
     memcpy_async: "cuMemcpyAsync" fn(u64, u64, usize, Handle);
     memset_d8: "cuMemsetD8_v2" fn(u64, u8, usize);
     memset_d32_async: "cuMemsetD32Async" fn(u64, c_uint, usize, Handle);
+    memcpy_htod_ptds: "cuMemcpyHtoD_v2_ptds" fn(u64, *const c_void, usize);
+    memcpy_dtoh_async_ptsz: "cuMemcpyDtoHAsync_v2_ptsz" fn(*mut c_void, u64, usize, Handle);
+    memset_d8_ptds: "cuMemsetD8_v2_ptds" fn(u64, u8, usize);
 }
 
 /// The entry point `$field` of `$api`, or an `err op=dlsym` answer.
@@ -654,6 +663,28 @@ impl CudaSession {
                 let stream = h(self.target.stream);
                 // SAFETY: as above.
                 timed("cuMemsetD32Async", || unsafe { f(dst, 0, n, stream) })
+            }
+            "cuda-memcpy-htod-ptds" => {
+                let f = entry!(self.api, memcpy_htod_ptds, "cuMemcpyHtoD_v2_ptds");
+                let (dst, n) = (number(0)?, size(1)?);
+                let buf = vec![0u8; n];
+                // SAFETY: the host buffer holds n bytes; the device pointer is checked by the library.
+                timed("cuMemcpyHtoD_v2_ptds", || unsafe { f(dst, buf.as_ptr().cast(), n) })
+            }
+            "cuda-memcpy-dtoh-async-ptsz" => {
+                let f = entry!(self.api, memcpy_dtoh_async_ptsz, "cuMemcpyDtoHAsync_v2_ptsz");
+                let (src, n) = (number(0)?, size(1)?);
+                // The copy may land after the call returns: a leaked buffer outlives it.
+                let dst = Box::leak(vec![0u8; n].into_boxed_slice()).as_mut_ptr();
+                let stream = h(self.target.stream);
+                // SAFETY: the host buffer holds n bytes for ever; the device pointer is checked by the library.
+                timed("cuMemcpyDtoHAsync_v2_ptsz", || unsafe { f(dst.cast(), src, n, stream) })
+            }
+            "cuda-memset-ptds" => {
+                let f = entry!(self.api, memset_d8_ptds, "cuMemsetD8_v2_ptds");
+                let (dst, n) = (number(0)?, size(1)?);
+                // SAFETY: the device pointer is checked by the library.
+                timed("cuMemsetD8_v2_ptds", || unsafe { f(dst, 0, n) })
             }
             other => Err(format!("usage: unknown command {other}")),
         }

@@ -102,7 +102,7 @@ pub fn to_proto(ev: &Event, e: &EventContext) -> v1::Event {
             let payload = Payload::ProcessFork(v1::ProcessFork { child_pid: *child_pid });
             message(header, e, None, no_call, None, None, payload)
         }
-        Event::CudaAlloc { header, entry, result, ptr, bytes } => {
+        Event::CudaAlloc { header, entry, result, ptr, bytes, start_ktime_ns } => {
             let payload = Payload::CudaAlloc(v1::CudaAlloc {
                 entry_point: cuda_entry_name(*entry).into(),
                 result: *result,
@@ -110,7 +110,9 @@ pub fn to_proto(ev: &Event, e: &EventContext) -> v1::Event {
                 ptr: *ptr,
                 bytes: *bytes,
             });
-            message(header, e, None, no_call, None, None, payload)
+            // Recorded at entry (0 from a record that has none): the call's time inside libcuda.
+            let duration_ns = if *start_ktime_ns == 0 { 0 } else { header.ktime_ns.saturating_sub(*start_ktime_ns) };
+            message(header, e, None, Call { duration_ns, ret: i64::from(*result) }, None, None, payload)
         }
         Event::CudaFree { header, entry, ptr } => {
             let payload = Payload::CudaFree(v1::CudaFree {
