@@ -203,6 +203,12 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     assert_eq!(copies("dtoh"), (Some(2), Some(8192 + 2048)), "{:#}", s["copies"]);
     assert_eq!((s["memsets"]["calls"].as_u64(), s["memsets"]["bytes"].as_u64()), (Some(1), Some(512)));
     assert_eq!(s["session"]["events_over_limit"], 0);
+    // One kernel: all the bounded time is its own.
+    let by_time = &s["top_kernels_by_bounded_time"][0];
+    assert_eq!((by_time["name"].as_str(), by_time["bounded_share"].as_f64()), (Some("fake_kernel"), Some(1.0)));
+    assert!(by_time["bounded_ms"].as_f64().unwrap() >= 30.0, "60 launches of 1 ms each: {by_time:#}");
+    let cost = &s["session"]["estimated_cost"];
+    assert_eq!((cost["launches"].as_u64(), cost["timed_calls"].as_u64()), (Some(60), Some(7)), "{cost:#}");
 
     // The trace, read by Perfetto's own protos.
     let t = decode(&trace);

@@ -225,6 +225,8 @@ pub fn render(rec: &Recording, s: &Summary) -> String {
             k.name.clone(),
             k.launches.to_string(),
             format!("{:.1}%", k.share * 100.0),
+            format!("{:.3}", k.bounded_ms),
+            format!("{:.1}%", k.bounded_share * 100.0),
             k.grid.clone(),
             k.block.clone(),
         ]
@@ -234,7 +236,18 @@ pub fn render(rec: &Recording, s: &Summary) -> String {
         "kernels",
         "Top kernels by launches",
         !p.kernels.0.is_empty(),
-        &table(&["kernel", "launches", "share", "grid", "block"], kernel_rows),
+        &table(
+            &[
+                "kernel",
+                "launches",
+                "share",
+                "bounded ms (estimate: each bounded interval split equally among its launches)",
+                "bounded share",
+                "grid",
+                "block",
+            ],
+            kernel_rows,
+        ),
     );
     let sync_rows = s.synchronisation.iter().map(|r| {
         vec![

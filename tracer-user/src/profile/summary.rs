@@ -183,6 +183,9 @@ pub struct Summary {
     pub processes: Vec<ProcessRow>,
     pub launches: Launches,
     pub top_kernels: Vec<KernelRow>,
+    /// The kernels with the most bounded time (see [`KernelRow::bounded_ms`]): an estimate of
+    /// where the GPU's time went, not a measurement.
+    pub top_kernels_by_bounded_time: Vec<KernelRow>,
     pub launch_rate: LaunchRate,
     pub cuda_memory: MemorySummary,
     pub driver_memory: MemorySummary,
@@ -262,7 +265,14 @@ pub struct Launches {
 pub struct KernelRow {
     pub name: String,
     pub launches: u64,
+    /// Its share of the launches.
     pub share: f64,
+    /// Bounded time apportioned to it: each bounded interval's length split equally among the
+    /// launches it bounds. Kernels are not timed; this says where the bounded time could have
+    /// gone if every kernel in an interval took as long as the others.
+    pub bounded_ms: f64,
+    /// Its share of all the bounded time so apportioned.
+    pub bounded_share: f64,
     /// The grid and block of its most frequent shape, `XxYxZ`.
     pub grid: String,
     pub block: String,
@@ -341,6 +351,8 @@ pub struct GpuTime {
 pub struct Session {
     /// `standalone` (the profiler's own probes) or `agent ADDR`.
     pub source: String,
+    /// What the session's probes cost the workload, estimated from the benchmark.
+    pub estimated_cost: Cost,
     /// What the reader should know about the recording.
     pub notes: Vec<String>,
     pub events_seen: u64,
@@ -348,6 +360,56 @@ pub struct Session {
     pub events_over_limit: u64,
     pub tracer_dropped: u64,
     pub trace: TraceStats,
+}
+
+/// What recording cost the workload's threads, estimated from the per-call costs the benchmark
+/// measured (`docs/benchmarks.md`), not measured in this session.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Cost {
+    /// Per launch in per-event mode (§5, real libcuda 535, placed probes).
+    pub per_launch_ns: u64,
+    /// Per timed call (synchronisation, event, copy, memset) in a session (§13).
+    pub per_timed_call_ns: u64,
+    pub launches: u64,
+    pub timed_calls: u64,
+    /// launches × per_launch_ns + timed_calls × per_timed_call_ns, in ms of the workload's CPU time.
+    pub total_ms: f64,
+    /// That, as a share of the window's wall time summed over the workload's processes (one busy
+    /// thread each).
+    pub share_of_window: f64,
+    pub basis: String,
+}
+
+/// §5's per-event launch Δ on the real libcuda (docs/benchmarks.md, 2-vCPU VM).
+const BENCH_PER_LAUNCH_NS: u64 = 1830;
+/// §13's timed-call Δ in a session (cuEventQuery / cuStreamSynchronize on the fake).
+const BENCH_PER_TIMED_CALL_NS: u64 = 1637;
+
+/// Bounded time per kernel name: each interval's length split equally among the launches it
+/// bounds (the launches of its stream from its start, as many as it counts).
+fn bounded_ns_per_kernel<'a>(rec: &'a Recording, bounded: &[Bounded]) -> HashMap<&'a str, f64> {
+    let mut per_stream: BTreeMap<(u32, u64), Vec<(u64, &str)>> = BTreeMap::new();
+    for l in &rec.launches {
+        per_stream.entry((l.tgid, l.stream)).or_default().push((l.ktime_ns, &l.name));
+    }
+    for v in per_stream.values_mut() {
+        v.sort_by_key(|(t, _)| *t);
+    }
+    let mut pos: HashMap<(u32, u64), usize> = HashMap::new();
+    let mut out: HashMap<&str, f64> = HashMap::new();
+    for b in bounded {
+        let key = (b.tgid, b.stream);
+        let Some(v) = per_stream.get(&key) else { continue };
+        let p = pos.entry(key).or_default();
+        let from = *p + v[*p..].partition_point(|(t, _)| *t < b.start_ktime_ns);
+        let to = (from + b.kernels as usize).min(v.len());
+        let each = b.end_ktime_ns.saturating_sub(b.start_ktime_ns) as f64 / b.kernels.max(1) as f64;
+        for (_, name) in &v[from..to] {
+            *out.entry(name).or_default() += each;
+        }
+        *p = to;
+    }
+    out
 }
 
 /// A launch's (grid, block).
@@ -393,20 +455,30 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
         let b = (l.ktime_ns.saturating_sub(rec.start_ktime_ns) / bucket_ns) as usize;
         per_bucket[b.min(buckets - 1)] += 1;
     }
+    let (bounded, not_bounded) = bounded_intervals(rec);
+    let bounded_ns = bounded_ns_per_kernel(rec, &bounded);
+    let bounded_total: f64 = bounded_ns.values().sum();
     let mut rows: Vec<KernelRow> = kernels
         .into_iter()
         .map(|(name, (n, shapes))| {
             let ((grid, block), _) =
                 shapes.into_iter().max_by_key(|(sh, c)| (*c, std::cmp::Reverse(*sh))).unwrap_or_default();
+            let ns = bounded_ns.get(name).copied().unwrap_or(0.0);
             KernelRow {
                 name: name.to_string(),
                 launches: n,
                 share: n as f64 / s.launches.total.max(1) as f64,
+                bounded_ms: ns / 1e6,
+                bounded_share: if bounded_total > 0.0 { ns / bounded_total } else { 0.0 },
                 grid: shape(grid),
                 block: shape(block),
             }
         })
         .collect();
+    let mut by_time: Vec<KernelRow> = rows.iter().filter(|k| k.bounded_ms > 0.0).cloned().collect();
+    by_time.sort_by(|a, b| b.bounded_ms.total_cmp(&a.bounded_ms).then_with(|| a.name.cmp(&b.name)));
+    by_time.truncate(TOP_KERNELS);
+    s.top_kernels_by_bounded_time = by_time;
     rows.sort_by(|a, b| b.launches.cmp(&a.launches).then_with(|| a.name.cmp(&b.name)));
     rows.truncate(TOP_KERNELS);
     s.top_kernels = rows;
@@ -500,7 +572,6 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
             })
             .collect(),
     };
-    let (bounded, not_bounded) = bounded_intervals(rec);
     let covered: u64 = rec
         .processes
         .keys()
@@ -574,8 +645,25 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
     if !rec.gpu_samples.is_empty() && super::gpus::used_gpus(rec).is_none() {
         notes.push("NVML lists none of the workload's processes on any GPU: every GPU's readings are shown".into());
     }
+    let (launches, timed_calls) = (rec.launches.len() as u64, rec.calls.len() as u64);
+    let total_ms = (launches * BENCH_PER_LAUNCH_NS + timed_calls * BENCH_PER_TIMED_CALL_NS) as f64 / 1e6;
+    let wall_ms = duration_ns as f64 / 1e6 * rec.processes.len().max(1) as f64;
+    let estimated_cost = Cost {
+        per_launch_ns: BENCH_PER_LAUNCH_NS,
+        per_timed_call_ns: BENCH_PER_TIMED_CALL_NS,
+        launches,
+        timed_calls,
+        total_ms,
+        share_of_window: if wall_ms > 0.0 { total_ms / wall_ms } else { 0.0 },
+        basis: "an estimate: the calls recorded times the per-call cost docs/benchmarks.md measured on a 2-vCPU VM \
+                (section 5: a launch in per-event mode on the real libcuda 535, placed probes; section 13: a \
+                timed call in a session), not measured in this session; count mode, which the agent runs anyway, \
+                is part of the launch figure"
+            .into(),
+    };
     s.session = Session {
         source: rec.source.clone(),
+        estimated_cost,
         notes,
         events_seen: rec.events_seen,
         events_kept: rec.events_seen - rec.events_over_limit,
@@ -635,6 +723,23 @@ pub fn render(s: &Summary) -> String {
                 k.share * 100.0,
                 k.grid,
                 k.block,
+                k.name
+            );
+        }
+    }
+    if !s.top_kernels_by_bounded_time.is_empty() {
+        let _ = writeln!(
+            o,
+            "by bounded time (each bounded interval split equally among its launches; an estimate, kernels are not timed):"
+        );
+        let _ = writeln!(o, "  {:>11}  {:>6}  {:>9}  kernel", "bounded ms", "share", "launches");
+        for k in &s.top_kernels_by_bounded_time {
+            let _ = writeln!(
+                o,
+                "  {:>11.3}  {:>5.1}%  {:>9}  {}",
+                k.bounded_ms,
+                k.bounded_share * 100.0,
+                k.launches,
                 k.name
             );
         }
@@ -744,6 +849,18 @@ pub fn render(s: &Summary) -> String {
         } else {
             String::new()
         }
+    );
+    let c = &s.session.estimated_cost;
+    let _ = writeln!(
+        o,
+        "estimated cost to the workload: {:.2} ms of CPU ({:.3}% of the window): {} launches x {} ns + {} timed \
+         calls x {} ns (per-call costs from docs/benchmarks.md, not measured here)",
+        c.total_ms,
+        c.share_of_window * 100.0,
+        c.launches,
+        c.per_launch_ns,
+        c.timed_calls,
+        c.per_timed_call_ns
     );
     if !s.session.source.is_empty() {
         let _ = writeln!(o, "source: {}", s.session.source);

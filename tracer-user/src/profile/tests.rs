@@ -336,6 +336,20 @@ fn synchronisations_bound_the_kernels_before_them_and_are_slices_on_their_thread
     assert_eq!((s.synchronisation[0].tid, s.synchronisation[0].calls), (10, 2));
     assert!((s.synchronisation[0].blocked_ms - 35.0).abs() < 1e-9);
     assert_eq!(s.synchronisation[0].per_entry_point["cuCtxSynchronize"], 1);
+    // The bounded time per kernel: [0, 45 ms] is all gemm's, [500, 620 ms] all softmax's; the late
+    // launch has none.
+    let by_time: Vec<(&str, f64, f64)> = s
+        .top_kernels_by_bounded_time
+        .iter()
+        .map(|k| (k.name.as_str(), (k.bounded_ms * 1e3).round() / 1e3, (k.bounded_share * 1e3).round() / 1e3))
+        .collect();
+    assert_eq!(by_time, vec![("softmax", 120.0, 0.727), ("gemm", 45.0, 0.273)]);
+    assert_eq!(s.top_kernels.iter().find(|k| k.name == "late").map(|k| k.bounded_ms), Some(0.0));
+    // The estimate of what it cost: 41 launches and 3 timed calls at the benchmark's per-call costs.
+    let c = &s.session.estimated_cost;
+    assert_eq!((c.launches, c.timed_calls), (41, 3));
+    assert!((c.total_ms - (41.0 * 1830.0 + 3.0 * 1637.0) / 1e6).abs() < 1e-9, "{c:?}");
+    assert!((c.share_of_window - c.total_ms / 2000.0).abs() < 1e-12);
 
     let (t, stats) = decode(&rec, u64::MAX);
     let by_track = check_structure(&t);
@@ -505,4 +519,23 @@ fn an_allocation_is_a_slice_from_entry_to_return_and_the_counter_moves_at_return
         })
         .collect();
     assert_eq!(counters, vec![(12, 2 << 20), (13, 2 << 20), (20, 3 << 20), (30, 1 << 20)]);
+}
+
+#[test]
+fn bounded_time_is_split_among_the_launches_an_interval_bounds() {
+    let mut r = Recorder::new(Target::Pid(10), Limits::default(), T0);
+    // 3 gemm and 1 relu on stream 0x5 from 0 to 3 ms, synchronised from 5 to 40 ms: 40 ms bounded,
+    // 10 ms a launch. A gemm on another stream is not bounded by that synchronisation.
+    for (i, name) in ["gemm", "relu", "gemm", "gemm"].into_iter().enumerate() {
+        r.event(&ev(10, 10, T0 + i as u64 * MS, launch(name, 0x5)));
+    }
+    r.event(&ev(10, 10, T0 + 2 * MS, launch("gemm", 0x6)));
+    r.event(&timed(10, 10, T0 + 40 * MS, 35 * MS, sync_call("cuStreamSynchronize", Some(0x5), 0)));
+    let rec = r.finish(T0 + 100 * MS, "duration", 0);
+    let s = summary::summarize(&rec, &Target::Pid(10), 100 * MS, Default::default());
+    let by_time: Vec<(&str, u64, f64)> =
+        s.top_kernels_by_bounded_time.iter().map(|k| (k.name.as_str(), k.launches, k.bounded_ms)).collect();
+    assert_eq!(by_time, vec![("gemm", 4, 30.0), ("relu", 1, 10.0)]);
+    assert!((s.top_kernels_by_bounded_time[0].bounded_share - 0.75).abs() < 1e-12);
+    assert!(summary::render(&s).contains("by bounded time"));
 }
