@@ -45,6 +45,7 @@ VARIANTS = {
         "priorityClassName": "system-node-critical",
         "runtimeClassName": "nvidia",
     },
+    "tracefs_uprobes": {"cudaTracefsUprobes": True},
     "servicemonitor": {"serviceMonitor": {"enabled": True}},
     # Every option a node-agent chart has, set, under a release name that is not the chart's.
     "options": {

@@ -189,6 +189,29 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
     let pod = &find(opt, "DaemonSet")["spec"]["template"]["spec"];
     assert_eq!(pod["priorityClassName"], "system-node-critical");
     assert_eq!(pod["runtimeClassName"], "nvidia");
+    // Uprobes through tracefs (kernels before 6.6 without SYS_ADMIN): the tracefs mount writable,
+    // every other host mount still read-only, no capability added.
+    let opt = &r["chart"]["tracefs_uprobes"];
+    let ds = find(opt, "DaemonSet");
+    let c = container(ds);
+    assert_eq!(strings(&c["securityContext"]["capabilities"]["add"]), CAPS.iter().map(|c| c.to_string()).collect());
+    let host: Vec<&str> = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    let mut checked = 0;
+    for m in c["volumeMounts"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        if !host.contains(&name) || name == "api-socket" {
+            continue;
+        }
+        checked += 1;
+        assert_eq!(m["readOnly"].as_bool().unwrap_or(false), name != "tracefs", "tracefs_uprobes: host mount {name}");
+    }
+    assert!(checked >= 5, "tracefs_uprobes: {checked} host mounts checked");
     let sm = find(&r["chart"]["servicemonitor"], "ServiceMonitor");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true, "the agent's namespace/pod labels are kept");

@@ -497,6 +497,9 @@ pub fn library_summary(r: &crate::cuda::attach::LibraryReport) -> String {
         crate::cuda::attach::Method::PerfEvent => {
             format!("uprobe:{} ({} entry points; perf events: {})", r.path, r.attached(), r.method_detail)
         }
+        crate::cuda::attach::Method::Tracefs => {
+            format!("uprobe:{} ({} entry points; tracefs: {})", r.path, r.attached(), r.method_detail)
+        }
     }
 }
 

@@ -6,7 +6,10 @@
 //! lacks is reported, not fatal.
 use std::{
     collections::HashSet,
-    os::{fd::OwnedFd, unix::fs::MetadataExt},
+    os::{
+        fd::{AsFd, OwnedFd},
+        unix::fs::MetadataExt,
+    },
     path::{Path, PathBuf},
 };
 
@@ -24,6 +27,7 @@ use super::placement;
 use crate::config::CudaAttach;
 
 pub mod multi;
+pub mod tracefs;
 pub use multi::MultiPrograms;
 
 /// Where libcuda is looked for when `cuda_libraries` is empty: distribution paths, the NVIDIA
@@ -137,6 +141,9 @@ pub enum Method {
     /// One perf event per probe (aya's `UProbe::attach`): needs CAP_SYS_ADMIN; each detaches
     /// with a grace period of its own.
     PerfEvent,
+    /// One perf event per probe on a trace event made through tracefs (`uprobe_events`), where the
+    /// kernel refused the uprobe PMU ([`tracefs`]): CAP_PERFMON and write access to tracefs.
+    Tracefs,
 }
 
 impl Method {
@@ -144,6 +151,7 @@ impl Method {
         match self {
             Method::UprobeMulti => "uprobe-multi",
             Method::PerfEvent => "perf-event",
+            Method::Tracefs => "tracefs",
         }
     }
 }
@@ -187,12 +195,14 @@ impl Backend {
 pub struct Links {
     perf: Vec<(&'static str, UProbeLinkId)>,
     multi: Vec<OwnedFd>,
+    tracefs: Vec<tracefs::TracefsProbe>,
 }
 
 impl Links {
-    /// Kernel links held: one per perf-event probe, one per program for multi links.
+    /// Kernel links held: one per perf-event probe (tracefs ones too), one per program for multi
+    /// links.
     pub fn len(&self) -> usize {
-        self.perf.len() + self.multi.len()
+        self.perf.len() + self.multi.len() + self.tracefs.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -202,6 +212,7 @@ impl Links {
     pub fn extend(&mut self, other: Links) {
         self.perf.extend(other.perf);
         self.multi.extend(other.multi);
+        self.tracefs.extend(other.tracefs);
     }
 }
 
@@ -209,6 +220,8 @@ impl Links {
 pub enum OwnedLink {
     Perf(UProbeLink),
     Multi(OwnedFd),
+    /// Also removes its trace event from tracefs.
+    Tracefs(tracefs::TracefsProbe),
 }
 
 /// Detach links attached with [`attach_library`] or [`attach_all`], all at once: each is taken
@@ -234,6 +247,7 @@ pub fn take_links(ebpf: &mut Ebpf, links: Links) -> Vec<OwnedLink> {
         }
     }
     out.extend(links.multi.into_iter().map(OwnedLink::Multi));
+    out.extend(links.tracefs.into_iter().map(OwnedLink::Tracefs));
     out
 }
 
@@ -334,7 +348,7 @@ pub fn attach_library(
     let planned_probes = planned.iter().filter_map(|p| p.placed.as_ref().ok()).map(|(probes, _)| probes.len()).sum();
     let mut links = Links::default();
     let mut method = Method::PerfEvent;
-    let method_detail = match backend {
+    let method_detail: String = match backend {
         Backend::Perf { why } => why.clone(),
         Backend::Multi { programs, fallback } => match attach_multi(programs, lib, &planned) {
             Ok(fds) => {
@@ -352,6 +366,9 @@ pub fn attach_library(
             }
         },
     };
+    let mut method_detail = method_detail;
+    // Set once the kernel refused the uprobe PMU and tracefs took over: the root of tracefs.
+    let mut through_tracefs: Option<PathBuf> = None;
     let mut entries = Vec::new();
     for p in planned {
         let report = match p.placed {
@@ -360,9 +377,49 @@ pub fn attach_library(
                 EntryReport { symbol: p.symbol, status: "attached", detail }
             }
             Ok((probes, detail)) => {
-                let attached = probes
-                    .into_iter()
-                    .try_for_each(|(prog, offset)| attach_at(ebpf, &mut links.perf, prog, lib, offset, p.id));
+                let mut attached = Ok(());
+                for (prog, offset) in probes {
+                    attached = match &through_tracefs {
+                        Some(root) => attach_through_tracefs(ebpf, &mut links.tracefs, root, prog, lib, offset, p.id),
+                        None => match attach_at(ebpf, &mut links.perf, prog, lib, offset, p.id) {
+                            Err((refused, true)) => match tracefs::root() {
+                                // What bpftrace does after the same refusal.
+                                Some(root) => {
+                                    let r = attach_through_tracefs(
+                                        ebpf,
+                                        &mut links.tracefs,
+                                        &root,
+                                        prog,
+                                        lib,
+                                        offset,
+                                        p.id,
+                                    )
+                                    .map_err(|e| format!("{refused}; through tracefs: {e}"));
+                                    if r.is_ok() {
+                                        tracing::info!(lib = %lib.display(), error = %refused, tracefs = %root.display(), "the kernel refused perf-event uprobes; making them through tracefs");
+                                        method_detail = format!(
+                                            "{}{}the uprobe PMU refused without CAP_SYS_ADMIN; uprobes made through {}",
+                                            method_detail,
+                                            if method_detail.is_empty() { "" } else { "; " },
+                                            root.join("uprobe_events").display()
+                                        );
+                                        method = Method::Tracefs;
+                                        through_tracefs = Some(root);
+                                    }
+                                    r
+                                }
+                                None => Err(format!(
+                                    "{refused}; tracefs (uprobe_events) not found at {:?} either",
+                                    tracefs::ROOTS
+                                )),
+                            },
+                            other => other.map_err(|(e, _)| e),
+                        },
+                    };
+                    if attached.is_err() {
+                        break;
+                    }
+                }
                 match attached {
                     Ok(()) => EntryReport { symbol: p.symbol, status: "attached", detail },
                     Err(e) => EntryReport { symbol: p.symbol, status: "failed", detail: e },
@@ -373,7 +430,7 @@ pub fn attach_library(
     }
     let uprobes = match method {
         Method::UprobeMulti => planned_probes,
-        Method::PerfEvent => links.perf.len(),
+        Method::PerfEvent | Method::Tracefs => links.perf.len() + links.tracefs.len(),
     };
     let report = LibraryReport {
         path: lib.display().to_string(),
@@ -398,6 +455,8 @@ pub fn attach_library(
     Ok((report, links))
 }
 
+/// Attach one probe as a perf event on the uprobe PMU. Err: the message, and whether the kernel
+/// refused it (EACCES/EPERM: no CAP_SYS_ADMIN).
 fn attach_at(
     ebpf: &mut Ebpf,
     links: &mut Vec<(&'static str, UProbeLinkId)>,
@@ -405,22 +464,54 @@ fn attach_at(
     lib: &Path,
     offset: u64,
     entry: u32,
-) -> Result<(), String> {
-    let p = load(ebpf, prog)?;
+) -> Result<(), (String, bool)> {
+    let p = load(ebpf, prog).map_err(|e| (e, false))?;
     let point =
         UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
     let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| {
         let (msg, denied) = crate::probe::error_with_causes(&format!("attaching {prog}"), &e);
         if denied {
-            format!(
+            let why = format!(
                 "{msg}: the kernel allows perf-event uprobes only with CAP_SYS_ADMIN (multi-uprobe links, Linux \
-                 6.6+, need only CAP_BPF + CAP_PERFMON; Helm: cudaPerfEventUprobes=true adds SYS_ADMIN)"
-            )
+                 6.6+, need only CAP_BPF + CAP_PERFMON; Helm: cudaTracefsUprobes=true lets the agent make them \
+                 through tracefs, cudaPerfEventUprobes=true adds SYS_ADMIN)"
+            );
+            (why, true)
         } else {
-            msg
+            (msg, false)
         }
     })?;
     links.push((prog, id));
+    Ok(())
+}
+
+/// Attach one probe through tracefs ([`tracefs::attach`]), with the program aya loaded.
+fn attach_through_tracefs(
+    ebpf: &mut Ebpf,
+    links: &mut Vec<tracefs::TracefsProbe>,
+    root: &Path,
+    prog: &'static str,
+    lib: &Path,
+    offset: u64,
+    entry: u32,
+) -> Result<(), String> {
+    let p = load(ebpf, prog)?;
+    let ret = multi::PROGRAMS.iter().any(|(name, ret)| *name == prog && *ret);
+    let fd = p.fd().map_err(|e| format!("{prog}: {e}"))?;
+    let probe = tracefs::attach(root, fd.as_fd(), lib, offset, ret, entry as u64).map_err(|e| {
+        if e.contains("paranoid") || e.contains("Permission denied") || e.contains("Operation not permitted") {
+            format!(
+                "{e} (kernel.perf_event_paranoid is {}: at 3 or more, a Debian or Ubuntu kernel opens no perf event \
+                 without CAP_SYS_ADMIN)",
+                std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default().trim()
+            )
+        } else if e.contains("Read-only file system") {
+            format!("{e} (the tracefs mount is read-only: Helm cudaTracefsUprobes=true makes it writable)")
+        } else {
+            e
+        }
+    })?;
+    links.push(probe);
     Ok(())
 }
 
@@ -435,6 +526,10 @@ pub fn attach_all(
 ) -> Result<(Vec<LibraryReport>, Links), AttachError> {
     if libs.is_empty() {
         return Err(AttachError::NoLibrary { searched: SEARCH_PATHS });
+    }
+    // Uprobe events of ours that a killed agent left in tracefs.
+    if let Some(root) = tracefs::root() {
+        tracefs::remove_stale(&root, Path::new("/proc"));
     }
     let mut seen = HashSet::new();
     let mut reports = Vec::new();
