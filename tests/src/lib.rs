@@ -49,3 +49,17 @@ pub fn prometheus_tool(name: &str) -> std::path::PathBuf {
             panic!("{name} is not installed: Debian's `prometheus` package has it (`cargo xtask setup` installs it)")
         })
 }
+
+/// The lines `child` writes to its stderr (taken from it; it must have been spawned with
+/// `Stdio::piped()` there), as they come, read on a thread of their own.
+pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}

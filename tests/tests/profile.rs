@@ -5,14 +5,15 @@
 //! equal what the workload did. Needs root.
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
     time::Duration,
 };
 
-use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Workload, fake_libcuda, locate_binary, require_root, scaled};
+use gpu_tracer_tests::{
+    Answer, FakeDriver, PodCgroup, Workload, fake_libcuda, locate_binary, require_root, scaled, stderr_lines,
+};
 use serde_json::Value;
 
 fn gpu_tracer() -> PathBuf {
@@ -36,13 +37,7 @@ fn start_profile(driver: &FakeDriver, args: &[&str]) -> (Child, mpsc::Receiver<S
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn gpu-tracer");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child);
     let mut said = Vec::new();
     loop {
         match rx.recv_timeout(scaled(Duration::from_secs(30))) {
@@ -410,13 +405,7 @@ fn start_agent(driver: &FakeDriver, dir: &Path) -> (Child, mpsc::Receiver<String
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn gpu-tracer agent");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child);
     let mut said = Vec::new();
     loop {
         match rx.recv_timeout(scaled(Duration::from_secs(60))) {
@@ -721,13 +710,7 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = agent.stderr.take().unwrap();
-    let (tx, log) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let log = stderr_lines(&mut agent);
     wait_log(&log, "serving the gRPC API");
     let trace = dir.path().join("agent.pftrace");
     let (child, _log) = start_profile(

@@ -61,15 +61,7 @@ impl Agent {
         match ev {
             Event::FdOpened { fd, .. } if *fd >= 0 => {
                 k.fd_opened(tgid, *fd as u32);
-                if self.cfg.families.cuda {
-                    self.late_libcuda.process_opened_device(
-                        &mut k.probes.ebpf,
-                        &k.probes.cuda_backend,
-                        &self.cfg.proc_root,
-                        tgid,
-                        &mut self.stats,
-                    );
-                }
+                self.probe_libcuda_of(tgid);
             }
             Event::FdDuped { new_fd, .. } if *new_fd >= 0 => k.fd_opened(tgid, *new_fd as u32),
             Event::FdClosed { fd, .. } if *fd >= 0 => k.fd_closed(tgid, *fd as u32),
