@@ -32,7 +32,18 @@ const VARIANTS: &[(&str, &[&str], &[&str])] = &[
     ("thunk", &["-fcf-protection=none", "-DFAKE_LIBCUDA_THUNK"], &["thunks.S"]),
 ];
 
-const SOURCES: &[&str] = &["fake_libcuda.c", "symbols.h", "thunks.S"];
+/// The arm64 build's variants (cross-built with Debian's `aarch64-linux-gnu-gcc`): `stp`, a plain
+/// frame set-up first (`stp x29, x30, [sp, #-N]!`, single-stepped by the kernel), and `pac`,
+/// built for branch protection: `paciasp` (pointer authentication, also a BTI landing pad) first
+/// where the function saves its return address, `bti c` first elsewhere; and `thunk`, the real
+/// arm64 535 library's stubs (thunks_aarch64.S).
+const VARIANTS_AARCH64: &[(&str, &[&str], &[&str])] = &[
+    ("stp", &["-mbranch-protection=none"], &[]),
+    ("pac", &["-mbranch-protection=standard"], &[]),
+    ("thunk", &["-mbranch-protection=none", "-DFAKE_LIBCUDA_THUNK"], &["thunks_aarch64.S"]),
+];
+
+const SOURCES: &[&str] = &["fake_libcuda.c", "symbols.h", "thunks.S", "thunks_aarch64.S"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -43,17 +54,17 @@ fn main() {
         println!("cargo:rerun-if-changed=fake_libcuda/{s}");
     }
     println!("cargo:rerun-if-env-changed=CC");
+    println!("cargo:rerun-if-env-changed=CC_aarch64_unknown_linux_gnu");
 
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    if arch != "x86_64" {
-        fail(&format!(
-            "the fake libcuda.so.1 (tests/fake_libcuda) is x86_64 code (its thunk variant is x86_64 assembly), \
-             and this build targets {arch}"
-        ));
-    }
-
-    let cc = compiler();
-    for (variant, flags, extra) in VARIANTS {
+    let (variants, cc) = match arch.as_str() {
+        "x86_64" => (VARIANTS, compiler(&["cc", "gcc"])),
+        "aarch64" => (VARIANTS_AARCH64, compiler(&["aarch64-linux-gnu-gcc"])),
+        _ => fail(&format!(
+            "the fake libcuda.so.1 (tests/fake_libcuda) is built for x86_64 and aarch64, and this build targets {arch}"
+        )),
+    };
+    for (variant, flags, extra) in variants {
         let dir = out.join(variant);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&format!("mkdir {}: {e}", dir.display())));
         let lib = dir.join("libcuda.so.1");
@@ -65,17 +76,24 @@ fn main() {
     println!("cargo:rustc-env=FAKE_LIBCUDA_DIR={}", out.display());
 }
 
-/// `$CC`, else `cc`, else `gcc`, whichever runs.
-fn compiler() -> String {
-    let candidates: Vec<String> = std::env::var("CC").ok().into_iter().chain(["cc".into(), "gcc".into()]).collect();
+/// `$CC_<target>` or `$CC` (as the `cc` crate reads them), else the first of `defaults` that runs.
+fn compiler(defaults: &[&str]) -> String {
+    let target = std::env::var("TARGET").unwrap_or_default().replace('-', "_");
+    let candidates: Vec<String> = [format!("CC_{target}"), "CC".into()]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .into_iter()
+        .chain(defaults.iter().map(|s| s.to_string()))
+        .collect();
     for c in &candidates {
         if Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()) {
             return c.clone();
         }
     }
     fail(&format!(
-        "no C compiler found (tried {candidates:?}); the fake libcuda.so.1 (tests/fake_libcuda) is C and x86_64 \
-         assembly built with gcc. Install it: `apt-get install gcc` (Debian package gcc), or set CC"
+        "no C compiler found (tried {candidates:?}); the fake libcuda.so.1 (tests/fake_libcuda) is C (and x86_64 \
+         assembly) built with gcc. Install it: `apt-get install gcc` (Debian package gcc; for arm64 \
+         gcc-aarch64-linux-gnu, which `cargo xtask arm64` installs), or set CC"
     ))
 }
 

@@ -18,11 +18,30 @@ use std::path::PathBuf;
 /// The directory holding `<variant>/libcuda.so.1` for every variant.
 pub const FAKE_LIBCUDA_DIR: &str = env!("FAKE_LIBCUDA_DIR");
 
-/// Where `cargo xtask setup` installs the real driver library (Debian non-free `libcuda1`).
+/// Where `cargo xtask setup` installs the real driver library (Debian non-free `libcuda1`); on
+/// arm64, where Debian's `libcuda1:arm64` puts it (the arm64 guest of `cargo xtask arm64` links
+/// the unpacked copy there).
+#[cfg(not(target_arch = "aarch64"))]
 pub const REAL_LIBCUDA: &str = "/usr/lib/x86_64-linux-gnu/libcuda.so.1";
+#[cfg(target_arch = "aarch64")]
+pub const REAL_LIBCUDA: &str = "/usr/lib/aarch64-linux-gnu/libcuda.so.1";
 
-/// Every prologue variant, in a stable order.
-pub const VARIANTS: &[&str] = &["push", "endbr64", "thunk"];
+/// Every prologue variant, in a stable order (arm64: `VARIANTS_AARCH64` in tests/build.rs).
+pub const VARIANTS: &[&str] = &[PLAIN, PROTECTED, "thunk"];
+
+/// The variant whose entry points begin with the plain frame set-up: x86-64 `push %rbp` (emulated
+/// by the kernel); arm64 `stp x29, x30, [sp, #-N]!` (single-stepped).
+#[cfg(not(target_arch = "aarch64"))]
+pub const PLAIN: &str = "push";
+#[cfg(target_arch = "aarch64")]
+pub const PLAIN: &str = "stp";
+/// The variant built with control-flow protection: x86-64 `endbr64` first; arm64
+/// (`-mbranch-protection=standard`) `paciasp` first where a function saves its return address,
+/// `bti c` elsewhere.
+#[cfg(not(target_arch = "aarch64"))]
+pub const PROTECTED: &str = "endbr64";
+#[cfg(target_arch = "aarch64")]
+pub const PROTECTED: &str = "pac";
 
 /// The entry points every variant exports (the same list as `tests/fake_libcuda/symbols.h`; a
 /// test compares the two through the built libraries' dynamic symbol tables).

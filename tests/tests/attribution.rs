@@ -377,7 +377,7 @@ fn mps_server_memory_is_unattributed_and_clients_are_containers() {
 #[test]
 fn mig_instances_are_attributed_separately_by_launch_counts() {
     let _s = serial();
-    let lib = fake_libcuda("push");
+    let lib = fake_libcuda(fake_libcuda::PLAIN);
     let driver = FakeDriver::start(1).unwrap();
     let dir = TempDir::new("mig");
     let mut model = NvmlModel::install(&dir.0, &driver.stats().unwrap(), RESERVED).unwrap();

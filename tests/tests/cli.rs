@@ -267,7 +267,7 @@ fn events_per_event_cgroup_sends_every_launch_with_its_kernel_name() {
     require_root();
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
-    let lib = gpu_tracer_tests::fake_libcuda("endbr64");
+    let lib = gpu_tracer_tests::fake_libcuda(gpu_tracer_tests::fake_libcuda::PROTECTED);
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let libs = lib.to_str().unwrap().to_string();
     let cg = pod.relative_path().to_string();

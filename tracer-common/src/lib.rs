@@ -67,32 +67,67 @@ pub mod prog_names {
     pub const NOOP_BTF: &str = "noop_btf";
 }
 
-/// x86_64 syscall numbers the driver family handles.
+/// Syscall numbers the driver family handles, for the architecture the crate is built for: the
+/// host's (`target_arch`) in user space, the one the kernel programs are built for
+/// (`bpf_target_arch`, set by aya-build from the user-space target) on the kernel side. x86-64 has
+/// its own table; arm64 has the generic one, without `open` and `dup2` (libc uses `openat` and
+/// `dup3` there): those two get numbers no syscall has, so they never match.
 pub mod sysno {
-    pub const OPEN: u32 = 2;
-    pub const CLOSE: u32 = 3;
-    pub const MMAP: u32 = 9;
-    pub const MUNMAP: u32 = 11;
-    pub const IOCTL: u32 = 16;
-    pub const DUP: u32 = 32;
-    pub const DUP2: u32 = 33;
-    pub const FCNTL: u32 = 72;
-    pub const OPENAT: u32 = 257;
-    pub const DUP3: u32 = 292;
-    /// Syscalls whose per-syscall tracepoints (`syscalls:sys_{enter,exit}_<name>`) the
-    /// `syscall-tracepoint` attach mode attaches to.
-    pub const TRACED: [(u32, &str); 10] = [
-        (OPEN, "open"),
-        (CLOSE, "close"),
-        (MMAP, "mmap"),
-        (MUNMAP, "munmap"),
-        (IOCTL, "ioctl"),
-        (DUP, "dup"),
-        (DUP2, "dup2"),
-        (FCNTL, "fcntl"),
-        (OPENAT, "openat"),
-        (DUP3, "dup3"),
-    ];
+    #[cfg(not(any(target_arch = "aarch64", bpf_target_arch = "aarch64")))]
+    mod arch {
+        pub const OPEN: u32 = 2;
+        pub const CLOSE: u32 = 3;
+        pub const MMAP: u32 = 9;
+        pub const MUNMAP: u32 = 11;
+        pub const IOCTL: u32 = 16;
+        pub const DUP: u32 = 32;
+        pub const DUP2: u32 = 33;
+        pub const FCNTL: u32 = 72;
+        pub const OPENAT: u32 = 257;
+        pub const DUP3: u32 = 292;
+        /// Syscalls whose per-syscall tracepoints (`syscalls:sys_{enter,exit}_<name>`) the
+        /// `syscall-tracepoint` attach mode attaches to.
+        pub const TRACED: &[(u32, &str)] = &[
+            (OPEN, "open"),
+            (CLOSE, "close"),
+            (MMAP, "mmap"),
+            (MUNMAP, "munmap"),
+            (IOCTL, "ioctl"),
+            (DUP, "dup"),
+            (DUP2, "dup2"),
+            (FCNTL, "fcntl"),
+            (OPENAT, "openat"),
+            (DUP3, "dup3"),
+        ];
+    }
+    #[cfg(any(target_arch = "aarch64", bpf_target_arch = "aarch64"))]
+    mod arch {
+        /// Not a syscall on arm64 (a number no syscall has).
+        pub const OPEN: u32 = u32::MAX - 1;
+        pub const CLOSE: u32 = 57;
+        pub const MMAP: u32 = 222;
+        pub const MUNMAP: u32 = 215;
+        pub const IOCTL: u32 = 29;
+        pub const DUP: u32 = 23;
+        /// Not a syscall on arm64 (a number no syscall has).
+        pub const DUP2: u32 = u32::MAX - 2;
+        pub const FCNTL: u32 = 25;
+        pub const OPENAT: u32 = 56;
+        pub const DUP3: u32 = 24;
+        /// Syscalls whose per-syscall tracepoints (`syscalls:sys_{enter,exit}_<name>`) the
+        /// `syscall-tracepoint` attach mode attaches to.
+        pub const TRACED: &[(u32, &str)] = &[
+            (CLOSE, "close"),
+            (MMAP, "mmap"),
+            (MUNMAP, "munmap"),
+            (IOCTL, "ioctl"),
+            (DUP, "dup"),
+            (FCNTL, "fcntl"),
+            (OPENAT, "openat"),
+            (DUP3, "dup3"),
+        ];
+    }
+    pub use arch::*;
     pub const F_DUPFD: u64 = 0;
     pub const F_DUPFD_CLOEXEC: u64 = 1030;
 }

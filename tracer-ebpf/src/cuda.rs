@@ -95,14 +95,43 @@ fn per_event_selected(cgroup_id: u64, pid_tgid: u64) -> bool {
     until == u64::MAX || unsafe { bpf_ktime_get_ns() } < until
 }
 
-/// The 7th to 9th arguments (SysV: on the stack at `rsp + 8`, `+ 16`, `+ 24`; the probe point has
-/// the function's entry stack, placement never skips a push), in one read; faults give zeros.
+/// cuLaunchKernel's 7th to 9th arguments (blockDimZ, sharedMemBytes, hStream). x86-64 (SysV): on
+/// the stack at `rsp + 8`, `+ 16`, `+ 24`, in one read (the probe point has the function's entry
+/// stack: placement never skips a push); faults give zeros.
+#[cfg(not(bpf_target_arch = "aarch64"))]
 #[inline(always)]
-fn stack_args_7_to_9(ctx: &ProbeContext) -> [u64; 3] {
+fn launch_args_7_to_9(ctx: &ProbeContext) -> [u64; 3] {
     // SAFETY: reads the saved user rsp, then user memory through the helper.
     unsafe {
         let sp = (*ctx.regs).rsp;
         bpf_probe_read_user((sp + 8) as *const [u64; 3]).unwrap_or([0; 3])
+    }
+}
+
+/// arm64 (AAPCS64): the 7th and 8th in x6 and x7, the 9th at `[sp]` (the probe point is at the
+/// function's entry, before any `stp`/`sub sp`: placement only steps over `bti`/`paciasp`, which
+/// leave sp alone).
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+fn launch_args_7_to_9(ctx: &ProbeContext) -> [u64; 3] {
+    // SAFETY: fixed fields of the probe's saved user registers, then user memory through the helper.
+    unsafe {
+        let r = &*ctx.regs;
+        [r.regs[6], r.regs[7], bpf_probe_read_user(r.sp as *const u64).unwrap_or(0)]
+    }
+}
+
+/// The 2nd and 3rd arguments as two separate loads. Volatile: a select between two context offsets
+/// would otherwise be folded into one load at a variable offset, which the verifier rejects.
+#[inline(always)]
+fn args_2_and_3(ctx: &ProbeContext) -> (u64, u64) {
+    // SAFETY: fixed fields of the probe's saved user registers.
+    unsafe {
+        #[cfg(not(bpf_target_arch = "aarch64"))]
+        let r = (core::ptr::read_volatile(&(*ctx.regs).rsi), core::ptr::read_volatile(&(*ctx.regs).rdx));
+        #[cfg(bpf_target_arch = "aarch64")]
+        let r = (core::ptr::read_volatile(&(*ctx.regs).regs[1]), core::ptr::read_volatile(&(*ctx.regs).regs[2]));
+        r
     }
 }
 
@@ -139,8 +168,9 @@ fn send_launch(ctx: &ProbeContext, entry: u32, cgroup_id: u64, pid_tgid: u64) {
                 (*r).shared_mem_bytes = 0;
             }
             _ => {
-                // (f, gx, gy, gz, bx, by, | bz, shmem, stream, ...) — the last three on the stack.
-                let st = stack_args_7_to_9(ctx);
+                // (f, gx, gy, gz, bx, by, | bz, shmem, stream, ...): the last three beyond the first
+                // six argument registers (see launch_args_7_to_9).
+                let st = launch_args_7_to_9(ctx);
                 (*r).function = a(0);
                 (*r).grid = [a(1) as u32, a(2) as u32, a(3) as u32];
                 (*r).block = [a(4) as u32, a(5) as u32, st[0] as u32];
@@ -158,12 +188,8 @@ pub fn on_lookup_enter(ctx: &ProbeContext) {
     let entry = cookie(ctx);
     count(probe::CUDA_CALL, entry, 0);
     let out: u64 = ctx.arg(0).unwrap_or(0);
-    // Volatile loads of both registers: a select between two context offsets would otherwise be
-    // folded into one load at a variable offset, which the verifier rejects.
-    // SAFETY: fixed fields of the probe's pt_regs.
-    let (rsi, rdx) =
-        unsafe { (core::ptr::read_volatile(&(*ctx.regs).rsi), core::ptr::read_volatile(&(*ctx.regs).rdx)) };
-    let extra: u64 = if entry == cuda_entry::KERNEL_GET_FUNCTION { rsi } else { rdx };
+    let (second, third) = args_2_and_3(ctx);
+    let extra: u64 = if entry == cuda_entry::KERNEL_GET_FUNCTION { second } else { third };
     let st = CudaAllocInflight { out, bytes: extra, start_ktime_ns: 0, entry, _pad: 0 };
     if CUDA_INFLIGHT.insert(&bpf_get_current_pid_tgid(), &st, 0).is_err() {
         emit::drop_event(probe::CUDA_FUNCTION, counter::DROP_INFLIGHT_FULL);

@@ -28,15 +28,30 @@ impl SyscallArgs for TpArgs<'_> {
     }
 }
 
-/// x86_64 `struct pt_regs` argument registers: di, si, dx, r10, r8, r9.
-const PT_REGS_ARG_OFF: [usize; 6] = [112, 104, 96, 56, 72, 64];
-const PT_REGS_ORIG_AX: usize = 120;
+/// Where a syscall's six arguments sit in the kernel's `struct pt_regs`, and its number.
+/// x86_64: di, si, dx, r10, r8, r9; the number in `orig_ax`.
+#[cfg(not(bpf_target_arch = "aarch64"))]
+mod regs {
+    pub const ARG_OFF: [usize; 6] = [112, 104, 96, 56, 72, 64];
+    pub const NR_OFF: usize = 120;
+    /// `orig_ax` is a u64 (the syscall number in its low half on little-endian).
+    pub type Nr = u64;
+}
+/// arm64: x0..x5, except that x0 holds the return value at exit, so the first argument comes from
+/// `orig_x0` (saved at entry, offset 272); the number is `syscallno` (an s32 at 280).
+#[cfg(bpf_target_arch = "aarch64")]
+mod regs {
+    pub const ARG_OFF: [usize; 6] = [272, 8, 16, 24, 32, 40];
+    pub const NR_OFF: usize = 280;
+    pub type Nr = u32;
+}
+
 struct RegsArgs(*const u8);
 impl SyscallArgs for RegsArgs {
     const AT_EXIT: bool = true;
     #[inline(always)]
     fn arg(&self, i: usize) -> u64 {
-        let off = if i < 6 { PT_REGS_ARG_OFF[i] } else { return 0 };
+        let off = if i < 6 { regs::ARG_OFF[i] } else { return 0 };
         // SAFETY: reads the saved user registers of the current syscall.
         unsafe { bpf_probe_read_kernel(self.0.add(off) as *const u64) }.unwrap_or(0)
     }
@@ -49,15 +64,16 @@ impl SyscallArgs for BtfRegsArgs {
     const AT_EXIT: bool = true;
     #[inline(always)]
     fn arg(&self, i: usize) -> u64 {
+        // Constant offsets per arm: the verifier rejects a load at a variable context offset.
         // SAFETY: constant offsets of `struct pt_regs` fields, validated by the verifier via BTF.
         unsafe {
             match i {
-                0 => core::ptr::read_volatile(self.0.add(112) as *const u64),
-                1 => core::ptr::read_volatile(self.0.add(104) as *const u64),
-                2 => core::ptr::read_volatile(self.0.add(96) as *const u64),
-                3 => core::ptr::read_volatile(self.0.add(56) as *const u64),
-                4 => core::ptr::read_volatile(self.0.add(72) as *const u64),
-                5 => core::ptr::read_volatile(self.0.add(64) as *const u64),
+                0 => core::ptr::read_volatile(self.0.add(regs::ARG_OFF[0]) as *const u64),
+                1 => core::ptr::read_volatile(self.0.add(regs::ARG_OFF[1]) as *const u64),
+                2 => core::ptr::read_volatile(self.0.add(regs::ARG_OFF[2]) as *const u64),
+                3 => core::ptr::read_volatile(self.0.add(regs::ARG_OFF[3]) as *const u64),
+                4 => core::ptr::read_volatile(self.0.add(regs::ARG_OFF[4]) as *const u64),
+                5 => core::ptr::read_volatile(self.0.add(regs::ARG_OFF[5]) as *const u64),
                 _ => 0,
             }
         }
@@ -104,8 +120,8 @@ pub fn sys_enter_raw(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit_raw(ctx: RawTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
-    // SAFETY: orig_ax of the saved registers is the syscall number.
-    let nr = unsafe { bpf_probe_read_kernel(regs.add(PT_REGS_ORIG_AX) as *const u64) }.unwrap_or(u64::MAX) as u32;
+    // SAFETY: the saved registers' syscall number (`orig_ax`; arm64: `syscallno`).
+    let nr = unsafe { bpf_probe_read_kernel(regs.add(regs::NR_OFF) as *const regs::Nr) }.map_or(u32::MAX, |n| n as u32);
     if driver::interesting(nr) {
         let ret: i64 = ctx.arg(1);
         driver::on_exit(nr, ret, Some(&RegsArgs(regs)));
@@ -128,8 +144,8 @@ pub fn sys_enter_btf(ctx: BtfTracePointContext) -> i32 {
 pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
     // SAFETY: `regs` is a BTF-typed `struct pt_regs *`: the verifier allows a direct load of
-    // `orig_ax` (the syscall number), which is cheaper than a probe-read helper call.
-    let nr = unsafe { core::ptr::read_volatile(regs.add(PT_REGS_ORIG_AX) as *const u64) } as u32;
+    // the syscall number (`orig_ax`; arm64: `syscallno`), cheaper than a probe-read helper call.
+    let nr = unsafe { core::ptr::read_volatile(regs.add(regs::NR_OFF) as *const regs::Nr) } as u32;
     if driver::interesting(nr) {
         let ret: i64 = ctx.arg(1);
         driver::on_exit(nr, ret, Some(&BtfRegsArgs(regs)));

@@ -12,6 +12,15 @@
 //! What differs on 6.1 is real, not simulated: no multi-uprobe links (the cuda family falls back to
 //! one perf event per uprobe, and needs CAP_SYS_ADMIN for them), older verifier and helpers. The
 //! kernel package is unpacked once into [`CACHE`]; the initramfs is rebuilt on each run (a second).
+//!
+//! `--arch arm64` (also `cargo xtask arm64`) boots Debian's arm64 kernel (`linux-image-arm64`)
+//! under `qemu-system-aarch64 -M virt -cpu max` (TCG: pointer authentication and BTI emulated)
+//! and runs the test executables cross-built for `aarch64-unknown-linux-gnu`. The host's root is
+//! x86-64, so the guest does not `chroot` into it: its root stays the initramfs (arm64 busybox from
+//! `busybox-static:arm64`), with the host's `/work`, `/opt` and the cross libc
+//! (`/usr/aarch64-linux-gnu`, from `libc6-dev-arm64-cross`) linked in at their own paths, the
+//! dynamic loader and libc where arm64 programs look for them, and the unpacked real arm64
+//! `libcuda.so.1` at Debian's arm64 path.
 use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
@@ -43,34 +52,84 @@ const MODULES: &[&str] = &[
 /// The root test files run by default: the cuda family (perf-event fallback on 6.1), least
 /// privilege, the driver family end to end, the command line.
 pub const DEFAULT_TESTS: &[&str] = &["cuda", "least_privilege", "agent", "cli"];
+/// On arm64: the driver family end to end and the cuda family (the fake libcuda in its arm64
+/// prologue variants, and the real arm64 libcuda).
+pub const DEFAULT_TESTS_ARM64: &[&str] = &["agent", "cuda"];
+
+/// The guest's architecture.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Arch {
+    /// x86-64: this machine's architecture, its root shared with the guest.
+    #[value(name = "x86_64", alias = "amd64")]
+    X86_64,
+    /// arm64 (Grace): the workspace cross-built, Debian's arm64 kernel under qemu-system-aarch64.
+    #[value(name = "arm64", alias = "aarch64")]
+    Arm64,
+}
+
+impl Arch {
+    /// Debian's architecture name.
+    fn debian(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+}
 
 pub struct Options {
+    /// The guest's architecture.
+    pub arch: Arch,
     /// Root test files (`tests/tests/NAME.rs`) to run; empty: [`DEFAULT_TESTS`].
     pub tests: Vec<String>,
+    /// `KEY=VALUE` sysctls set in the guest before the first test.
+    pub sysctls: Vec<String>,
     /// Arguments for each test executable (a filter, `--exact NAME`).
     pub test_args: Vec<String>,
 }
 
 /// The kernel to boot: its version, `vmlinuz`, and modules directory.
 struct Kernel {
+    arch: Arch,
+    /// The guest's static busybox (its `/init` shell): this machine's for x86-64, the unpacked
+    /// `busybox-static:arm64` for arm64.
+    busybox: PathBuf,
     version: String,
     vmlinuz: PathBuf,
     modules: PathBuf,
 }
 
-/// The kernel package `linux-image-amd64` depends on, unpacked under [`CACHE`].
-fn kernel() -> anyhow::Result<Kernel> {
-    let deps = cmd::output(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))?;
-    let package = deps
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("Depends: "))
-        .find(|p| p.starts_with("linux-image-"))
-        .ok_or_else(|| anyhow!("`apt-cache depends linux-image-amd64` names no linux-image package: {deps}"))?
-        .to_string();
-    let version = package.trim_start_matches("linux-image-").to_string();
+/// The kernel package `linux-image-<arch>` depends on, unpacked under [`CACHE`]; for arm64
+/// through a private apt configuration ([`setup::Arm64Apt`]), which also brings the arm64 busybox.
+fn kernel(arch: Arch) -> anyhow::Result<Kernel> {
+    let meta = format!("linux-image-{}", arch.debian());
+    let arm64 = if arch == Arch::Arm64 { Some(setup::Arm64Apt::new()?) } else { None };
+    let package = match &arm64 {
+        Some(apt) => apt.dependency(&format!("{meta}:arm64"), "linux-image-")?,
+        None => {
+            let deps = cmd::output(Command::new("apt-cache").args(["depends", &meta]))?;
+            deps.lines()
+                .filter_map(|l| l.trim().strip_prefix("Depends: "))
+                .find(|p| p.starts_with("linux-image-"))
+                .ok_or_else(|| anyhow!("`apt-cache depends {meta}` names no linux-image package: {deps}"))?
+                .to_string()
+        }
+    };
+    let version = package.trim_start_matches("linux-image-").trim_end_matches(":arm64").to_string();
     let root = Path::new(CACHE).join(&version);
     let vmlinuz = root.join(format!("boot/vmlinuz-{version}"));
     let modules = root.join(format!("lib/modules/{version}"));
+    if let Some(apt) = &arm64 {
+        if !vmlinuz.is_file() || !modules.is_dir() {
+            apt.unpack(&package, &root)
+                .map_err(|e| anyhow!("{e:#}; fix: check network access to the Debian mirror"))?;
+        }
+        let busybox = Path::new(CACHE).join("busybox-arm64");
+        if !busybox.join("bin/busybox").is_file() {
+            apt.unpack("busybox-static:arm64", &busybox)?;
+        }
+        return Ok(Kernel { arch, version, vmlinuz, modules, busybox: busybox.join("bin/busybox") });
+    }
     if !vmlinuz.is_file() || !modules.is_dir() {
         let dl = Path::new(CACHE).join("download");
         std::fs::create_dir_all(&dl)?;
@@ -90,11 +149,43 @@ fn kernel() -> anyhow::Result<Kernel> {
         cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
         let _ = std::fs::remove_file(&deb);
     }
-    Ok(Kernel { version, vmlinuz, modules })
+    Ok(Kernel { arch, version, vmlinuz, modules, busybox: PathBuf::from("/bin/busybox") })
 }
 
-/// The guest's `/init`: mount, load modules, share the host root, run `/mnt/run.sh` in it.
-fn init_script() -> String {
+/// The guest's `/init`: mount, load modules, share the host root, run `/mnt/run.sh` in it (x86-64:
+/// `chroot`ed into the host's root; arm64: in the initramfs root, with the host's files it needs
+/// linked in, as the module documentation says).
+fn init_script(k: &Kernel, modules: &[&str]) -> String {
+    // Beyond the procfs, sysfs and devtmpfs `/init` mounts for itself first.
+    let mounts = |root: &str| {
+        format!(
+            "mount -t devpts devpts {root}/dev/pts 2>/dev/null
+mount -t tmpfs tmp {root}/tmp; mount -t tmpfs run {root}/run
+mount -t tracefs tracefs {root}/sys/kernel/tracing; mount -t debugfs debugfs {root}/sys/kernel/debug
+mount -t bpf bpf {root}/sys/fs/bpf; mount -t cgroup2 cgroup2 {root}/sys/fs/cgroup
+"
+        )
+    };
+    let run = match k.arch {
+        Arch::X86_64 => format!(
+            "mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev\n{}\
+             mount -o bind /out /host/mnt\necho \"$(cat /proc/uptime)\" > /out/booted\n\
+             chroot /host /bin/sh /mnt/run.sh > /out/run.log 2>&1\n",
+            mounts("/host")
+        ),
+        Arch::Arm64 => format!(
+            "mkdir -p /tmp /run /root /mnt /lib /usr/lib/aarch64-linux-gnu /dev/pts
+{}ln -s /host/work /work; ln -s /host/opt /opt; ln -s /host/usr/aarch64-linux-gnu /usr/aarch64-linux-gnu
+ln -s /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 /lib/ld-linux-aarch64.so.1
+ln -s /usr/aarch64-linux-gnu/lib /lib/aarch64-linux-gnu
+ln -s /opt/gpu-tracer/arm64/libcuda.so.1 /usr/lib/aarch64-linux-gnu/libcuda.so.1
+mount -o bind /out /mnt
+echo \"$(cat /proc/uptime)\" > /out/booted
+/bin/sh /mnt/run.sh > /out/run.log 2>&1
+",
+            mounts("")
+        ),
+    };
     format!(
         r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -103,18 +194,10 @@ ip link set lo up
 for m in {modules}; do insmod /mods/$m.ko || echo "insmod $m failed" > /dev/console; done
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 hostroot /host
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out /out
-mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev
-mount -t devpts devpts /host/dev/pts 2>/dev/null
-mount -t tmpfs tmp /host/tmp; mount -t tmpfs run /host/run
-mount -t tracefs tracefs /host/sys/kernel/tracing; mount -t debugfs debugfs /host/sys/kernel/debug
-mount -t bpf bpf /host/sys/fs/bpf; mount -t cgroup2 cgroup2 /host/sys/fs/cgroup
-mount -o bind /out /host/mnt
-echo "$(cat /proc/uptime)" > /out/booted
-chroot /host /bin/sh /mnt/run.sh > /out/run.log 2>&1
-echo $? > /out/rc
+{run}echo $? > /out/rc
 poweroff -f
 "#,
-        modules = MODULES.join(" ")
+        modules = modules.join(" ")
     )
 }
 
@@ -127,14 +210,23 @@ fn initramfs(k: &Kernel) -> anyhow::Result<PathBuf> {
     for d in ["bin", "mods", "proc", "sys", "dev", "host", "out"] {
         std::fs::create_dir_all(dir.join(d))?;
     }
-    std::fs::copy("/bin/busybox", dir.join("bin/busybox")).context("busybox-static (cargo xtask setup installs it)")?;
+    std::fs::copy(&k.busybox, dir.join("bin/busybox"))
+        .with_context(|| format!("{}: busybox-static (cargo xtask setup installs it)", k.busybox.display()))?;
+    // Modules built into this kernel (arm64's virtio core) are not loaded.
+    let builtin = std::fs::read_to_string(k.modules.join("modules.builtin")).unwrap_or_default();
+    let mut loaded = Vec::new();
     for m in MODULES {
-        let found =
-            find_module(&k.modules, m).ok_or_else(|| anyhow!("module {m}.ko not in {}", k.modules.display()))?;
-        std::fs::copy(&found, dir.join(format!("mods/{m}.ko")))?;
+        match find_module(&k.modules, m) {
+            Some(found) => {
+                std::fs::copy(&found, dir.join(format!("mods/{m}.ko")))?;
+                loaded.push(*m);
+            }
+            None if builtin.lines().any(|l| l.ends_with(&format!("/{m}.ko"))) => {}
+            None => bail!("module {m}.ko not in {}", k.modules.display()),
+        }
     }
     let init = dir.join("init");
-    std::fs::write(&init, init_script())?;
+    std::fs::write(&init, init_script(k, &loaded))?;
     cmd::run(Command::new("chmod").arg("755").arg(&init))?;
     let script =
         format!("cd {} && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1 > {}", dir.display(), out.display());
@@ -158,19 +250,57 @@ fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
     None
 }
 
+/// The guest script's lines that set `sysctls` (`KEY=VALUE` each) and print what they read back;
+/// a sysctl that cannot be set ends the script (every test file then counts as failed).
+fn sysctl_lines(sysctls: &[String]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for s in sysctls {
+        let (key, value) = s
+            .split_once('=')
+            .filter(|(k, v)| {
+                !k.is_empty()
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                    && !v.is_empty()
+                    && !v.contains('\'')
+            })
+            .ok_or_else(|| anyhow!("--sysctl {s:?}: expected KEY=VALUE, e.g. kernel.perf_event_paranoid=2"))?;
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let _ = writeln!(
+            out,
+            "echo '{value}' > {path} || {{ echo 'sysctl {key} could not be set'; exit 1; }}\n\
+             echo \"sysctl {key}=$(cat {path})\""
+        );
+    }
+    Ok(out)
+}
+
 /// `cargo xtask kernel-matrix`.
 pub fn run(opts: &Options) -> anyhow::Result<()> {
     let started = Instant::now();
     let env = setup::run_setup()?;
-    let k = kernel()?;
+    if opts.arch == Arch::Arm64 {
+        setup::arm64_setup()?;
+    }
+    let k = kernel(opts.arch)?;
     let initrd = initramfs(&k)?;
+    let default = if opts.arch == Arch::Arm64 { DEFAULT_TESTS_ARM64 } else { DEFAULT_TESTS };
     let tests: Vec<String> =
-        if opts.tests.is_empty() { DEFAULT_TESTS.iter().map(|s| s.to_string()).collect() } else { opts.tests.clone() };
+        if opts.tests.is_empty() { default.iter().map(|s| s.to_string()).collect() } else { opts.tests.clone() };
 
-    // The binaries the tests run, and the test executables.
-    cmd::run(env.cargo().args(["build", "--release"]))?;
+    // The binaries the tests run, and the test executables (cross-built for arm64).
+    let target: &[&str] = if opts.arch == Arch::Arm64 { &["--target", setup::ARM64_TARGET] } else { &[] };
+    let bin_dir = match opts.arch {
+        Arch::X86_64 => cmd::workspace_root().join("target/release"),
+        Arch::Arm64 => cmd::workspace_root().join("target").join(setup::ARM64_TARGET).join("release"),
+    };
+    let mut build = env.cargo();
+    build.args(["build", "--release"]).args(target);
+    if opts.arch == Arch::Arm64 {
+        build.args(["-p", "tracer-user", "-p", "gpu-tracer-tests", "-p", "fake-nvml"]);
+    }
+    cmd::run(&mut build)?;
     let mut b = env.cargo();
-    b.args(["test", "--release", "--no-run", "-p", "gpu-tracer-tests"]);
+    b.args(["test", "--release", "--no-run", "-p", "gpu-tracer-tests"]).args(target);
     for t in &tests {
         b.args(["--test", t]);
     }
@@ -186,11 +316,18 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let out = cmd::workspace_root().join("target/kernel-matrix").join(&k.version);
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
-    let mut script = String::from(
+    // TCG runs x86-64 about ten times slower than this machine, arm64 about twice that again.
+    let time_scale = if opts.arch == Arch::Arm64 { 8 } else { 4 };
+    let mut script = format!(
         "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-         GPU_TRACER_REQUIRE_PRIVILEGED=1 GPU_TRACER_TEST_TIME_SCALE=4\n",
+         GPU_TRACER_REQUIRE_PRIVILEGED=1 GPU_TRACER_TEST_TIME_SCALE={time_scale}\n",
     );
-    script.push_str(&format!("cd {}\necho \"kernel $(uname -r)\"\n", cmd::workspace_root().display()));
+    script.push_str(&format!(
+        "cd {}\necho \"kernel $(uname -r) $(uname -m)\"\n{} doctor --json > /mnt/doctor.json 2> /mnt/doctor.err\n",
+        cmd::workspace_root().display(),
+        bin_dir.join("gpu-tracer").display()
+    ));
+    script.push_str(&sysctl_lines(&opts.sysctls)?);
     let args: Vec<String> = opts.test_args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
     for (name, exe) in &exes {
         script.push_str(&format!(
@@ -202,16 +339,25 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     }
     std::fs::write(out.join("run.sh"), script)?;
 
-    // About ten times this machine's time under TCG; the slowest file here takes minutes.
-    let limit = Duration::from_secs(300 * exes.len() as u64 + 120);
+    // About ten times this machine's time under TCG (arm64 on x86-64 about twice that again); the
+    // slowest file here takes minutes.
+    let per_file = if opts.arch == Arch::Arm64 { 1500 } else { 300 };
+    let limit = Duration::from_secs(per_file * exes.len() as u64 + 120);
+    let (system, machine, console): (&str, &[&str], &str) = match opts.arch {
+        Arch::X86_64 => ("qemu-system-x86_64", &[], "ttyS0"),
+        // `virt` with `-cpu max`: pointer authentication and BTI are emulated, as on Grace.
+        Arch::Arm64 => ("qemu-system-aarch64", &["-M", "virt"], "ttyAMA0"),
+    };
     let mut qemu = Command::new("timeout");
     qemu.arg(limit.as_secs().to_string())
-        .args(["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "4G", "-smp", "2"])
+        .arg(system)
+        .args(machine)
+        .args(["-accel", "tcg", "-cpu", "max", "-m", "4G", "-smp", "2"])
         .args(["-nographic", "-no-reboot", "-net", "none", "-kernel"])
         .arg(&k.vmlinuz)
         .arg("-initrd")
         .arg(&initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .args(["-append", &format!("console={console} panic=-1 quiet")])
         .args(["-virtfs", "local,path=/,mount_tag=hostroot,security_model=passthrough,readonly=on,multidevs=remap"])
         .arg("-virtfs")
         .arg(format!("local,path={},mount_tag=out,security_model=passthrough", out.display()));
@@ -219,7 +365,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     qemu.stdout(console.try_clone()?).stderr(console);
     println!("+ {}  (console: {})", cmd::display(&qemu), out.join("console.log").display());
     let boot = Instant::now();
-    let st = qemu.status().context("starting qemu-system-x86_64 (cargo xtask setup installs qemu-system-x86)")?;
+    let st = qemu.status().with_context(|| format!("starting {system} (cargo xtask setup installs it)"))?;
     let guest_s = boot.elapsed().as_secs_f64();
 
     let results = std::fs::read_to_string(out.join("results")).unwrap_or_default();
@@ -259,4 +405,39 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         bail!("on kernel {}: {} failed", k.version, failed.join(", "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysctls_become_checked_writes() {
+        let lines = sysctl_lines(&["kernel.perf_event_paranoid=2".into()]).unwrap();
+        assert!(lines.contains("echo '2' > /proc/sys/kernel/perf_event_paranoid || {"), "{lines}");
+        assert!(lines.contains("exit 1"), "{lines}");
+        for bad in ["=2", "kernel.x", "kernel.x=", "kernel/../x=1", "kernel.x=a'b", "a b=1"] {
+            let e = sysctl_lines(&[bad.into()]).unwrap_err().to_string();
+            assert!(e.contains("expected KEY=VALUE"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_arm64_guest_runs_in_its_initramfs_with_the_hosts_files_linked_in() {
+        let k = |arch| Kernel {
+            arch,
+            busybox: PathBuf::from("/bin/busybox"),
+            version: "v".into(),
+            vmlinuz: PathBuf::new(),
+            modules: PathBuf::new(),
+        };
+        let arm = init_script(&k(Arch::Arm64), &["9p"]);
+        assert!(!arm.contains("chroot"), "{arm}");
+        assert!(arm.contains("ln -s /opt/gpu-tracer/arm64/libcuda.so.1 /usr/lib/aarch64-linux-gnu/libcuda.so.1"));
+        assert!(arm.contains("ln -s /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 /lib/ld-linux-aarch64.so.1"));
+        assert!(arm.contains("mount -t cgroup2 cgroup2 /sys/fs/cgroup"), "{arm}");
+        let x86 = init_script(&k(Arch::X86_64), &["9p"]);
+        assert!(x86.contains("chroot /host /bin/sh /mnt/run.sh"), "{x86}");
+        assert!(x86.contains("mount -t cgroup2 cgroup2 /host/sys/fs/cgroup"), "{x86}");
+    }
 }

@@ -4,6 +4,7 @@
 //! fresh Debian 12 machine (as root) needs nothing but rustup and this repository.
 
 mod apt_sources;
+mod arm64;
 mod bench;
 mod build;
 mod cmd;
@@ -79,10 +80,32 @@ enum Command {
     /// /opt/gpu-tracer/qemu; logs in target/kernel-matrix/VERSION/. Needs root. Exits non-zero if a
     /// test file failed there.
     KernelMatrix {
+        /// The guest's architecture: x86_64 (this machine's; default) or arm64 (cross-built,
+        /// Debian's arm64 kernel under qemu-system-aarch64; default tests: agent, cuda).
+        #[arg(long, value_enum, default_value = "x86_64")]
+        arch: kernel_matrix::Arch,
         /// Root test files to run (tests/tests/NAME.rs); default: cuda, least_privilege, agent, cli.
         #[arg(long = "test", value_name = "NAME")]
         tests: Vec<String>,
+        /// A sysctl set in the guest before the tests, as KEY=VALUE (repeatable), e.g.
+        /// `kernel.perf_event_paranoid=2` to see what a node without Debian's default of 3 gets.
+        #[arg(long = "sysctl", value_name = "KEY=VALUE")]
+        sysctls: Vec<String>,
         /// Arguments for every test executable (a name filter, `--exact NAME`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// arm64 (Grace nodes): install the cross toolchain and qemu, run the user-space unit tests
+    /// cross-built for aarch64-unknown-linux-gnu under qemu-user, then the root end-to-end tests
+    /// in Debian's arm64 kernel under qemu-system-aarch64 (`kernel-matrix --arch arm64`).
+    Arm64 {
+        /// Only the cross-build and the unit tests, no guest.
+        #[arg(long)]
+        no_guest: bool,
+        /// Root test files to run in the guest (tests/tests/NAME.rs); default: agent, cuda.
+        #[arg(long = "test", value_name = "NAME")]
+        tests: Vec<String>,
+        /// Arguments for every test executable in the guest (a name filter, `--exact NAME`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -127,7 +150,10 @@ fn main() {
         Command::Image { binary, out, tag, refresh_base } => {
             image::run(&image::Options { binary, out, tag, refresh_base })
         }
-        Command::KernelMatrix { tests, args } => kernel_matrix::run(&kernel_matrix::Options { tests, test_args: args }),
+        Command::KernelMatrix { arch, tests, sysctls, args } => {
+            kernel_matrix::run(&kernel_matrix::Options { arch, tests, sysctls, test_args: args })
+        }
+        Command::Arm64 { no_guest, tests, args } => arm64::run(&arm64::Options { no_guest, tests, test_args: args }),
         Command::GpuCheck => gpu_check::run(),
         Command::Reliability { out, only, long, soak_seconds } => {
             reliability::run(&reliability::Options { out, only, long, soak_seconds })

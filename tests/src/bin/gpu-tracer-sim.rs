@@ -259,8 +259,12 @@ const CONTAINER: &str = "main";
 /// The pods' launch loops run once per tick.
 const LAUNCH_TICK: Duration = Duration::from_millis(500);
 /// The fake libcuda every pod loads: the variant whose entry points are shaped like the real 535
-/// library's (a thunk that jumps through a relocated slot to the implementation).
+/// library's (a thunk that jumps through a relocated slot to the implementation); on arm64 the
+/// branch-protected build (`paciasp`/`bti c` first; no arm64 thunk variant yet).
+#[cfg(not(target_arch = "aarch64"))]
 const LIBCUDA_VARIANT: &str = "thunk";
+#[cfg(target_arch = "aarch64")]
+const LIBCUDA_VARIANT: &str = "pac";
 
 fn qos_name(q: Qos) -> &'static str {
     match q {

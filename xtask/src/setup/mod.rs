@@ -470,9 +470,8 @@ fn kubectl() -> anyhow::Result<Outcome> {
 }
 
 /// The real arm64 libcuda for the arm64 placement tests (tracer-user `cuda::placement::aarch64`):
-/// `libcuda1:arm64` downloaded with a private apt configuration (arm64 added to the architectures,
-/// lists, cache and an empty dpkg status of its own, so the machine's dpkg architectures and
-/// package state stay as they were) and unpacked, never installed or run.
+/// `libcuda1:arm64` downloaded with a private apt configuration ([`Arm64Apt`]) and unpacked, never
+/// installed (on this machine, it runs only inside the arm64 guest of `cargo xtask arm64`).
 fn arm64_libcuda() -> anyhow::Result<Outcome> {
     let dest = Path::new(ARM64_LIBCUDA);
     if dest.is_file() {
@@ -481,48 +480,124 @@ fn arm64_libcuda() -> anyhow::Result<Outcome> {
     if !cmd::is_root() {
         bail!("cause: writing {} needs root; fix: rerun as root", dest.display());
     }
-    let work = std::env::temp_dir().join(format!("gpu-tracer-arm64-apt-{}", std::process::id()));
-    let result = (|| -> anyhow::Result<()> {
+    let apt = Arm64Apt::new()?;
+    let root = apt.work.join("x");
+    apt.unpack("libcuda1:arm64", &root)
+        .map_err(|e| anyhow!("{e:#}; cause: libcuda1:arm64 is not in the configured non-free component"))?;
+    let lib = root.join("usr/lib/aarch64-linux-gnu/nvidia/current/libcuda.so.1");
+    let real = std::fs::canonicalize(&lib).with_context(|| format!("{} not in the package", lib.display()))?;
+    std::fs::create_dir_all(dest.parent().expect("absolute path"))?;
+    std::fs::copy(&real, dest).with_context(|| format!("copying {} to {}", real.display(), dest.display()))?;
+    Ok(Outcome::Installed)
+}
+
+/// Debian's arm64 packages without touching this machine's package state: a private apt
+/// configuration (arm64 added to `APT::Architectures`, lists, cache and an empty dpkg status of its
+/// own in a temporary directory, removed on drop), so `dpkg --print-foreign-architectures` and the
+/// installed packages stay as they were. Packages are downloaded and unpacked, never installed.
+pub struct Arm64Apt {
+    work: PathBuf,
+    conf: PathBuf,
+}
+
+impl Arm64Apt {
+    /// Writes the configuration and fetches the package lists (about 6 s).
+    pub fn new() -> anyhow::Result<Arm64Apt> {
+        let work = std::env::temp_dir().join(format!("gpu-tracer-arm64-apt-{}", std::process::id()));
+        let apt = Arm64Apt { conf: work.join("apt.conf"), work };
         for d in ["lists/partial", "cache/archives/partial", "deb"] {
-            std::fs::create_dir_all(work.join(d))?;
+            std::fs::create_dir_all(apt.work.join(d))?;
         }
-        std::fs::write(work.join("status"), "")?;
-        let conf = work.join("apt.conf");
+        std::fs::write(apt.work.join("status"), "")?;
         std::fs::write(
-            &conf,
+            &apt.conf,
             format!(
                 "APT::Architectures {{ \"amd64\"; \"arm64\"; }};\nDir::State::Lists \"{w}/lists\";\n\
                  Dir::Cache \"{w}/cache\";\nDir::State::status \"{w}/status\";\nAPT::Sandbox::User \"root\";\n",
-                w = work.display()
+                w = apt.work.display()
             ),
         )?;
-        let apt = |args: &[&str]| {
-            let mut c = apt_get();
-            c.env("APT_CONFIG", &conf).current_dir(work.join("deb")).args(args);
-            c
-        };
-        cmd::run(&mut apt(&["-qq", "update"])).map_err(|e| {
+        cmd::run(&mut apt.command("apt-get", &["-qq", "update"])).map_err(|e| {
             anyhow!(
                 "{e:#}; cause: the arm64 package lists could not be fetched; fix: check network access to the mirror"
             )
         })?;
-        cmd::run(&mut apt(&["-qq", "download", "libcuda1:arm64"]))
-            .map_err(|e| anyhow!("{e:#}; cause: libcuda1:arm64 is not in the configured non-free component"))?;
-        let deb = std::fs::read_dir(work.join("deb"))?
+        Ok(apt)
+    }
+
+    fn command(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = if program == "apt-get" { apt_get() } else { Command::new(program) };
+        c.env("APT_CONFIG", &self.conf).current_dir(self.work.join("deb")).args(args);
+        c
+    }
+
+    /// The package `package` depends on whose name starts with `prefix` (a metapackage's current
+    /// version, e.g. `linux-image-arm64:arm64` → `linux-image-6.1.0-57-arm64:arm64`).
+    pub fn dependency(&self, package: &str, prefix: &str) -> anyhow::Result<String> {
+        let deps = cmd::output(&mut self.command("apt-cache", &["depends", package]))?;
+        deps.lines()
+            .filter_map(|l| l.trim().strip_prefix("Depends: "))
+            .find(|p| p.starts_with(prefix))
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("`apt-cache depends {package}` names no {prefix}* package: {deps}"))
+    }
+
+    /// Downloads `package` (`name:arm64`) and unpacks it under `dest` (`dpkg-deb -x`).
+    pub fn unpack(&self, package: &str, dest: &Path) -> anyhow::Result<()> {
+        let dl = self.work.join("deb");
+        for e in std::fs::read_dir(&dl)?.filter_map(Result::ok) {
+            let _ = std::fs::remove_file(e.path());
+        }
+        cmd::run(&mut self.command("apt-get", &["-qq", "download", package]))
+            .map_err(|e| anyhow!("{e:#}; cause: {package} could not be downloaded from the mirror"))?;
+        let deb = std::fs::read_dir(&dl)?
             .filter_map(Result::ok)
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|x| x == "deb"))
-            .ok_or_else(|| anyhow!("apt-get download left no .deb in {}", work.join("deb").display()))?;
-        let root = work.join("x");
-        cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
-        let lib = root.join("usr/lib/aarch64-linux-gnu/nvidia/current/libcuda.so.1");
-        let real = std::fs::canonicalize(&lib).with_context(|| format!("{} not in the package", lib.display()))?;
-        std::fs::create_dir_all(dest.parent().expect("absolute path"))?;
-        std::fs::copy(&real, dest).with_context(|| format!("copying {} to {}", real.display(), dest.display()))?;
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&work);
-    result.map(|()| Outcome::Installed)
+            .ok_or_else(|| anyhow!("apt-get download {package} left no .deb in {}", dl.display()))?;
+        cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dest))
+    }
+}
+
+impl Drop for Arm64Apt {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.work);
+    }
+}
+
+/// The Rust target of the arm64 build.
+pub const ARM64_TARGET: &str = "aarch64-unknown-linux-gnu";
+/// What the arm64 build and its guest need from Debian, and the program each provides: the cross
+/// C toolchain and libc (linker, the fake libcuda's compiler, the guest's libc), qemu-user (the
+/// unit tests) and qemu-system-aarch64 (the guest).
+const ARM64_PACKAGES: &[(&str, &str)] = &[
+    ("gcc-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-gcc"),
+    ("binutils-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-objdump"),
+    ("libc6-dev-arm64-cross", "/usr/aarch64-linux-gnu/lib/libc.so"),
+    ("qemu-user-static", "/usr/bin/qemu-aarch64-static"),
+    ("qemu-system-arm", "/usr/bin/qemu-system-aarch64"),
+];
+
+/// The arm64 build's own set-up (`cargo xtask arm64` runs it after [`run_setup`]; CI does not
+/// need it): the Rust target's standard library and [`ARM64_PACKAGES`].
+pub fn arm64_setup() -> anyhow::Result<()> {
+    let installed = cmd::output(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if installed.lines().any(|l| l.trim() == ARM64_TARGET) {
+        println!("setup: rust target {ARM64_TARGET} ok (already)");
+    } else {
+        cmd::run(Command::new("rustup").args(["target", "add", ARM64_TARGET]))
+            .context("fix: check network access to the rustup dist server, then rerun")?;
+        println!("setup: rust target {ARM64_TARGET} installed");
+    }
+    let missing: Vec<&str> =
+        ARM64_PACKAGES.iter().filter(|(_, file)| !Path::new(file).exists()).map(|(p, _)| *p).collect();
+    if missing.is_empty() {
+        println!("setup: arm64 cross toolchain and qemu ok (already)");
+    } else {
+        install(&missing)?;
+        println!("setup: {} installed", missing.join(", "));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -31,14 +31,21 @@ pub mod tracefs;
 pub use multi::MultiPrograms;
 
 /// Where libcuda is looked for when `cuda_libraries` is empty: distribution paths, the NVIDIA
-/// container toolkit's, and the GPU operator's driver container.
+/// container toolkit's, and the GPU operator's driver container; Debian's multiarch directory is
+/// the build's architecture's.
 pub const SEARCH_PATHS: &[&str] = &[
+    #[cfg(not(target_arch = "aarch64"))]
     "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    #[cfg(target_arch = "aarch64")]
+    "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
     "/usr/lib64/libcuda.so.1",
     "/usr/lib/libcuda.so.1",
     "/usr/local/nvidia/lib64/libcuda.so.1",
     "/usr/local/cuda/compat/libcuda.so.1",
+    #[cfg(not(target_arch = "aarch64"))]
     "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    #[cfg(target_arch = "aarch64")]
+    "/run/nvidia/driver/usr/lib/aarch64-linux-gnu/libcuda.so.1",
     "/run/nvidia/driver/usr/lib64/libcuda.so.1",
 ];
 
