@@ -113,7 +113,7 @@ impl WorkloadBuilder {
         self
     }
 
-    /// How long to wait for each answer (default 30 s).
+    /// How long to wait for each answer (default 30 s; stretched by `time_scale`).
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
@@ -206,10 +206,12 @@ impl Workload {
         writeln!(stdin, "{line}")
             .and_then(|()| stdin.flush())
             .map_err(|e| HarnessError::io(format!("send {line:?} to nv-workload"), e))?;
-        match self.answers.recv_timeout(self.timeout) {
+        // Stretched on slow hosts (a guest under TCG forks 3000 children in well over 30 s).
+        let wait = super::scaled(self.timeout);
+        match self.answers.recv_timeout(wait) {
             Ok(answer) => Ok(answer),
             Err(RecvTimeoutError::Timeout) => {
-                Err(HarnessError::Timeout { what: format!("nv-workload answer to {line:?}"), after: self.timeout })
+                Err(HarnessError::Timeout { what: format!("nv-workload answer to {line:?}"), after: wait })
             }
             Err(RecvTimeoutError::Disconnected) => match self.child.try_wait() {
                 Ok(Some(status)) => {
