@@ -85,20 +85,6 @@ pub mod sysno {
         pub const FCNTL: u32 = 72;
         pub const OPENAT: u32 = 257;
         pub const DUP3: u32 = 292;
-        /// Syscalls whose per-syscall tracepoints (`syscalls:sys_{enter,exit}_<name>`) the
-        /// `syscall-tracepoint` attach mode attaches to.
-        pub const TRACED: &[(u32, &str)] = &[
-            (OPEN, "open"),
-            (CLOSE, "close"),
-            (MMAP, "mmap"),
-            (MUNMAP, "munmap"),
-            (IOCTL, "ioctl"),
-            (DUP, "dup"),
-            (DUP2, "dup2"),
-            (FCNTL, "fcntl"),
-            (OPENAT, "openat"),
-            (DUP3, "dup3"),
-        ];
     }
     #[cfg(any(target_arch = "aarch64", bpf_target_arch = "aarch64"))]
     mod arch {
@@ -114,20 +100,24 @@ pub mod sysno {
         pub const FCNTL: u32 = 25;
         pub const OPENAT: u32 = 56;
         pub const DUP3: u32 = 24;
-        /// Syscalls whose per-syscall tracepoints (`syscalls:sys_{enter,exit}_<name>`) the
-        /// `syscall-tracepoint` attach mode attaches to.
-        pub const TRACED: &[(u32, &str)] = &[
-            (CLOSE, "close"),
-            (MMAP, "mmap"),
-            (MUNMAP, "munmap"),
-            (IOCTL, "ioctl"),
-            (DUP, "dup"),
-            (FCNTL, "fcntl"),
-            (OPENAT, "openat"),
-            (DUP3, "dup3"),
-        ];
     }
     pub use arch::*;
+    /// Syscalls whose per-syscall tracepoints (`syscalls:sys_{enter,exit}_<name>`) the
+    /// `syscall-tracepoint` attach mode attaches to (arm64 has no `open` or `dup2`).
+    pub const TRACED: &[(u32, &str)] = &[
+        #[cfg(not(any(target_arch = "aarch64", bpf_target_arch = "aarch64")))]
+        (OPEN, "open"),
+        (CLOSE, "close"),
+        (MMAP, "mmap"),
+        (MUNMAP, "munmap"),
+        (IOCTL, "ioctl"),
+        (DUP, "dup"),
+        #[cfg(not(any(target_arch = "aarch64", bpf_target_arch = "aarch64")))]
+        (DUP2, "dup2"),
+        (FCNTL, "fcntl"),
+        (OPENAT, "openat"),
+        (DUP3, "dup3"),
+    ];
     pub const F_DUPFD: u64 = 0;
     pub const F_DUPFD_CLOEXEC: u64 = 1030;
 }
