@@ -43,6 +43,9 @@ use gpu_tracer_tests::{FakeDriver, locate_binary, require_root};
 /// `MAX_HEADER_BYTES`): the agent binary serves with these; nothing configures them.
 const MAX_CONNECTIONS: usize = 64;
 const MAX_CONNECTIONS_PER_PEER: usize = 16;
+/// Agent fds that are not held slow connections while one address attacks: the scraper's connection
+/// and accepted connections being closed over the cap.
+const FDS_BESIDES_HELD: usize = 6;
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 const SLOWLORIS: usize = 3000;
 /// (a'): from [`SPREAD_FROM`] addresses, 8 × 16 = 128 > 64, so the server's cap is reached.
@@ -472,8 +475,9 @@ fn endpoint_abuse_leaves_rss_bounded() {
     let fds_after_one = fds_settle(pid, fds_base, Duration::from_secs(3));
     let still_open_one = one.iter().filter(|e| e.after.is_none()).count();
     let held_one = one.iter().filter_map(|e| e.after).filter(|d| *d >= held_from).count();
-    // The per-client cap bounds how many are held at once; a burst that takes longer to open than
-    // the header timeout (a slow or loaded machine) has more than one generation of held ones.
+    // As the clients saw it (printed; the cap is checked on the agent's fds below): a burst that takes
+    // longer to open than the header timeout (a slow or loaded machine) has more than one generation
+    // of held ones, and a close noticed late makes two generations look overlapped.
     let held_one_at_once = most_at_once(&one, held_from);
     println!(
         "slowloris from one address: {SLOWLORIS}; held until the header timeout {held_one} (per-client cap \
@@ -649,10 +653,18 @@ fn endpoint_abuse_leaves_rss_bounded() {
         "closed at accept {at_once}, counted {}",
         refused_peer + refused_server
     );
+    // How many the agent held at once is read from its own fd table, not from the clients: a client
+    // notices a close only when its thread polls, and a thread blocked in connect (the accept queue
+    // full, a SYN retransmitted a second later) notices late, so two generations of held connections
+    // can look overlapped from the client side (seen in CI: 31 "at once", 32 in all). The agent's
+    // fds are the truth: the held ones, the scraper's one, and an accepted connection being closed
+    // over the cap; without the per-client cap they would reach the server's cap of 64.
     assert!(
-        held_one > 0 && held_one_at_once <= MAX_CONNECTIONS_PER_PEER,
-        "one address held {held_one_at_once} slow connections at once, {held_one} in all (per-client cap \
-         {MAX_CONNECTIONS_PER_PEER})"
+        held_one > 0 && fds_peak_one <= fds_base + MAX_CONNECTIONS_PER_PEER + FDS_BESIDES_HELD,
+        "one address made the agent hold {} fds above its baseline of {fds_base} at once (per-client cap \
+         {MAX_CONNECTIONS_PER_PEER}, plus {FDS_BESIDES_HELD} for the scraper and connections being closed); \
+         {held_one} held until the header timeout in all, at most {held_one_at_once} at once as the clients saw it",
+        fds_peak_one.saturating_sub(fds_base)
     );
     assert_eq!(
         scrapes_refused_one, 0,
