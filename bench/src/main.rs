@@ -24,6 +24,7 @@ mod bpftrace;
 mod cost;
 mod cuda;
 mod cudalib;
+mod driver_entry;
 mod exporters;
 mod floors;
 mod merge;
@@ -548,6 +549,9 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__worker") {
         return worker::main(&args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some("driver-entry") {
+        return driver_entry::main(&args[2..]);
     }
     if args.get(1).map(String::as_str) == Some("__rss") {
         return nvml::rss_main(&args[2..]);

@@ -169,6 +169,58 @@ pub fn main(args: &[String]) -> Result<()> {
             black_box(&params);
             Ok(())
         }
+        // nv-held CPU PATH CALLS RUNS WARMUP: open PATH, say `opened`, wait for a line on stdin
+        // (the driver-entry bench stops the module double's server meanwhile, so that its ioctls
+        // are answered in the kernel), then RUNS rounds of getppid, a foreign ioctl and RM_ALLOC.
+        Some("nv-held") => {
+            let (cpu, path, calls, runs, warmup): (usize, String, u64, u32, u64) = (
+                arg(args, 1, "cpu")?,
+                arg(args, 2, "path")?,
+                arg(args, 3, "calls")?,
+                arg(args, 4, "runs")?,
+                arg(args, 5, "warmup")?,
+            );
+            sys::pin_to(cpu).context("pinning the worker")?;
+            let fd = open(&path, libc::O_RDWR)?;
+            let null = open("/dev/null", libc::O_RDONLY)?;
+            println!("opened");
+            use std::io::{BufRead, Write};
+            std::io::stdout().flush()?;
+            let mut go = String::new();
+            std::io::stdin().lock().read_line(&mut go)?;
+            let params = mem_params();
+            let a = rm_alloc_args(&params);
+            let ptr = &*a as *const Nvos64 as *mut libc::c_void;
+            // SAFETY: valid fd and a valid 48-byte argument with a valid nested pointer.
+            let nv = || unsafe {
+                black_box(libc::ioctl(fd, RM_ALLOC_NVOS64 as _, ptr));
+            };
+            // SAFETY: termios is plain data.
+            let mut tio: libc::termios = unsafe { std::mem::zeroed() };
+            let tio_ptr = &mut tio as *mut libc::termios;
+            // SAFETY: valid fd and out-pointer; /dev/null answers -ENOTTY.
+            let ioctl = || unsafe {
+                black_box(libc::ioctl(null, libc::TCGETS as _, tio_ptr));
+            };
+            // SAFETY: getppid has no arguments.
+            let getppid = || unsafe {
+                black_box(libc::syscall(libc::SYS_getppid));
+            };
+            // SAFETY: as above.
+            let ret = unsafe { libc::ioctl(fd, RM_ALLOC_NVOS64 as _, ptr) };
+            println!("first_ret {ret} {}", std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+            time_calls(warmup, nv);
+            time_calls(warmup, ioctl);
+            time_calls(warmup, getppid);
+            for _ in 0..runs {
+                println!("getppid {}", time_calls(calls, getppid));
+                println!("ioctl_null {}", time_calls(calls, ioctl));
+                println!("nv {}", time_calls(calls, nv));
+            }
+            println!("total {}", 1 + warmup + calls * runs as u64);
+            black_box(&params);
+            Ok(())
+        }
         // flood PATH CALLS_PER_THREAD CPU[,CPU...]: one producer thread per listed CPU, as fast as
         // possible, all starting together.
         Some("flood") => {

@@ -810,7 +810,10 @@ fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
         assert!(std::time::Instant::now() < deadline, "no snapshot within 15 s: {body}");
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(body.starts_with("not ready: driver family failed: attach mode driver-entry is not implemented"), "{body}");
+    // Here no kprobes; on a kernel with kprobes (the 6.1 guest), no nvidia module: either way the
+    // reason is named.
+    assert!(body.starts_with("not ready: driver family failed: attach mode driver-entry: "), "{body}");
+    assert!(body.contains("no kprobes") || body.contains("nvidia module is not loaded"), "{body}");
     assert!(!body.contains("lifecycle"), "{body}");
     assert_eq!(http_get(&addr, "/healthz").0, 200, "alive: a restart would not fix the configuration");
     let (status, text) = http_get(&addr, "/metrics");

@@ -61,6 +61,18 @@ pub mod prog_names {
     pub const CUDA_LOOKUP_RETURN: &str = "cuda_lookup_return";
     pub const CUDA_TIMED_ENTER: &str = "cuda_timed_enter";
     pub const CUDA_TIMED_RETURN: &str = "cuda_timed_return";
+    /// Driver-entry mode: kprobes on the NVIDIA driver's own file operations (`nvidia.ko`'s and
+    /// `nvidia-uvm.ko`'s open, ioctl and release), and the kretprobes of open and ioctl.
+    pub const DE_NV_OPEN: &str = "de_nv_open";
+    pub const DE_UVM_OPEN: &str = "de_uvm_open";
+    pub const DE_OPEN_RET: &str = "de_open_ret";
+    pub const DE_NV_IOCTL: &str = "de_nv_ioctl";
+    pub const DE_UVM_IOCTL: &str = "de_uvm_ioctl";
+    pub const DE_IOCTL_RET: &str = "de_ioctl_ret";
+    pub const DE_RELEASE: &str = "de_release";
+    /// Every driver-entry program.
+    pub const DRIVER_ENTRY: [&str; 7] =
+        [DE_NV_OPEN, DE_UVM_OPEN, DE_OPEN_RET, DE_NV_IOCTL, DE_UVM_IOCTL, DE_IOCTL_RET, DE_RELEASE];
     /// Empty programs for measuring each attach mechanism's floor (benchmark only).
     pub const NOOP_TP: &str = "noop_tp";
     pub const NOOP_RAW: &str = "noop_raw";
@@ -177,6 +189,9 @@ pub mod flags {
     pub const DUP_REPLACED: u16 = 1 << 6;
     /// The fd was seeded by user space from `/proc` (never set by the kernel).
     pub const SEEDED: u16 = 1 << 7;
+    /// Driver-entry mode: the file was registered at its first call in this process, not at its
+    /// open (opened before the agent attached, inherited over fork, or passed over a socket).
+    pub const FIRST_SEEN_IN_CALL: u16 = 1 << 8;
 }
 
 /// Common header of every ring-buffer record (32 bytes).
@@ -215,6 +230,47 @@ pub struct DeviceRef {
 pub struct FdKey {
     pub tgid: u32,
     pub fd: u32,
+}
+
+/// `NV_FILES` value (driver-entry mode): an NVIDIA open file, keyed by its `struct file *`. The
+/// driver's own entry points see the file, not the fd (an fd and its dups are one file; the driver
+/// releases the file's RM clients when its last reference goes), so records of this mode name the
+/// file by a *file slot* in place of an fd: [`FILE_SLOT_BASE`] `|` 30 bits of the salted file
+/// pointer, a number no real fd reaches (`fs.nr_open` is below 2^30).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvFile {
+    pub dev: DeviceRef,
+    /// The process that opened it (or that first used it, for files opened before the agent).
+    pub tgid: u32,
+    /// The file slot used as its fd in records.
+    pub slot: u32,
+}
+
+/// `DE_IOCTL_ENTRY` value (driver-entry mode): an ioctl between its kprobe and kretprobe, in the
+/// slot of its thread (`tid % capacity::DE_IOCTL_ENTRY`), owned by `pid_tgid` (0: free). The
+/// kretprobe sees no arguments, so they wait here: an array store and load instead of a hash
+/// insert, lookup and delete.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeIoctlEntry {
+    pub pid_tgid: u64,
+    pub st: Inflight,
+}
+
+/// The lowest file slot ([`NvFile`]): bit 30. Real fds stay below it.
+pub const FILE_SLOT_BASE: u32 = 1 << 30;
+
+/// `(file_id, slot)` of the open file at kernel address `file` under `salt` (driver-entry mode):
+/// a mix of the two, so neither the address nor its neighbours can be read back from records.
+#[inline(always)]
+pub const fn file_identity(file: u64, salt: u64) -> (u64, u32) {
+    // splitmix64's finaliser: a bijection, so distinct files get distinct ids.
+    let mut z = file ^ salt;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z, FILE_SLOT_BASE | (z >> 34) as u32)
 }
 
 /// An NVIDIA device node was opened (or found by the `/proc` scan).
@@ -985,6 +1041,11 @@ pub struct TracerConfig {
     pub dev_prefix: [u8; DEV_PREFIX_MAX],
     pub device_check: DeviceCheck,
     pub lifecycle: LifecycleLayout,
+    /// Keeps `file_salt` 8-byte aligned.
+    pub _pad2: u32,
+    /// Driver-entry mode: mixed into each open file's `struct file *` to make its `file_id` and
+    /// file slot ([`NvFile`]), so no kernel address reaches user space. Random per agent start.
+    pub file_salt: u64,
 }
 
 impl Default for TracerConfig {
@@ -999,6 +1060,8 @@ impl Default for TracerConfig {
             dev_prefix: [0; DEV_PREFIX_MAX],
             device_check: DeviceCheck::default(),
             lifecycle: LifecycleLayout::default(),
+            _pad2: 0,
+            file_salt: 0,
         }
     }
 }
@@ -1103,13 +1166,16 @@ pub mod counter {
     /// `bpf_ringbuf_reserve` failed on the bulk ring (count-only records): counts are short, no
     /// ledger is affected.
     pub const DROP_BULK_RINGBUF_FULL: u32 = 8;
+    /// The entry of a call was seen but its return never came (driver-entry mode: the kernel had
+    /// no free kretprobe instance, `maxactive`), found when the thread's next call entered.
+    pub const DROP_NO_RETURN: u32 = 9;
     /// Counted in an in-kernel aggregate (`CUDA_COUNTS`) instead of a ring-buffer record.
-    pub const AGGREGATED: u32 = 9;
-    pub const SLOTS: u32 = 10;
+    pub const AGGREGATED: u32 = 10;
+    pub const SLOTS: u32 = 11;
     pub const DROP_FIRST: u32 = DROP_RINGBUF_FULL;
-    pub const DROP_LAST: u32 = DROP_BULK_RINGBUF_FULL;
+    pub const DROP_LAST: u32 = DROP_NO_RETURN;
     /// Names used for metric labels, by slot.
-    pub const NAMES: [&str; 10] = [
+    pub const NAMES: [&str; 11] = [
         "seen",
         "emitted",
         "ringbuf_full",
@@ -1119,6 +1185,7 @@ pub mod counter {
         "count_map_full",
         "not_a_device",
         "bulk_ringbuf_full",
+        "no_return",
         "aggregated",
     ];
 }
@@ -1192,6 +1259,11 @@ pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 /// Capacities of the kernel maps.
 pub mod capacity {
     pub const NV_FDS: u32 = 65536;
+    /// Open NVIDIA files in driver-entry mode (`NV_FILES`).
+    pub const NV_FILES: u32 = 65536;
+    /// Driver-entry mode's ioctl slots (`DE_IOCTL_ENTRY`, a power of two): two threads whose tids
+    /// agree modulo this, inside NVIDIA ioctls at the same moment, cost one record (counted).
+    pub const DE_IOCTL_ENTRY: u32 = 8192;
     /// Entries of the tracked-tgid map by default (covers pid_max 4194304); the loader sizes it
     /// from `/proc/sys/kernel/pid_max`.
     pub const TRACKED_TGID_ENTRIES: u32 = 4194304 / super::TRACKED_TGIDS_PER_ENTRY as u32;
@@ -1229,7 +1301,9 @@ const _: () = {
     assert!(size_of::<ClassSize>() == 8);
     assert!(size_of::<DeviceCheck>() == 4 + 4 * DEVICE_MAJORS_MAX + 40);
     assert!(size_of::<SimDeviceKey>() == 16);
-    assert!(size_of::<TracerConfig>() == 24 + DEV_PREFIX_MAX + size_of::<DeviceCheck>() + size_of::<LifecycleLayout>());
+    assert!(
+        size_of::<TracerConfig>() == 24 + DEV_PREFIX_MAX + size_of::<DeviceCheck>() + size_of::<LifecycleLayout>() + 12
+    );
     assert!(size_of::<LifecycleLayout>() == 48);
     assert!(size_of::<CudaCountKey>() == 16);
     assert!(size_of::<PerEventKey>() == 16);

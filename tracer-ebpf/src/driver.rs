@@ -309,7 +309,7 @@ fn exit_open(st: &Inflight, pid_tgid: u64, ret: i64) {
     }
 }
 
-fn emit_close(dev: DeviceRef, fd: i32, fl: u16) {
+pub fn emit_close(dev: DeviceRef, fd: i32, fl: u16) {
     if let Some(mut e) = emit::reserve::<FdCloseRecord>(probe::CLOSE, fl) {
         let r = e.as_mut_ptr();
         // SAFETY: r points at a reserved FdCloseRecord.
@@ -391,7 +391,7 @@ unsafe fn read_user_into(dst: *mut u8, cap: u32, len: u32, src: u64) -> bool {
     unsafe { generated::bpf_probe_read_user(dst as *mut _, n, src as *const _) == 0 }
 }
 
-fn exit_ioctl(st: &Inflight, ret: i64, pid_tgid: u64) {
+pub fn exit_ioctl(st: &Inflight, ret: i64, pid_tgid: u64) {
     let cmd = st.args[0] as u32;
     let arg = st.args[1];
     let is_uvm = st.dev.kind == device_kind::UVM || st.dev.kind == device_kind::UVM_TOOLS;

@@ -5,13 +5,14 @@
 
 mod cuda;
 mod driver;
+mod driver_entry;
 mod emit;
 mod lifecycle;
 mod maps;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
-    macros::{btf_tracepoint, raw_tracepoint, tracepoint, uprobe, uretprobe},
+    macros::{btf_tracepoint, kprobe, kretprobe, raw_tracepoint, tracepoint, uprobe, uretprobe},
     programs::{BtfTracePointContext, ProbeContext, RawTracePointContext, RetProbeContext, TracePointContext},
 };
 use driver::SyscallArgs;
@@ -150,6 +151,50 @@ pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
         let ret: i64 = ctx.arg(1);
         driver::on_exit(nr, ret, Some(&BtfRegsArgs(regs)));
     }
+    0
+}
+
+// Driver-entry mode: on the NVIDIA driver's file operations (names per driver version, found in
+// kallsyms by user space).
+#[kprobe]
+pub fn de_nv_open(ctx: ProbeContext) -> u32 {
+    driver_entry::on_open(&ctx, driver_entry::Driver::Frontend);
+    0
+}
+
+#[kprobe]
+pub fn de_uvm_open(ctx: ProbeContext) -> u32 {
+    driver_entry::on_open(&ctx, driver_entry::Driver::Uvm);
+    0
+}
+
+#[kretprobe]
+pub fn de_open_ret(ctx: RetProbeContext) -> u32 {
+    driver_entry::on_open_return(&ctx);
+    0
+}
+
+#[kprobe]
+pub fn de_nv_ioctl(ctx: ProbeContext) -> u32 {
+    driver_entry::on_ioctl(&ctx, driver_entry::Driver::Frontend);
+    0
+}
+
+#[kprobe]
+pub fn de_uvm_ioctl(ctx: ProbeContext) -> u32 {
+    driver_entry::on_ioctl(&ctx, driver_entry::Driver::Uvm);
+    0
+}
+
+#[kretprobe]
+pub fn de_ioctl_ret(ctx: RetProbeContext) -> u32 {
+    driver_entry::on_ioctl_return(&ctx);
+    0
+}
+
+#[kprobe]
+pub fn de_release(ctx: ProbeContext) -> u32 {
+    driver_entry::on_release(&ctx);
     0
 }
 

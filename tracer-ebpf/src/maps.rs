@@ -4,8 +4,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    COUNTER_ENTRIES, ClassSize, CudaAllocInflight, CudaCount, CudaCountKey, CudaTimedInflight, DeviceRef, FdKey,
-    Inflight, PerEventKey, PlanSlot, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
+    COUNTER_ENTRIES, ClassSize, CudaAllocInflight, CudaCount, CudaCountKey, CudaTimedInflight, DeIoctlEntry, DeviceRef,
+    FdKey, Inflight, NvFile, PerEventKey, PlanSlot, SimDeviceKey, TracerConfig, UvmMapKey, capacity,
 };
 
 /// The ledger ring: records a ledger is built from (fds, lifecycle, allocations, frees). Written
@@ -31,6 +31,15 @@ pub static WAKEUP_SEQ: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// `/proc` seed; bounded by LRU; user space removes a process's keys when it exits.
 #[map]
 pub static NV_FDS: LruHashMap<FdKey, DeviceRef> = LruHashMap::with_max_entries(capacity::NV_FDS, 0);
+
+/// Open NVIDIA files in driver-entry mode: `struct file *` → device, file slot and last user.
+/// Filled at the driver's open (or at a file's first call), emptied at its release; bounded by LRU.
+#[map]
+pub static NV_FILES: LruHashMap<u64, NvFile> = LruHashMap::with_max_entries(capacity::NV_FILES, 0);
+
+/// Driver-entry mode: each thread's ioctl between its kprobe and kretprobe (see `DeIoctlEntry`).
+#[map]
+pub static DE_IOCTL_ENTRY: Array<DeIoctlEntry> = Array::with_max_entries(capacity::DE_IOCTL_ENTRY, 0);
 
 /// Processes that hold (or held) NVIDIA fds: one byte per possible tgid, in pages of 4096 (the
 /// loader sizes it from `pid_max`). Bytes, not bits, so every update is a plain one-byte store

@@ -56,6 +56,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         arch: Arch::Arm64,
         tests: opts.tests.clone(),
         sysctls: Vec::new(),
+        kmod: false,
+        bench_driver_entry: false,
         test_args: opts.test_args.clone(),
     })
 }

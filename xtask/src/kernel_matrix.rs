@@ -30,10 +30,10 @@ use std::{
 
 use anyhow::{Context, anyhow, bail};
 
-use crate::{cmd, reliability, setup};
+use crate::{cmd, kmod, reliability, setup};
 
 /// Where the kernel package is unpacked and the initramfs built.
-const CACHE: &str = "/opt/gpu-tracer/qemu";
+pub const CACHE: &str = "/opt/gpu-tracer/qemu";
 /// The kernel modules the guest loads, in order (no modprobe in the initramfs): virtio PCI, 9p,
 /// and FUSE for the fake driver.
 const MODULES: &[&str] = &[
@@ -55,6 +55,10 @@ pub const DEFAULT_TESTS: &[&str] = &["cuda", "least_privilege", "agent", "cli"];
 /// On arm64: the driver family end to end and the cuda family (the fake libcuda in its arm64
 /// prologue variants, and the real arm64 libcuda).
 pub const DEFAULT_TESTS_ARM64: &[&str] = &["agent", "cuda"];
+/// Root test files that need the kernel-module driver double built for the guest's kernel. They
+/// cannot run on the host (its kernel cannot load modules built for 6.1), so their tests are
+/// `#[ignore]`d there (listed in `test::ALLOWED_IGNORED`) and run here with `--include-ignored`.
+pub const KMOD_TESTS: &[&str] = &["driver_double", "driver_entry"];
 
 /// The guest's architecture.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
@@ -84,6 +88,11 @@ pub struct Options {
     pub tests: Vec<String>,
     /// `KEY=VALUE` sysctls set in the guest before the first test.
     pub sysctls: Vec<String>,
+    /// Build the kernel-module driver double ([`kmod::build`]) before booting; implied by a test
+    /// file of [`KMOD_TESTS`].
+    pub kmod: bool,
+    /// Run `gpu-tracer-bench driver-entry` in the guest after the tests (needs the module double).
+    pub bench_driver_entry: bool,
     /// Arguments for each test executable (a filter, `--exact NAME`).
     pub test_args: Vec<String>,
 }
@@ -99,6 +108,45 @@ struct Kernel {
     modules: PathBuf,
 }
 
+/// The first package `package` depends on (`apt-cache depends`) whose name starts with `prefix`.
+pub fn apt_dependency(package: &str, prefix: &str) -> anyhow::Result<String> {
+    let deps = cmd::output(Command::new("apt-cache").args(["depends", package]))?;
+    deps.lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends: "))
+        .find(|p| p.starts_with(prefix))
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("`apt-cache depends {package}` names no {prefix}* package: {deps}"))
+}
+
+/// The version of the x86-64 kernel the guest boots (`6.1.0-57-amd64`): the one Debian's
+/// `linux-image-amd64` depends on.
+pub fn x86_64_version() -> anyhow::Result<String> {
+    Ok(apt_dependency("linux-image-amd64", "linux-image-")?.trim_start_matches("linux-image-").to_string())
+}
+
+/// Downloads `package` with `apt-get download` into [`CACHE`]`/download` and unpacks it into
+/// `root` (`dpkg-deb -x`); the `.deb` is removed afterwards.
+pub fn download_and_unpack(package: &str, root: &Path) -> anyhow::Result<()> {
+    let dl = Path::new(CACHE).join("download");
+    std::fs::create_dir_all(&dl)?;
+    cmd::run(Command::new("apt-get").current_dir(&dl).args([
+        "-qq",
+        "-o",
+        "APT::Sandbox::User=root",
+        "download",
+        package,
+    ]))
+    .map_err(|e| anyhow!("{e:#}; fix: check network access to the Debian mirror"))?;
+    let deb = std::fs::read_dir(&dl)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{package}_"))))
+        .ok_or_else(|| anyhow!("apt-get download left no {package} .deb in {}", dl.display()))?;
+    cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(root))?;
+    let _ = std::fs::remove_file(&deb);
+    Ok(())
+}
+
 /// The kernel package `linux-image-<arch>` depends on, unpacked under [`CACHE`]; for arm64
 /// through a private apt configuration ([`setup::Arm64Apt`]), which also brings the arm64 busybox.
 fn kernel(arch: Arch) -> anyhow::Result<Kernel> {
@@ -106,14 +154,7 @@ fn kernel(arch: Arch) -> anyhow::Result<Kernel> {
     let arm64 = if arch == Arch::Arm64 { Some(setup::Arm64Apt::new()?) } else { None };
     let package = match &arm64 {
         Some(apt) => apt.dependency(&format!("{meta}:arm64"), "linux-image-")?,
-        None => {
-            let deps = cmd::output(Command::new("apt-cache").args(["depends", &meta]))?;
-            deps.lines()
-                .filter_map(|l| l.trim().strip_prefix("Depends: "))
-                .find(|p| p.starts_with("linux-image-"))
-                .ok_or_else(|| anyhow!("`apt-cache depends {meta}` names no linux-image package: {deps}"))?
-                .to_string()
-        }
+        None => apt_dependency(&meta, "linux-image-")?,
     };
     let version = package.trim_start_matches("linux-image-").trim_end_matches(":arm64").to_string();
     let root = Path::new(CACHE).join(&version);
@@ -131,23 +172,7 @@ fn kernel(arch: Arch) -> anyhow::Result<Kernel> {
         return Ok(Kernel { arch, version, vmlinuz, modules, busybox: busybox.join("bin/busybox") });
     }
     if !vmlinuz.is_file() || !modules.is_dir() {
-        let dl = Path::new(CACHE).join("download");
-        std::fs::create_dir_all(&dl)?;
-        cmd::run(Command::new("apt-get").current_dir(&dl).args([
-            "-qq",
-            "-o",
-            "APT::Sandbox::User=root",
-            "download",
-            &package,
-        ]))
-        .map_err(|e| anyhow!("{e:#}; fix: check network access to the Debian mirror"))?;
-        let deb = std::fs::read_dir(&dl)?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{package}_"))))
-            .ok_or_else(|| anyhow!("apt-get download left no {package} .deb in {}", dl.display()))?;
-        cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
-        let _ = std::fs::remove_file(&deb);
+        download_and_unpack(&package, &root)?;
     }
     Ok(Kernel { arch, version, vmlinuz, modules, busybox: PathBuf::from("/bin/busybox") })
 }
@@ -284,8 +309,23 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let k = kernel(opts.arch)?;
     let initrd = initramfs(&k)?;
     let default = if opts.arch == Arch::Arm64 { DEFAULT_TESTS_ARM64 } else { DEFAULT_TESTS };
-    let tests: Vec<String> =
-        if opts.tests.is_empty() { default.iter().map(|s| s.to_string()).collect() } else { opts.tests.clone() };
+    let tests: Vec<String> = if opts.tests.is_empty() && !opts.bench_driver_entry {
+        default.iter().map(|s| s.to_string()).collect()
+    } else {
+        opts.tests.clone()
+    };
+    if opts.kmod || opts.bench_driver_entry || tests.iter().any(|t| KMOD_TESTS.contains(&t.as_str())) {
+        if opts.arch != Arch::X86_64 {
+            bail!(
+                "the kernel-module driver double is built for the x86-64 guest only (drop --kmod and {KMOD_TESTS:?})"
+            );
+        }
+        let dir = kmod::build()?;
+        let version = dir.file_name().map(|v| v.to_string_lossy().into_owned());
+        if version.as_deref() != Some(k.version.as_str()) {
+            bail!("cause: the modules were built for {version:?}, the guest boots {}", k.version);
+        }
+    }
 
     // The binaries the tests run, and the test executables (cross-built for arm64).
     let target: &[&str] = if opts.arch == Arch::Arm64 { &["--target", setup::ARM64_TARGET] } else { &[] };
@@ -299,16 +339,20 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         build.args(["-p", "tracer-user", "-p", "gpu-tracer-tests", "-p", "fake-nvml"]);
     }
     cmd::run(&mut build)?;
-    let mut b = env.cargo();
-    b.args(["test", "--release", "--no-run", "-p", "gpu-tracer-tests"]).args(target);
-    for t in &tests {
-        b.args(["--test", t]);
-    }
-    let exes: Vec<(String, PathBuf)> = reliability::test_executables(&mut b)?
-        .into_iter()
-        .filter(|(kind, name, _, _)| kind == "test" && tests.contains(name))
-        .map(|(_, name, exe, _)| (name, exe))
-        .collect();
+    let exes: Vec<(String, PathBuf)> = if tests.is_empty() {
+        Vec::new()
+    } else {
+        let mut b = env.cargo();
+        b.args(["test", "--release", "--no-run", "-p", "gpu-tracer-tests"]).args(target);
+        for t in &tests {
+            b.args(["--test", t]);
+        }
+        reliability::test_executables(&mut b)?
+            .into_iter()
+            .filter(|(kind, name, _, _)| kind == "test" && tests.contains(name))
+            .map(|(_, name, exe, _)| (name, exe))
+            .collect()
+    };
     if exes.len() != tests.len() {
         bail!("found {} of the {} test executables asked for ({})", exes.len(), tests.len(), tests.join(", "));
     }
@@ -330,11 +374,19 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     script.push_str(&sysctl_lines(&opts.sysctls)?);
     let args: Vec<String> = opts.test_args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
     for (name, exe) in &exes {
+        let guest_only = if KMOD_TESTS.contains(&name.as_str()) { " --include-ignored" } else { "" };
         script.push_str(&format!(
-            "echo \"== {name} $(cut -d' ' -f1 /proc/uptime)\"\n{} --test-threads 1 {} > /mnt/{name}.log 2>&1\n\
+            "echo \"== {name} $(cut -d' ' -f1 /proc/uptime)\"\n{} --test-threads 1{guest_only} {} > /mnt/{name}.log 2>&1\n\
              echo \"{name} $?\" >> /mnt/results\n",
             exe.display(),
             args.join(" ")
+        ));
+    }
+    if opts.bench_driver_entry {
+        script.push_str(&format!(
+            "echo \"== bench $(cut -d' ' -f1 /proc/uptime)\"\n{} driver-entry > /mnt/bench-driver-entry.md \
+             2> /mnt/bench-driver-entry.err\necho \"bench $?\" >> /mnt/results\n",
+            bin_dir.join("gpu-tracer-bench").display()
         ));
     }
     std::fs::write(out.join("run.sh"), script)?;
@@ -342,7 +394,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     // About ten times this machine's time under TCG (arm64 on x86-64 about twice that again); the
     // slowest file here takes minutes.
     let per_file = if opts.arch == Arch::Arm64 { 1500 } else { 300 };
-    let limit = Duration::from_secs(per_file * exes.len() as u64 + 120);
+    let bench_s = if opts.bench_driver_entry { 1200 } else { 0 };
+    let limit = Duration::from_secs(per_file * exes.len() as u64 + bench_s + 120);
     let (system, machine, console): (&str, &[&str], &str) = match opts.arch {
         Arch::X86_64 => ("qemu-system-x86_64", &[], "ttyS0"),
         // `virt` with `-cpu max`: pointer authentication and BTI are emulated, as on Grace.
@@ -392,9 +445,24 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
             }
         }
     }
+    if opts.bench_driver_entry {
+        let rc = results.lines().find_map(|l| l.strip_prefix("bench ")).map(str::trim);
+        let table = std::fs::read_to_string(out.join("bench-driver-entry.md")).unwrap_or_default();
+        if rc == Some("0") {
+            let _ = writeln!(&mut report, "{table}");
+        } else {
+            failed.push("gpu-tracer-bench driver-entry".into());
+            let err = std::fs::read_to_string(out.join("bench-driver-entry.err")).unwrap_or_default();
+            let tail: Vec<&str> = err.lines().rev().take(10).collect();
+            let _ = writeln!(&mut report, "kernel-matrix: bench FAILED (rc {rc:?}):");
+            for l in tail.into_iter().rev() {
+                let _ = writeln!(&mut report, "    {l}");
+            }
+        }
+    }
     print!("{report}");
     println!("kernel-matrix: guest ran {:.0} s (qemu {st}), {:.0} s in all", guest_s, started.elapsed().as_secs_f64());
-    if !st.success() && results.lines().count() < exes.len() {
+    if !st.success() && results.lines().count() < exes.len() + usize::from(opts.bench_driver_entry) {
         bail!(
             "the guest did not finish (qemu {st}, limit {} s); see {}",
             limit.as_secs(),

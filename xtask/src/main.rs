@@ -11,6 +11,7 @@ mod cmd;
 mod gpu_check;
 mod image;
 mod kernel_matrix;
+mod kmod;
 mod reliability;
 mod setup;
 mod sim;
@@ -91,10 +92,26 @@ enum Command {
         /// `kernel.perf_event_paranoid=2` to see what a node without Debian's default of 3 gets.
         #[arg(long = "sysctl", value_name = "KEY=VALUE")]
         sysctls: Vec<String>,
+        /// Build the kernel-module driver double first (`cargo xtask kmod`); implied when a test
+        /// file that needs it (driver_double, driver_entry) is asked for. The tests load it themselves.
+        #[arg(long)]
+        kmod: bool,
+        /// Also run `gpu-tracer-bench driver-entry` in the guest after the tests (the module double
+        /// is built for it): driver-entry against btf-tracepoint mode, side by side; the table is
+        /// written to target/kernel-matrix/VERSION/bench-driver-entry.md. With no --test, only
+        /// the bench runs.
+        #[arg(long)]
+        bench_driver_entry: bool,
         /// Arguments for every test executable (a name filter, `--exact NAME`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The kernel-module double of the NVIDIA driver (tests/kmod: nvidia.ko, nvidia-uvm.ko) built
+    /// against Debian's headers for the kernel `kernel-matrix` boots (6.1), with gcc-12 as that
+    /// kernel was: the headers are downloaded and unpacked once under
+    /// /opt/gpu-tracer/qemu/headers-VERSION/, the modules written to target/kmod/VERSION/ (rebuilt
+    /// only when tests/kmod changed). See docs/test-doubles.md.
+    Kmod,
     /// arm64 (Grace nodes): install the cross toolchain and qemu, run the user-space unit tests
     /// cross-built for aarch64-unknown-linux-gnu under qemu-user, then the root end-to-end tests
     /// in Debian's arm64 kernel under qemu-system-aarch64 (`kernel-matrix --arch arm64`).
@@ -150,9 +167,17 @@ fn main() {
         Command::Image { binary, out, tag, refresh_base } => {
             image::run(&image::Options { binary, out, tag, refresh_base })
         }
-        Command::KernelMatrix { arch, tests, sysctls, args } => {
-            kernel_matrix::run(&kernel_matrix::Options { arch, tests, sysctls, test_args: args })
+        Command::KernelMatrix { arch, tests, sysctls, kmod, bench_driver_entry, args } => {
+            kernel_matrix::run(&kernel_matrix::Options {
+                arch,
+                tests,
+                sysctls,
+                kmod,
+                bench_driver_entry,
+                test_args: args,
+            })
         }
+        Command::Kmod => kmod::run(),
         Command::Arm64 { no_guest, tests, args } => arm64::run(&arm64::Options { no_guest, tests, test_args: args }),
         Command::GpuCheck => gpu_check::run(),
         Command::Reliability { out, only, long, soak_seconds } => {

@@ -37,6 +37,12 @@ impl ProcessCaller {
     pub fn new(tid: u32) -> Self {
         Self { tid, tgid: tgid_of(tid).unwrap_or(tid) }
     }
+
+    /// The caller whose thread and thread-group ids are known already (the kernel-module
+    /// double's requests carry both).
+    pub fn with_ids(tid: u32, tgid: u32) -> Self {
+        Self { tid, tgid }
+    }
 }
 
 /// The thread-group id of thread `tid`, from `/proc/TID/status`.

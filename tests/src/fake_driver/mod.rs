@@ -1,4 +1,9 @@
-//! A fake NVIDIA kernel driver served over FUSE.
+//! A fake NVIDIA kernel driver served over FUSE, or behind the kernel-module double.
+//!
+//! One RM model ([`RmServer`]), two transports: [`fs`] (FUSE, any kernel, regular files) and
+//! [`kmod`] (`tests/kmod`'s `nvidia.ko` / `nvidia-uvm.ko`, real character devices with the real
+//! driver's entry points, for Debian's 6.1 kernel in `cargo xtask kernel-matrix`). The rest of
+//! this page is about the FUSE transport; [`kmod`] says what differs.
 //!
 //! `fake-nvidia-driver --mount DIR --gpus N` serves `nvidiactl`, `nvidia0..N-1`, `nvidia-uvm`,
 //! `nvidia-uvm-tools` and `nvidia-modeset` as **regular files** in `DIR` (CUSE is not available on
@@ -62,6 +67,7 @@
 
 pub mod caller;
 pub mod fs;
+pub mod kmod;
 pub mod rm;
 pub mod stats;
 

@@ -1,10 +1,11 @@
-//! [`FakeDriver`]: the `fake-nvidia-driver` binary on a fresh temp dir, unmounted on drop.
+//! [`FakeDriver`]: the `fake-nvidia-driver` binary on a fresh temp dir, unmounted on drop; or
+//! ([`FakeDriverBuilder::start_kmod`]) serving the kernel-module double's `/dev/nvidia*`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{HarnessError, Result, eventually, fresh_temp_dir, locate_binary, signal};
+use super::{HarnessError, Result, eventually, fresh_temp_dir, kmod, locate_binary, signal};
 use crate::fake_driver::{DriverStats, STATS_FILE_NAME, detach, fake_driver_mounts, is_stale_mount};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -51,21 +52,16 @@ impl FakeDriverBuilder {
         self
     }
 
-    /// Mount it; returns once the mount answers.
-    pub fn start(self) -> Result<FakeDriver> {
-        cleanup_stale_mounts();
-        let binary = match self.binary {
-            Some(b) => b,
-            None => locate_binary("fake-nvidia-driver")?,
-        };
-        let root = fresh_temp_dir("gpu-tracer-fake-nvidia")?;
-        let dev = root.join("dev");
-        let ready = root.join("ready");
-        std::fs::create_dir(&dev).map_err(|e| HarnessError::io(format!("mkdir {}", dev.display()), e))?;
-        // mountinfo shows the canonical path (fuser canonicalizes the mount point).
-        let dev = dev.canonicalize().map_err(|e| HarnessError::io(format!("canonicalize {}", dev.display()), e))?;
-        let mut cmd = Command::new(&binary);
-        cmd.arg("--mount").arg(&dev).arg("--gpus").arg(self.gpus.to_string()).arg("--ready-file").arg(&ready);
+    fn binary_path(&self) -> Result<PathBuf> {
+        match &self.binary {
+            Some(b) => Ok(b.clone()),
+            None => locate_binary("fake-nvidia-driver"),
+        }
+    }
+
+    /// The options both transports take.
+    fn common_args(&self, cmd: &mut Command, ready: &Path) {
+        cmd.arg("--gpus").arg(self.gpus.to_string()).arg("--ready-file").arg(ready);
         if let Some(b) = self.gpu_memory_bytes {
             cmd.arg("--gpu-memory-bytes").arg(b.to_string());
         }
@@ -76,21 +72,68 @@ impl FakeDriverBuilder {
             cmd.arg("--trace");
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    }
+
+    /// Serve the kernel-module double instead: load `target/kmod/$(uname -r)/nvidia.ko gpus=N`
+    /// and `nvidia-uvm.ko` unless loaded with that count (reloading them otherwise), then run
+    /// `fake-nvidia-driver --kmod`; returns once it is attached to `/dev/nvidia-double`. The
+    /// device directory is `/dev`; the modules stay loaded after the driver is dropped (calls then
+    /// fail with ENODEV). Only one such driver can run at a time.
+    pub fn start_kmod(self) -> Result<FakeDriver> {
+        let binary = self.binary_path()?;
+        kmod::ensure_loaded(self.gpus)?;
+        let root = fresh_temp_dir("gpu-tracer-nvidia-double")?;
+        let ready = root.join("ready");
+        let stats = root.join("stats.json");
+        let mut cmd = Command::new(&binary);
+        cmd.arg("--kmod").arg("--stats-file").arg(&stats);
+        self.common_args(&mut cmd, &ready);
         let child = cmd.spawn().map_err(|e| HarnessError::io(format!("spawn {}", binary.display()), e))?;
-        let mut driver = FakeDriver { child: Some(child), root, dev, gpus: self.gpus };
+        let mut driver = FakeDriver {
+            child: Some(child),
+            root,
+            dev: PathBuf::from("/dev"),
+            gpus: self.gpus,
+            kmod_stats: Some(stats),
+        };
+        driver.wait_ready(&ready)?;
+        Ok(driver)
+    }
+
+    /// Mount it; returns once the mount answers.
+    pub fn start(self) -> Result<FakeDriver> {
+        // Not beside the module double: `auto` would attach to it instead (see `kmod::unload_double`).
+        kmod::unload_double()?;
+        cleanup_stale_mounts();
+        let binary = self.binary_path()?;
+        let root = fresh_temp_dir("gpu-tracer-fake-nvidia")?;
+        let dev = root.join("dev");
+        let ready = root.join("ready");
+        std::fs::create_dir(&dev).map_err(|e| HarnessError::io(format!("mkdir {}", dev.display()), e))?;
+        // mountinfo shows the canonical path (fuser canonicalizes the mount point).
+        let dev = dev.canonicalize().map_err(|e| HarnessError::io(format!("canonicalize {}", dev.display()), e))?;
+        let mut cmd = Command::new(&binary);
+        cmd.arg("--mount").arg(&dev);
+        self.common_args(&mut cmd, &ready);
+        let child = cmd.spawn().map_err(|e| HarnessError::io(format!("spawn {}", binary.display()), e))?;
+        let mut driver = FakeDriver { child: Some(child), root, dev, gpus: self.gpus, kmod_stats: None };
         driver.wait_ready(&ready)?;
         Ok(driver)
     }
 }
 
 /// A running fake NVIDIA driver mounted on a fresh directory. Dropping it stops the server,
-/// unmounts (lazily, if files are still open) and removes the directory.
+/// unmounts (lazily, if files are still open) and removes the directory. For the kernel-module
+/// double ([`FakeDriverBuilder::start_kmod`]) the devices are `/dev`'s and dropping stops the
+/// server only.
 #[derive(Debug)]
 pub struct FakeDriver {
     child: Option<Child>,
     root: PathBuf,
     dev: PathBuf,
     gpus: u32,
+    /// The kernel-module double's stats file (`None`: FUSE, stats in the mount).
+    kmod_stats: Option<PathBuf>,
 }
 
 impl FakeDriver {
@@ -124,9 +167,10 @@ impl FakeDriver {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// The driver's current view (reads `.fake-driver-stats`).
+    /// The driver's current view (reads `.fake-driver-stats`, or the kernel-module double's stats
+    /// file).
     pub fn stats(&self) -> Result<DriverStats> {
-        let p = self.dev.join(STATS_FILE_NAME);
+        let p = self.kmod_stats.clone().unwrap_or_else(|| self.dev.join(STATS_FILE_NAME));
         let text = std::fs::read_to_string(&p).map_err(|e| HarnessError::io(format!("read {}", p.display()), e))?;
         serde_json::from_str(&text).map_err(|e| HarnessError::Protocol(format!("bad stats JSON: {e}")))
     }
@@ -141,10 +185,15 @@ impl FakeDriver {
         eventually(what, timeout, || self.stats().ok().filter(|s| pred(s)))
     }
 
+    /// Whether this is the kernel-module double.
+    pub fn is_kmod(&self) -> bool {
+        self.kmod_stats.is_some()
+    }
+
     fn wait_ready(&mut self, ready: &Path) -> Result<()> {
         let start = Instant::now();
         loop {
-            if ready.exists() && fake_driver_mounts().iter().any(|m| m == &self.dev) {
+            if ready.exists() && (self.is_kmod() || fake_driver_mounts().iter().any(|m| m == &self.dev)) {
                 return Ok(());
             }
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -175,12 +224,18 @@ impl FakeDriver {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        // The server detaches its own mount on SIGTERM; after a SIGKILL the mount is left behind
-        // with a dead connection.
-        if fake_driver_mounts().iter().any(|m| m == &self.dev) {
-            let _ = detach(&self.dev);
+        if let Some(stats) = &self.kmod_stats {
+            // The devices are /dev's and stay; only the server's files go.
+            let _ = std::fs::remove_file(stats);
+            let _ = std::fs::remove_file(stats.with_extension("tmp"));
+        } else {
+            // The server detaches its own mount on SIGTERM; after a SIGKILL the mount is left
+            // behind with a dead connection.
+            if fake_driver_mounts().iter().any(|m| m == &self.dev) {
+                let _ = detach(&self.dev);
+            }
+            let _ = std::fs::remove_dir(&self.dev);
         }
-        let _ = std::fs::remove_dir(&self.dev);
         let _ = std::fs::remove_file(self.root.join("ready"));
         std::fs::remove_dir(&self.root).map_err(|e| HarnessError::io(format!("rmdir {}", self.root.display()), e))
     }

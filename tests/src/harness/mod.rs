@@ -1,9 +1,10 @@
 //! RAII guards and helpers for root integration tests, so that a failed test leaves the machine
-//! clean: [`FakeDriver`] (a FUSE mount), [`PodCgroup`] (a cgroup v2 directory named like a
+//! clean: [`FakeDriver`] (a FUSE mount, or the kernel-module double's server), [`PodCgroup`] (a cgroup v2 directory named like a
 //! Kubernetes pod's), [`Workload`] (an `nv-workload` child driven line by line).
 
 mod cgroup;
 mod driver;
+pub mod kmod;
 mod workload;
 
 use std::io;
@@ -37,6 +38,9 @@ pub enum HarnessError {
     /// A test binary could not be found.
     #[error("binary {name} not found (looked in {searched:?}); `cargo build -p gpu-tracer-tests` builds it")]
     BinaryNotFound { name: String, searched: Vec<PathBuf> },
+    /// The kernel-module double could not be loaded (the message names the cause and the fix).
+    #[error("{0}")]
+    KernelModule(String),
 }
 
 impl HarnessError {
@@ -48,6 +52,7 @@ impl HarnessError {
             HarnessError::Exited { .. } => "exited",
             HarnessError::Protocol(_) => "protocol",
             HarnessError::BinaryNotFound { .. } => "binary_not_found",
+            HarnessError::KernelModule(_) => "kernel_module",
         }
     }
 

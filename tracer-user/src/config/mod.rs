@@ -18,8 +18,9 @@ pub enum AttachMode {
     /// Pick the cheapest mode this kernel offers.
     #[default]
     Auto,
-    /// The driver's own ioctl entry points (kprobe/fentry on `nvidia_unlocked_ioctl`): costs other
-    /// syscalls nothing. Needs kprobes or fentry and the nvidia module; detected, not yet implemented.
+    /// kprobes on the NVIDIA driver's own entry points (`nvidia_unlocked_ioctl`, open, release, and
+    /// nvidia-uvm's): costs other syscalls nothing. Needs kprobes, the nvidia module's entry points
+    /// in kallsyms and kernel BTF; `auto` takes it where they are (`probe::driver_entry`).
     DriverEntry,
     /// `tp_btf/sys_enter` + `sys_exit`, filtering by syscall number first.
     BtfTracepoint,

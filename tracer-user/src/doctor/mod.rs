@@ -197,7 +197,10 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
         f.kprobes,
         true,
         if f.kprobes {
-            "available (driver-entry attach mode is detected but not implemented yet)".to_string()
+            match &f.driver_entry {
+                Some(_) => format!("available: driver-entry attach mode on {}", f.driver_entry_detail),
+                None => format!("available, but driver-entry attach mode is not: {}", f.driver_entry_detail),
+            }
         } else {
             "not built into this kernel: driver-entry attach mode unavailable".to_string()
         },

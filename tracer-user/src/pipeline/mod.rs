@@ -217,6 +217,9 @@ impl Agent {
         if let Err(e) = k.probes.refresh_majors(&self.cfg.proc_root) {
             tracing::warn!(error = %e, "cannot update the device check's majors");
         }
+        if let Err(e) = k.probes.attach_late_uvm() {
+            tracing::warn!(error = %e, "nvidia-uvm is loaded but its driver-entry probes did not attach");
+        }
     }
 
     /// Launch counts since the previous call, per (cgroup, tgid, entry point), read fresh from the

@@ -5,7 +5,7 @@ use std::path::Path;
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData},
-    programs::{BtfTracePoint, RawTracePoint, TracePoint},
+    programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint},
 };
 use serde::Serialize;
 use tracer_common::{
@@ -16,6 +16,7 @@ use tracer_common::{
 use crate::config::{AttachMode, Config, LifecycleAttach};
 
 pub mod devcheck;
+pub mod driver_entry;
 pub mod kernel_log;
 pub mod lifecycle_layout;
 
@@ -36,32 +37,54 @@ pub struct KernelFeatures {
     pub nvidia_module: bool,
     /// The `syscalls:*` per-syscall tracepoints exist.
     pub syscall_tracepoints: bool,
+    /// Driver-entry mode's attach points on this node (kprobes present, the nvidia module loaded
+    /// and its entry points found in kallsyms), or `None`.
+    pub driver_entry: Option<driver_entry::EntryPoints>,
+    /// How the entry points were chosen, or why driver-entry mode is unavailable.
+    pub driver_entry_detail: String,
 }
 
 impl KernelFeatures {
     pub fn detect() -> Self {
         let release = crate::proc::kernel_release();
+        let kprobes = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+        let (driver_entry, driver_entry_detail) = if kprobes {
+            match driver_entry::detect() {
+                Ok(e) => {
+                    let d = e.detail.clone();
+                    (Some(e), d)
+                }
+                Err(e) => (None, e),
+            }
+        } else {
+            (None, "this kernel has no kprobes (CONFIG_KPROBES, or no kprobe PMU)".to_string())
+        };
         Self {
+            driver_entry,
+            driver_entry_detail,
             release,
             btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
             tracefs: Path::new("/sys/kernel/tracing/events").exists(),
-            kprobes: Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
+            kprobes,
             nvidia_module: Path::new("/sys/module/nvidia").exists(),
             syscall_tracepoints: Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_ioctl").exists(),
         }
     }
 }
 
-/// The attach mode to use, and why.
+/// The attach mode to use, and why: under `auto`, driver-entry where the node offers it (kprobes,
+/// the nvidia module's entry points, the kernel BTF the programs read the device minor with), then
+/// btf-tracepoint, then raw-tracepoint.
 pub fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, String) {
     match requested {
         AttachMode::Auto => {
-            let driver_entry_note = if f.nvidia_module && f.kprobes {
-                "driver-entry is possible on this node but not implemented yet; "
-            } else if !f.kprobes {
-                "driver-entry unavailable (no kprobes/fentry on this kernel); "
+            if f.driver_entry.is_some() && f.btf {
+                return (AttachMode::DriverEntry, format!("kprobes on the NVIDIA driver: {}", f.driver_entry_detail));
+            }
+            let driver_entry_note = if f.driver_entry.is_some() {
+                "driver-entry needs kernel BTF (the device minor is read at its offset); ".to_string()
             } else {
-                "driver-entry unavailable (nvidia module not loaded); "
+                format!("driver-entry unavailable: {}; ", f.driver_entry_detail)
             };
             if f.btf {
                 (AttachMode::BtfTracepoint, format!("{driver_entry_note}BTF present: tp_btf sys_enter/sys_exit"))
@@ -274,6 +297,11 @@ pub fn tracer_config(cfg: &Config) -> TracerConfig {
         wakeup_every: cfg.wakeup_every,
         families: 0,
         diagnostics: cfg.kernel_log.into(),
+        // Random per start (std's hasher keys are): driver-entry mode's file ids reveal no address.
+        file_salt: {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new().build_hasher().finish()
+        },
         ..Default::default()
     };
     tc.dev_prefix[..prefix.len()].copy_from_slice(prefix.as_bytes());
@@ -372,9 +400,22 @@ impl Probes {
             }
         }
 
+        let (mut mode, mut attach_reason) = (mode, attach_reason);
         let driver = if cfg.families.driver {
-            match attach_driver(&mut ebpf, mode) {
+            match attach_driver(&mut ebpf, mode, &features, &check) {
                 Ok(p) => FamilyStatus::Attached { programs: p },
+                // `auto` chose driver-entry and it did not attach: the next mode, and why.
+                Err(e) if mode == AttachMode::DriverEntry && cfg.attach_mode == AttachMode::Auto => {
+                    let (next, why) =
+                        choose_mode(AttachMode::Auto, &KernelFeatures { driver_entry: None, ..features.clone() });
+                    tracing::warn!(error = %e, fallback = next.as_str(), "driver-entry mode did not attach");
+                    mode = next;
+                    attach_reason = format!("driver-entry did not attach ({e}); {why}");
+                    match attach_driver(&mut ebpf, mode, &features, &check) {
+                        Ok(p) => FamilyStatus::Attached { programs: p },
+                        Err(e) => FamilyStatus::Failed { error: e },
+                    }
+                }
                 Err(e) => FamilyStatus::Failed { error: e },
             }
         } else {
@@ -469,6 +510,42 @@ impl Probes {
         Ok(true)
     }
 
+    /// Driver-entry mode with `nvidia-uvm` not loaded at start (it is often loaded on demand, by
+    /// the first CUDA process): once the module is there, attach its probes too. Returns whether
+    /// they were attached now; an attach error is returned (and tried again next time).
+    pub fn attach_late_uvm(&mut self) -> Result<bool, String> {
+        let waiting = self.report.attach_mode == ProbeMode::Attached(AttachMode::DriverEntry)
+            && matches!(self.report.driver, FamilyStatus::Attached { .. })
+            && self.report.features.driver_entry.as_ref().is_some_and(|e| e.uvm.is_none());
+        if !waiting || !Path::new("/sys/module/nvidia_uvm").exists() {
+            return Ok(false);
+        }
+        let points = driver_entry::detect()?;
+        let Some(u) = points.uvm else { return Ok(false) };
+        for (prog, func) in [
+            (prog_names::DE_UVM_OPEN, u.open),
+            (prog_names::DE_OPEN_RET, u.open),
+            (prog_names::DE_UVM_IOCTL, u.ioctl),
+            (prog_names::DE_IOCTL_RET, u.ioctl),
+            (prog_names::DE_RELEASE, u.release),
+        ] {
+            let p: &mut KProbe = program(&mut self.ebpf, prog)?;
+            if p.fd().is_err() {
+                p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+            }
+            let kind = probe_kind(p);
+            p.attach(func, 0).map_err(|e| error_with_causes(&format!("attaching {kind}/{func}"), &e).0)?;
+            if let FamilyStatus::Attached { programs } = &mut self.report.driver {
+                programs.push(format!("{kind}/{func} (nvidia-uvm loaded after the agent)"));
+            }
+        }
+        if let Some(e) = &mut self.report.features.driver_entry {
+            e.uvm = Some(u);
+        }
+        tracing::info!(ioctl = u.ioctl, "nvidia-uvm appeared: its driver-entry probes are attached");
+        Ok(true)
+    }
+
     /// Switch the kernel-side diagnostics ([`kernel_log`]) on or off, at once, without reloading.
     pub fn set_diagnostics(&mut self, on: bool) -> Result<(), ProbeError> {
         let m = self.ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
@@ -546,7 +623,12 @@ where
         .map_err(|e| format!("{name}: {e}"))
 }
 
-fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, String> {
+fn attach_driver(
+    ebpf: &mut Ebpf,
+    mode: AttachMode,
+    features: &KernelFeatures,
+    check: &DeviceCheck,
+) -> Result<Vec<String>, String> {
     let mut attached = Vec::new();
     match mode {
         AttachMode::SyscallTracepoint => {
@@ -581,14 +663,72 @@ fn attach_driver(ebpf: &mut Ebpf, mode: AttachMode) -> Result<Vec<String>, Strin
                 attached.push(format!("tp_btf/{tp}"));
             }
         }
-        AttachMode::DriverEntry => {
-            return Err("attach mode driver-entry is not implemented yet (it needs kprobes or fentry on \
-                        nvidia_unlocked_ioctl); use auto, btf-tracepoint, raw-tracepoint or syscall-tracepoint"
-                .into());
-        }
+        AttachMode::DriverEntry => return attach_driver_entry(ebpf, features, check),
         AttachMode::Auto => unreachable!("resolved by choose_mode"),
     }
     Ok(attached)
+}
+
+/// The driver-entry programs (kprobes on the NVIDIA driver's open, release and ioctl, kretprobes
+/// on open and ioctl), or an error naming why this node cannot have them. On an error the
+/// programs already loaded are unloaded, so a fallback mode starts clean.
+fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck) -> Result<Vec<String>, String> {
+    if !f.kprobes {
+        return Err(format!("attach mode driver-entry: {}", f.driver_entry_detail));
+    }
+    let Some(points) = &f.driver_entry else {
+        return Err(format!("attach mode driver-entry: {}", f.driver_entry_detail));
+    };
+    if check.enabled == 0 || check.file_inode == 0 || check.inode_rdev == 0 {
+        return Err("attach mode driver-entry needs the kernel's BTF (/sys/kernel/btf/vmlinux) to read a file's \
+                    device minor; use btf-tracepoint or raw-tracepoint"
+            .into());
+    }
+    let mut plan: Vec<(&str, &str)> = vec![
+        (prog_names::DE_NV_OPEN, points.nvidia.open),
+        (prog_names::DE_OPEN_RET, points.nvidia.open),
+        (prog_names::DE_NV_IOCTL, points.nvidia.ioctl),
+        (prog_names::DE_IOCTL_RET, points.nvidia.ioctl),
+        (prog_names::DE_RELEASE, points.nvidia.release),
+    ];
+    if let Some(u) = &points.uvm {
+        plan.extend([
+            (prog_names::DE_UVM_OPEN, u.open),
+            (prog_names::DE_OPEN_RET, u.open),
+            (prog_names::DE_UVM_IOCTL, u.ioctl),
+            (prog_names::DE_IOCTL_RET, u.ioctl),
+            (prog_names::DE_RELEASE, u.release),
+        ]);
+    }
+    let attach = |ebpf: &mut Ebpf| {
+        let mut attached = Vec::new();
+        for (prog, func) in &plan {
+            let p: &mut KProbe = program(ebpf, prog)?;
+            if p.fd().is_err() {
+                p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
+            }
+            let kind = probe_kind(p);
+            p.attach(func, 0).map_err(|e| error_with_causes(&format!("attaching {kind}/{func}"), &e).0)?;
+            attached.push(format!("{kind}/{func}"));
+        }
+        attached.push(format!("({})", points.detail));
+        Ok(attached)
+    };
+    attach(ebpf).inspect_err(|_| {
+        for name in prog_names::DRIVER_ENTRY {
+            if let Ok(p) = program::<KProbe>(ebpf, name) {
+                let _ = p.unload();
+            }
+        }
+    })
+}
+
+/// `kprobe` or `kretprobe`.
+fn probe_kind(p: &KProbe) -> &'static str {
+    match p.kind() {
+        aya::programs::ProbeKind::Entry => "kprobe",
+        aya::programs::ProbeKind::Return => "kretprobe",
+    }
 }
 
 /// The lifecycle programs as `setting` asks: tp_btf (BPF links; the fields at BTF offsets) where

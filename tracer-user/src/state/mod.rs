@@ -251,11 +251,17 @@ impl TracerState {
             Event::FdOpened { device, fd, open_flags, .. } => {
                 if let Some(tgid) = self.touch(h, start_time_ticks, true) {
                     let cloexec = *open_flags & libc::O_CLOEXEC as u32 != 0;
-                    if self.processes.get(&tgid).is_some_and(|p| p.fds.contains_key(fd)) {
-                        self.counters.stale_fds_replaced += 1;
-                        self.close_fd(tgid, *fd);
+                    let same_file = |p: &Process| p.fds.get(fd).is_some_and(|f| f.device.file_id == device.file_id);
+                    if *fd as u32 >= tracer_common::FILE_SLOT_BASE && self.processes.get(&tgid).is_some_and(same_file) {
+                        // Driver-entry mode registers a file at its first call in a process, and
+                        // again when processes take turns with it: the same open file, no change.
+                    } else {
+                        if self.processes.get(&tgid).is_some_and(|p| p.fds.contains_key(fd)) {
+                            self.counters.stale_fds_replaced += 1;
+                            self.close_fd(tgid, *fd);
+                        }
+                        self.add_fd(tgid, *fd, *device, cloexec);
                     }
-                    self.add_fd(tgid, *fd, *device, cloexec);
                 }
             }
             Event::FdDuped { device, old_fd, new_fd, .. } => {
@@ -268,6 +274,19 @@ impl TracerState {
                     }
                     // dup/dup2 clear FD_CLOEXEC; dup3(O_CLOEXEC) is not visible here.
                     self.add_fd(tgid, *new_fd, *device, false);
+                }
+            }
+            Event::FdClosed { fd, device, .. } if *fd as u32 >= tracer_common::FILE_SLOT_BASE => {
+                // Driver-entry mode: the driver released the file (its last reference went), so
+                // it is closed in every process that used it, whichever task dropped it last.
+                let users: Vec<u32> = self
+                    .processes
+                    .iter()
+                    .filter(|(_, p)| p.fds.get(fd).is_some_and(|f| f.device.file_id == device.file_id))
+                    .map(|(&t, _)| t)
+                    .collect();
+                for tgid in users {
+                    self.close_fd(tgid, *fd);
                 }
             }
             Event::FdClosed { fd, .. } => {

@@ -915,3 +915,33 @@ fn a_count_only_record_read_after_its_process_exit_does_not_bring_it_back() {
     assert_eq!(s.processes.len(), 1);
     assert_eq!(s.counters.records_after_exit, 1);
 }
+
+/// Driver-entry mode: a file is named by its slot; its open record may come again (first call in
+/// a process, processes taking turns), and its release closes it in every process that used it.
+#[test]
+fn a_released_file_slot_is_closed_in_every_process_that_used_it() {
+    let mut w = World::new();
+    let slot = tracer_common::FILE_SLOT_BASE as i32 | 0x1234;
+    let ctl = encode::ctl(0xfeed);
+    w.open(10, 500, slot, ctl);
+    w.ioctl(10, 500, ctl, root(CLIENT));
+    w.ioctl(10, 500, ctl, device(CLIENT, DEVICE, 0));
+    w.ioctl(10, 500, ctl, vidmem(CLIENT, DEVICE, 0x100, MIB));
+    // The same file registered again in the same process: nothing changes.
+    w.open(10, 500, slot, ctl);
+    assert_eq!(w.totals().vidmem_bytes, MIB);
+    assert_eq!(w.snap().counters.stale_fds_replaced, 0);
+    // A forked child uses the inherited file: its own client through it.
+    w.open(11, 500, slot, ctl);
+    w.ioctl(11, 500, ctl, root(0xc1d0_0009));
+    w.ioctl(11, 500, ctl, device(0xc1d0_0009, DEVICE, 0));
+    w.ioctl(11, 500, ctl, vidmem(0xc1d0_0009, DEVICE, 0x100, 2 * MIB));
+    assert_eq!(w.totals().vidmem_bytes, 3 * MIB);
+    // One release (carrying the last user's tgid) frees both processes' clients of that file.
+    assert_eq!(w.close(11, 500, slot, ctl), Some(3 * MIB));
+    assert!(w.totals().is_idle(), "{:?}", w.totals());
+    assert_eq!(w.snap().counters.released_by.get("fd_release"), Some(&2));
+    // A release of a file no process holds (its processes exited first) changes nothing.
+    assert_eq!(w.close(12, 500, slot, ctl), None);
+    assert_eq!(w.snap().counters.unknown_fd_closes, 0);
+}

@@ -21,7 +21,9 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// (`cargo xtask image`, tests/tests/image.rs; vfs storage and chroot isolation need nothing more).
 /// `qemu-system-x86` and `busybox-static` boot the second kernel of `cargo xtask kernel-matrix`.
 /// `chromium` (headless) and `fonts-dejavu-core` render `profile --html`'s report in
-/// tests/tests/profile.rs.
+/// tests/tests/profile.rs. `gcc-12` (the compiler Debian's 6.1 kernel is built with), `make` and
+/// `libelf1` (objtool, from the unpacked linux-kbuild package, links it) build the kernel-module
+/// driver double with `cargo xtask kmod`.
 const APT_PACKAGES: &[&str] = &[
     "fuse3",
     "bpftrace",
@@ -35,6 +37,9 @@ const APT_PACKAGES: &[&str] = &[
     "busybox-static",
     "chromium",
     "fonts-dejavu-core",
+    "gcc-12",
+    "make",
+    "libelf1",
 ];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];

@@ -14,7 +14,26 @@ use std::sync::{Arc, Mutex};
 
 /// Tests that may be reported as `ignored`, with the reason. Names as libtest prints them
 /// (`module::test_name`, or `src/lib.rs - item (line N)` for doc tests).
-const ALLOWED_IGNORED: &[(&str, &str)] = &[];
+const ALLOWED_IGNORED: &[(&str, &str)] = &[
+    // tests/tests/driver_double.rs: the kernel-module double is built for Debian's 6.1 kernel, which
+    // this machine does not run; `cargo xtask kernel-matrix --test driver_double` runs them there.
+    ("nodes_are_character_devices_with_the_real_entry_points", DRIVER_DOUBLE),
+    ("init_alloc_free_through_the_modules", DRIVER_DOUBLE),
+    ("last_close_and_exit_free_the_clients_before_returning", DRIVER_DOUBLE),
+    ("bad_arguments_fail_in_the_module", DRIVER_DOUBLE),
+    ("a_managed_mapping_holds_the_uvm_file", DRIVER_DOUBLE),
+    ("a_dead_server_fails_pending_calls_at_once", DRIVER_DOUBLE),
+    ("a_killed_caller_does_not_wait_for_its_answer", DRIVER_DOUBLE),
+    // tests/tests/driver_entry.rs: kprobes (absent from this kernel) on the module double.
+    ("auto_chooses_driver_entry_and_probes_only_the_drivers_entry_points", DRIVER_ENTRY),
+    ("three_pods_one_gpu_give_the_same_bytes_in_driver_entry_and_btf_tracepoint_mode", DRIVER_ENTRY),
+    ("a_killed_process_releases_its_memory_at_exit_in_driver_entry_mode", DRIVER_ENTRY),
+    ("a_dup_fd_is_the_same_file_and_its_release_frees_the_clients", DRIVER_ENTRY),
+    ("bad_ioctl_arguments_are_malformed_events_in_driver_entry_mode", DRIVER_ENTRY),
+    ("files_opened_before_the_agent_are_registered_at_their_first_call", DRIVER_ENTRY),
+];
+const DRIVER_ENTRY: &str = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry";
+const DRIVER_DOUBLE: &str = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double";
 
 /// What libtest reported, summed over every test binary and the doc tests.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -42,3 +42,30 @@ fn a_clean_run_has_a_plain_closing_line() {
     assert_eq!(s.line(), "12 passed, 0 failed");
     assert!(s.unexpected_ignored(ALLOWED_IGNORED).is_empty());
 }
+
+/// Every `#[ignore]`d test of the guest-only files is allowed, and nothing else of theirs is listed.
+#[test]
+fn guest_only_tests_are_exactly_the_allowed_ignored_ones() {
+    for file in crate::kernel_matrix::KMOD_TESTS {
+        let path = cmd::workspace_root().join(format!("tests/tests/{file}.rs"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut ignored = Vec::new();
+        let mut lines = text.lines();
+        while let Some(l) = lines.next() {
+            if l.trim_start().starts_with("#[ignore") {
+                let f = lines.find_map(|l| l.trim_start().strip_prefix("fn ")).unwrap();
+                ignored.push(f.split('(').next().unwrap().to_string());
+            }
+        }
+        assert!(!ignored.is_empty(), "{}", path.display());
+        for name in &ignored {
+            assert!(ALLOWED_IGNORED.iter().any(|(a, _)| a == name), "{name} ({file}.rs) is not in ALLOWED_IGNORED");
+        }
+        for (name, why) in ALLOWED_IGNORED.iter().filter(|(_, why)| why.contains(&format!("--test {file}"))) {
+            assert!(
+                ignored.iter().any(|n| n == name),
+                "ALLOWED_IGNORED lists {name} ({why}), {file}.rs has no such test"
+            );
+        }
+    }
+}

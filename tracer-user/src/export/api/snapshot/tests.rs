@@ -646,6 +646,8 @@ fn report(cuda: FamilyStatus) -> ProbeReport {
             kprobes: true,
             nvidia_module: true,
             syscall_tracepoints: false,
+            driver_entry: None,
+            driver_entry_detail: String::new(),
         },
         attach_mode: ProbeMode::Attached(AttachMode::BtfTracepoint),
         attach_reason: "BTF present: tp_btf sys_enter/sys_exit".into(),

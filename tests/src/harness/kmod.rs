@@ -1,0 +1,138 @@
+//! Loading the kernel-module double (`tests/kmod`'s `nvidia.ko` and `nvidia-uvm.ko`) for
+//! [`super::FakeDriverBuilder::start_kmod`], with `finit_module(2)` and `delete_module(2)`
+//! directly (no kmod tools needed).
+//!
+//! The modules stay loaded when a test ends (the next test reuses them); they are reloaded only
+//! when a test asks for another number of GPUs.
+
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::{HarnessError, Result};
+use crate::fake_driver::kmod::{GPUS_PARAMETER, module_gpus};
+
+/// Where `cargo xtask kmod` writes the modules for kernel `release` (`GPU_TRACER_KMOD_DIR`
+/// overrides the directory).
+pub fn module_dir(release: &str) -> PathBuf {
+    match std::env::var_os("GPU_TRACER_KMOD_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => {
+            let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
+            tests.parent().unwrap_or(tests).join("target/kmod").join(release)
+        }
+    }
+}
+
+/// The running kernel's release (`uname -r`).
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// Whether the double's modules are built for the running kernel.
+pub fn built_for_this_kernel() -> bool {
+    let dir = module_dir(&kernel_release());
+    dir.join("nvidia.ko").is_file() && dir.join("nvidia-uvm.ko").is_file()
+}
+
+/// Make sure `nvidia` (with `gpus`) and `nvidia_uvm` are loaded: load them if absent, reload them
+/// if loaded with another GPU count, refuse a real NVIDIA driver.
+pub fn ensure_loaded(gpus: u32) -> Result<()> {
+    let release = kernel_release();
+    let dir = module_dir(&release);
+    let nvidia = dir.join("nvidia.ko");
+    let uvm = dir.join("nvidia-uvm.ko");
+    for m in [&nvidia, &uvm] {
+        if !m.is_file() {
+            return Err(HarnessError::KernelModule(format!(
+                "{} not found: this double is built for Debian's 6.1 kernel by `cargo xtask kmod` and runs in \
+                 `cargo xtask kernel-matrix --test driver_double` (this kernel is {release})",
+                m.display()
+            )));
+        }
+    }
+    if Path::new("/sys/module/nvidia").exists() {
+        match module_gpus(Path::new(GPUS_PARAMETER)) {
+            Some(n) if n == gpus => {}
+            Some(n) => {
+                // Reload with the count asked for; fails with EBUSY while files are open.
+                for name in ["nvidia_uvm", "nvidia"] {
+                    if Path::new("/sys/module").join(name).exists() {
+                        unload(name).map_err(|e| {
+                            HarnessError::KernelModule(format!(
+                                "nvidia.ko is loaded with gpus={n}, {gpus} asked for, and unloading {name} failed: \
+                                 {e} (a process still has a device open, or a server is attached?)"
+                            ))
+                        })?;
+                    }
+                }
+            }
+            None => {
+                return Err(HarnessError::KernelModule(format!(
+                    "an nvidia module without {GPUS_PARAMETER} is loaded: a real NVIDIA driver, not the double; \
+                     run these tests where it is not loaded"
+                )));
+            }
+        }
+    }
+    if !Path::new("/sys/module/nvidia").exists() {
+        load(&nvidia, &format!("gpus={gpus}"))?;
+    }
+    if !Path::new("/sys/module/nvidia_uvm").exists() {
+        load(&uvm, "")?;
+    }
+    Ok(())
+}
+
+/// Unload the double's modules if they are loaded (a module with the double's `gpus` parameter;
+/// a real NVIDIA driver is left alone). The FUSE double's tests call this first: with the module
+/// double loaded, `attach_mode = auto` would choose driver-entry mode on it and see nothing of
+/// the FUSE devices. Unloading fails (and is reported) while a process holds one of its devices.
+pub fn unload_double() -> Result<()> {
+    if !Path::new(GPUS_PARAMETER).exists() {
+        return Ok(());
+    }
+    for name in ["nvidia_uvm", "nvidia"] {
+        if Path::new("/sys/module").join(name).exists() {
+            unload(name).map_err(|e| {
+                HarnessError::KernelModule(format!(
+                    "the kernel-module double is loaded and unloading {name} failed: {e} (a process still has \
+                     one of its devices open?)"
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// `finit_module(fd, params, 0)`; a module that is already there (a race) is fine.
+fn load(path: &Path, params: &str) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(|e| HarnessError::io(format!("open {}", path.display()), e))?;
+    let params = CString::new(params).expect("no NUL in module parameters");
+    // SAFETY: the fd is open for the call and `params` is a valid NUL-terminated string.
+    let rc = unsafe { libc::syscall(libc::SYS_finit_module, file.as_raw_fd(), params.as_ptr(), 0) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EEXIST) {
+        return Ok(());
+    }
+    let hint = match e.raw_os_error() {
+        Some(libc::ENOEXEC) | Some(libc::EINVAL) => {
+            " (built for another kernel? `cargo xtask kmod` builds for Debian's 6.1; see the kernel log)"
+        }
+        Some(libc::ENOENT) => " (nvidia-uvm.ko needs nvidia.ko loaded first)",
+        Some(libc::EPERM) => " (needs root, CAP_SYS_MODULE, and modules not disabled)",
+        _ => "",
+    };
+    Err(HarnessError::KernelModule(format!("finit_module {} {:?}: {e}{hint}", path.display(), params)))
+}
+
+/// `delete_module(name, O_NONBLOCK)`.
+fn unload(name: &str) -> std::io::Result<()> {
+    let c = CString::new(name).expect("no NUL in a module name");
+    // SAFETY: `c` is a valid NUL-terminated module name.
+    let rc = unsafe { libc::syscall(libc::SYS_delete_module, c.as_ptr(), libc::O_NONBLOCK) };
+    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}

@@ -1,0 +1,261 @@
+//! Driver-entry mode: the `driver` family's probes on the NVIDIA driver's own file operations
+//! (kprobes on `nvidia.ko`'s and `nvidia-uvm.ko`'s open, ioctl and release; kretprobes on open and
+//! ioctl) instead of on every syscall of the node. Only the calls that are inside the NVIDIA
+//! driver run a program, so other processes' syscalls pay nothing.
+//!
+//! What changes against the syscall modes is where the facts come from, not what is recorded:
+//! - the device is known from the probe itself (the call is inside the NVIDIA driver), its minor
+//!   from the inode; no path match and no fd-table walk decide that a call is an NVIDIA call;
+//! - the driver sees the open *file*, not the fd: an fd and its dups, and a forked child's
+//!   inherited fd, are one file, and the driver frees the file's RM clients when its last reference
+//!   is released. Records name the file by its *file slot* (`tracer_common::NvFile`) in place of an
+//!   fd, and a release closes that slot in every process that used it;
+//! - a file opened before the agent attached is registered at its first call (flag
+//!   `FIRST_SEEN_IN_CALL` on its open record), as is a file another process uses first (a fork).
+//!
+//! The ioctl's decoding and record are the syscall modes' own (`driver::exit_ioctl`).
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    programs::{ProbeContext, RetProbeContext},
+};
+use tracer_common::{
+    DeviceRef, FdCloseRecord, FdOpenRecord, Inflight, NvFile, counter, device_kind, file_identity, flags, probe, sysno,
+};
+
+use crate::{
+    driver, emit,
+    maps::{CONFIG, DE_IOCTL_ENTRY, INFLIGHT, NV_FILES},
+};
+
+/// Which driver a probe sits in.
+#[derive(Clone, Copy)]
+pub enum Driver {
+    /// `nvidia.ko`: `/dev/nvidiactl` (minor 255), `/dev/nvidia-modeset` (254), `/dev/nvidiaN`.
+    Frontend,
+    /// `nvidia-uvm.ko`: `/dev/nvidia-uvm` (minor 0), `/dev/nvidia-uvm-tools` (1).
+    Uvm,
+}
+
+/// The `Inflight::sysno` of an open between its entry and return (no syscall has this number).
+const OPEN_IN_FLIGHT: u32 = u32::MAX - 1;
+
+/// The device of an inode of `driver`, by its minor (`inode->i_rdev` at the BTF offset user space
+/// found), with the file's identity.
+#[inline(always)]
+fn device(driver: Driver, inode: u64, file: u64) -> Option<DeviceRef> {
+    let cfg = CONFIG.get(0)?;
+    // SAFETY: a kernel read at the BTF offset of `inode.i_rdev`; a bad address fails the helper.
+    let rdev: u32 =
+        unsafe { bpf_probe_read_kernel((inode as *const u8).add(cfg.device_check.inode_rdev as usize) as *const u32) }
+            .ok()?;
+    let minor = rdev & 0xf_ffff;
+    let kind = match driver {
+        Driver::Frontend if minor == 255 => device_kind::CTL,
+        Driver::Frontend if minor == 254 => device_kind::MODESET,
+        Driver::Frontend => device_kind::GPU,
+        Driver::Uvm if minor == 0 => device_kind::UVM,
+        Driver::Uvm => device_kind::UVM_TOOLS,
+    };
+    let minor = if kind == device_kind::GPU { minor } else { 0 };
+    let (file_id, _) = file_identity(file, cfg.file_salt);
+    Some(DeviceRef { kind, _pad: [0; 3], minor, file_id })
+}
+
+/// The inode of an open file (`file->f_inode`).
+#[inline(always)]
+fn inode_of(file: u64) -> Option<u64> {
+    let cfg = CONFIG.get(0)?;
+    // SAFETY: a kernel read at the BTF offset of `file.f_inode`.
+    unsafe { bpf_probe_read_kernel((file as *const u8).add(cfg.device_check.file_inode as usize) as *const u64) }.ok()
+}
+
+/// Is `tgid` the agent (its NVML calls are not workload calls)?
+#[inline(always)]
+fn is_agent(tgid: u32) -> bool {
+    CONFIG.get(0).is_none_or(|c| c.agent_tgid == tgid)
+}
+
+/// Keep an open's entry state for its return. A state the thread left before means that open's
+/// return never came (the kernel had no free kretprobe instance): counted as `no_return`.
+#[inline(always)]
+fn stash_open(pid_tgid: u64, st: &Inflight) {
+    const EEXIST: i32 = 17;
+    match INFLIGHT.insert(&pid_tgid, st, aya_ebpf::bindings::BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        Err(e) if e == -EEXIST => {
+            emit::drop_event(probe::OPEN, counter::DROP_NO_RETURN);
+            if INFLIGHT.insert(&pid_tgid, st, 0).is_err() {
+                emit::drop_event(probe::OPEN, counter::DROP_INFLIGHT_FULL);
+            }
+        }
+        Err(_) => emit::drop_event(probe::OPEN, counter::DROP_INFLIGHT_FULL),
+    }
+}
+
+/// Send the open record of `f` for `pid_tgid`.
+#[inline(always)]
+fn emit_open(f: &NvFile, fl: u16) {
+    if let Some(mut e) = emit::reserve::<FdOpenRecord>(probe::OPEN, fl) {
+        let r = e.as_mut_ptr();
+        // SAFETY: r points at a reserved FdOpenRecord.
+        unsafe {
+            (*r).dev = f.dev;
+            (*r).fd = f.slot as i32;
+            (*r).open_flags = 0;
+        }
+        emit::submit(probe::OPEN, e);
+    }
+}
+
+/// `nvidia_open(inode, file)` / `uvm_open_entry(inode, file)` entry.
+#[inline(always)]
+pub fn on_open(ctx: &ProbeContext, driver: Driver) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if is_agent((pid_tgid >> 32) as u32) {
+        return;
+    }
+    let (Some(inode), Some(file)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else { return };
+    let Some(dev) = device(driver, inode, file) else { return };
+    let mut st = Inflight { sysno: OPEN_IN_FLIGHT, dev, ..Default::default() };
+    st.args[0] = file;
+    stash_open(pid_tgid, &st);
+}
+
+/// The open's return: a file the driver accepted is registered and reported.
+#[inline(always)]
+pub fn on_open_return(ctx: &RetProbeContext) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: copied out immediately.
+    let Some(st) = (unsafe { INFLIGHT.get(&pid_tgid) }).copied() else { return };
+    let _ = INFLIGHT.remove(&pid_tgid);
+    let ret: i64 = ctx.ret::<i64>();
+    if st.sysno != OPEN_IN_FLIGHT || ret != 0 {
+        return;
+    }
+    let Some(cfg) = CONFIG.get(0) else { return };
+    let tgid = (pid_tgid >> 32) as u32;
+    let (_, slot) = file_identity(st.args[0], cfg.file_salt);
+    let f = NvFile { dev: st.dev, tgid, slot };
+    if NV_FILES.insert(&st.args[0], &f, 0).is_err() {
+        emit::drop_event(probe::OPEN, counter::DROP_FD_MAP);
+        return;
+    }
+    driver::set_tracked(tgid, true);
+    emit_open(&f, 0);
+}
+
+/// `nvidia_unlocked_ioctl(file, cmd, arg)` / `uvm_unlocked_ioctl_entry(file, cmd, arg)` entry.
+#[inline(always)]
+pub fn on_ioctl(ctx: &ProbeContext, driver: Driver) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if is_agent(tgid) {
+        return;
+    }
+    let (Some(file), Some(cmd), Some(arg)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1), ctx.arg::<u64>(2)) else {
+        return;
+    };
+    let Some(cfg) = CONFIG.get(0) else { return };
+    let f = match NV_FILES.get_ptr_mut(&file) {
+        Some(p) => {
+            // SAFETY: a value of this map, copied out; one store below.
+            let f = unsafe { *p };
+            if f.tgid != tgid {
+                // Another process uses the file (a forked child, a passed fd): it needs the file
+                // in its own table first. Registered once per new user, which becomes the owner.
+                // SAFETY: as above.
+                unsafe { (*p).tgid = tgid };
+                let mine = NvFile { tgid, ..f };
+                driver::set_tracked(tgid, true);
+                emit_open(&mine, flags::FIRST_SEEN_IN_CALL);
+                mine
+            } else {
+                f
+            }
+        }
+        None => {
+            // Opened before the agent attached (or evicted from the map): registered now.
+            let Some(inode) = inode_of(file) else { return };
+            let Some(dev) = device(driver, inode, file) else { return };
+            let (_, slot) = file_identity(file, cfg.file_salt);
+            let f = NvFile { dev, tgid, slot };
+            if NV_FILES.insert(&file, &f, 0).is_err() {
+                emit::drop_event(probe::IOCTL, counter::DROP_FD_MAP);
+                return;
+            }
+            driver::set_tracked(tgid, true);
+            emit_open(&f, flags::FIRST_SEEN_IN_CALL);
+            f
+        }
+    };
+    let Some(e) = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) else { return };
+    // SAFETY: a value of this program's array; plain loads and stores.
+    unsafe {
+        if (*e).pid_tgid == pid_tgid {
+            // This thread's previous call never returned through the kretprobe.
+            emit::drop_event(probe::IOCTL, counter::DROP_NO_RETURN);
+        }
+        (*e).pid_tgid = pid_tgid;
+        let st = &mut (*e).st;
+        st.sysno = sysno::IOCTL;
+        st.fd = f.slot as i32;
+        st.dev = f.dev;
+        st.args[0] = cmd;
+        st.args[1] = arg;
+        st.enter_ktime = bpf_ktime_get_ns();
+    }
+}
+
+/// `DE_IOCTL_ENTRY` slot of a thread.
+#[inline(always)]
+fn ioctl_slot(pid_tgid: u64) -> u32 {
+    (pid_tgid as u32) & (tracer_common::capacity::DE_IOCTL_ENTRY - 1)
+}
+
+/// The ioctl's return: the same record as the syscall modes'.
+#[inline(always)]
+pub fn on_ioctl_return(ctx: &RetProbeContext) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(e) = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) else { return };
+    // SAFETY: a value of this program's array, copied out and released.
+    let st = unsafe {
+        if (*e).pid_tgid != pid_tgid {
+            // The agent's own calls have no entry state; any other call lost its entry (another
+            // thread with the same slot took it, or the call began before the probes).
+            if !is_agent((pid_tgid >> 32) as u32) {
+                emit::drop_event(probe::IOCTL, counter::DROP_NO_ENTRY);
+            }
+            return;
+        }
+        (*e).pid_tgid = 0;
+        (*e).st
+    };
+    let ret: i64 = ctx.ret::<i64>();
+    driver::exit_ioctl(&st, ret, pid_tgid);
+}
+
+/// `nvidia_close(inode, file)` / `uvm_release_entry(inode, file)`: the file's last reference is
+/// gone. Its slot is closed in every process that used it (user space does that for a slot).
+#[inline(always)]
+pub fn on_release(ctx: &ProbeContext) {
+    let Some(file) = ctx.arg::<u64>(1) else { return };
+    // SAFETY: copied out immediately.
+    let Some(f) = (unsafe { NV_FILES.get(&file) }).copied() else { return };
+    let _ = NV_FILES.remove(&file);
+    // The record carries the file's last user, whatever task drops the last reference.
+    let pid_tgid = ((f.tgid as u64) << 32) | f.tgid as u64;
+    // SAFETY: helpers without arguments: the monotonic clock and the current task's cgroup.
+    let (now, cgroup_id) = unsafe { (bpf_ktime_get_ns(), aya_ebpf::helpers::bpf_get_current_cgroup_id()) };
+    let Some(mut e) = emit::reserve_at::<FdCloseRecord>(emit::Ring::Ledger, probe::CLOSE, 0, pid_tgid, now, cgroup_id)
+    else {
+        return;
+    };
+    let r = e.as_mut_ptr();
+    // SAFETY: r points at a reserved FdCloseRecord.
+    unsafe {
+        (*r).dev = f.dev;
+        (*r).fd = f.slot as i32;
+        (*r)._pad = 0;
+    }
+    emit::submit(probe::CLOSE, e);
+}

@@ -1,0 +1,216 @@
+//! `cargo xtask kmod`: the kernel-module double of the NVIDIA driver (`tests/kmod`: `nvidia.ko`,
+//! `nvidia-uvm.ko`) built for the kernel `cargo xtask kernel-matrix` boots (Debian's 6.1).
+//!
+//! The headers come from Debian's own packages, not from this machine (whose kernel is another):
+//! `linux-headers-<version>`, and what it depends on, `linux-headers-<abi>-common` and
+//! `linux-kbuild-<major.minor>`, fetched with `apt-get download` and unpacked with `dpkg-deb -x`
+//! into a private root, [`kernel_matrix::CACHE`]`/headers-<version>/`. Their layout is kept as the
+//! packages lay it out (the relative `scripts` and `tools` links resolve inside that root); the
+//! one absolute path, the flavour Makefile's `include /usr/src/linux-headers-<abi>-common/Makefile`,
+//! is pointed into the root. Kbuild then builds with the compiler the kernel was built with
+//! (`CC = gcc-12` in that Makefile): this machine's `gcc-12`, refused when its version differs from
+//! the headers' `CONFIG_CC_VERSION_TEXT`.
+//!
+//! Output: `target/kmod/<version>/{nvidia,nvidia-uvm}.ko`, rebuilt only when the sources, the
+//! headers or the compiler changed (a stamp beside them says which). The build happens in a copy
+//! of the sources, `target/kmod/build/`, so the source tree never holds build products.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, anyhow, bail};
+
+use crate::{cmd, kernel_matrix, setup};
+
+/// The modules built, as `make` names them.
+pub const MODULES: &[&str] = &["nvidia.ko", "nvidia-uvm.ko"];
+
+/// `cargo xtask kmod`.
+pub fn run() -> anyhow::Result<()> {
+    setup::run_setup()?;
+    let dir = build()?;
+    println!("kmod: {} in {}", MODULES.join(" and "), dir.display());
+    Ok(())
+}
+
+/// Builds the modules for the guest kernel (if anything changed) and returns their directory.
+pub fn build() -> anyhow::Result<PathBuf> {
+    let version = kernel_matrix::x86_64_version()
+        .context("cause: could not find which kernel the guest boots; fix: `apt-get update`, then rerun")?;
+    let headers = headers(&version)?;
+    let compiler = check_compiler(&headers)?;
+
+    let src = cmd::workspace_root().join("tests/kmod");
+    let out = cmd::workspace_root().join("target/kmod").join(&version);
+    let stamp_path = out.join(".stamp");
+    let stamp = stamp(&src, &version, &compiler)?;
+    if std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) && MODULES.iter().all(|m| out.join(m).is_file()) {
+        println!("kmod: {} for {version} up to date", MODULES.join(", "));
+        return Ok(out);
+    }
+
+    let work = cmd::workspace_root().join("target/kmod/build");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    for f in sources(&src)? {
+        std::fs::copy(&f, work.join(f.file_name().expect("a file")))
+            .with_context(|| format!("copying {}", f.display()))?;
+    }
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cmd::run(
+        Command::new("make")
+            .arg("-C")
+            .arg(&headers)
+            .arg(format!("M={}", work.display()))
+            .arg(format!("-j{jobs}"))
+            .arg("modules")
+            // Kbuild reads these from the environment; none of this machine's must leak in.
+            .env_remove("ARCH")
+            .env_remove("CROSS_COMPILE")
+            .env_remove("KBUILD_OUTPUT"),
+    )
+    .map_err(|e| {
+        anyhow!(
+            "{e:#}; cause: the module sources in {} do not build (see above), or make is missing \
+             (`cargo xtask setup` installs it)",
+            src.display()
+        )
+    })?;
+
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    for m in MODULES {
+        std::fs::copy(work.join(m), out.join(m))
+            .with_context(|| format!("cause: make did not produce {m} in {}", work.display()))?;
+    }
+    std::fs::write(&stamp_path, stamp)?;
+    Ok(out)
+}
+
+/// The unpacked headers' build directory (`.../usr/src/linux-headers-<version>`), downloading and
+/// unpacking the three packages the first time.
+fn headers(version: &str) -> anyhow::Result<PathBuf> {
+    let root = Path::new(kernel_matrix::CACHE).join(format!("headers-{version}"));
+    let build_dir = root.join("usr/src").join(format!("linux-headers-{version}"));
+    let done = root.join(".unpacked");
+    if done.is_file() {
+        return Ok(build_dir);
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    let flavour = format!("linux-headers-{version}");
+    let mut packages = vec![flavour.clone()];
+    for prefix in ["linux-headers-", "linux-kbuild-"] {
+        packages.push(kernel_matrix::apt_dependency(&flavour, prefix)?);
+    }
+    for p in &packages {
+        kernel_matrix::download_and_unpack(p, &root)
+            .with_context(|| format!("cause: could not fetch {p} (cargo xtask kmod needs the headers of {version})"))?;
+    }
+    // The flavour's Makefile includes the common one by its absolute installed path.
+    let makefile = build_dir.join("Makefile");
+    let text = std::fs::read_to_string(&makefile).with_context(|| format!("reading {}", makefile.display()))?;
+    let fixed = text.replace("include /usr/src/", &format!("include {}/usr/src/", root.display()));
+    if fixed == text {
+        bail!("cause: {} has no `include /usr/src/...` line to point into {}", makefile.display(), root.display());
+    }
+    std::fs::write(&makefile, fixed)?;
+    std::fs::write(&done, packages.join("\n") + "\n")?;
+    Ok(build_dir)
+}
+
+/// The headers' compiler (`CONFIG_CC_VERSION_TEXT`, e.g. `gcc-12 (Debian 12.2.0-14+deb12u1)
+/// 12.2.0`) must be on this machine in the same version; returns what it says of itself.
+fn check_compiler(headers: &Path) -> anyhow::Result<String> {
+    let config = std::fs::read_to_string(headers.join(".config"))
+        .with_context(|| format!("reading {}/.config", headers.display()))?;
+    let want = config_value(&config, "CONFIG_CC_VERSION_TEXT")
+        .ok_or_else(|| anyhow!("cause: {}/.config has no CONFIG_CC_VERSION_TEXT", headers.display()))?;
+    let program = want.split_whitespace().next().unwrap_or("gcc");
+    let have = cmd::output(Command::new(program).arg("--version"))
+        .map_err(|e| {
+            anyhow!("{e:#}; cause: the kernel was built with `{want}`; fix: `cargo xtask setup` (installs {program})")
+        })?
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let version = |s: &str| s.split_whitespace().last().unwrap_or_default().to_string();
+    if version(&have) != version(&want) {
+        bail!(
+            "cause: the kernel was built with `{want}`, this machine's {program} is `{have}`; a module built with \
+             another compiler version may not load or may crash; fix: install the {program} of Debian 12 (bookworm)"
+        );
+    }
+    if have != want {
+        println!("kmod: note: the kernel was built with `{want}`, building with `{have}` (same version)");
+    }
+    Ok(have)
+}
+
+/// The value of `KEY="value"` in a kernel `.config`.
+fn config_value(config: &str, key: &str) -> Option<String> {
+    config.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=')).map(|v| v.trim_matches('"').to_string())
+}
+
+/// The module sources: the plain files of `tests/kmod`, sorted.
+fn sources(src: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(src)
+        .with_context(|| format!("listing {}", src.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// What the built modules depend on: the kernel version, the compiler, every source file's name
+/// and contents (FNV-1a, stable across toolchains, unlike `DefaultHasher`).
+fn stamp(src: &Path, version: &str, compiler: &str) -> anyhow::Result<String> {
+    let mut s = format!("kernel {version}\ncompiler {compiler}\n");
+    for f in sources(src)? {
+        let bytes = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+        let _ = writeln!(s, "{} {:016x}", f.file_name().expect("a file").to_string_lossy(), fnv1a(&bytes));
+    }
+    Ok(s)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_compiler_from_the_kernel_config() {
+        let config = "CONFIG_CC_VERSION_TEXT=\"gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0\"\nCONFIG_GCC_VERSION=120200\n";
+        assert_eq!(
+            config_value(config, "CONFIG_CC_VERSION_TEXT").as_deref(),
+            Some("gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0")
+        );
+        assert_eq!(config_value(config, "CONFIG_GCC_VERSION").as_deref(), Some("120200"));
+        assert_eq!(config_value(config, "CONFIG_CC"), None);
+    }
+
+    #[test]
+    fn the_stamp_changes_with_any_source() {
+        let dir = std::env::temp_dir().join(format!("xtask-kmod-stamp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.c"), "int a;").unwrap();
+        let one = stamp(&dir, "6.1.0-57-amd64", "gcc-12 12.2.0").unwrap();
+        assert_eq!(one, stamp(&dir, "6.1.0-57-amd64", "gcc-12 12.2.0").unwrap());
+        std::fs::write(dir.join("a.c"), "int b;").unwrap();
+        let two = stamp(&dir, "6.1.0-57-amd64", "gcc-12 12.2.0").unwrap();
+        assert_ne!(one, two);
+        assert_ne!(two, stamp(&dir, "6.1.0-58-amd64", "gcc-12 12.2.0").unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn fnv1a_matches_the_reference_values() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}
