@@ -23,7 +23,7 @@ struct Args {
     kmod: bool,
     /// With --kmod: where to write the stats (JSON, as FUSE's .fake-driver-stats), rewritten before
     /// each answer that changed them [default: /run/fake-nvidia-driver.stats.json].
-    #[arg(long, requires = "kmod")]
+    #[arg(long, conflicts_with = "mount")]
     stats_file: Option<PathBuf>,
     /// Number of GPUs (nvidia0..nvidia{N-1}), at most 248.
     #[arg(long, default_value_t = 1)]
