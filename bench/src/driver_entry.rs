@@ -25,17 +25,23 @@ use crate::{agent_run, sys};
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Conf {
     None,
+    /// The mode's empty programs where it attaches (its mechanism's floor).
+    Floor(AttachMode),
     Agent(AttachMode),
 }
 
 impl Conf {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
-            Conf::None => "no agent",
-            Conf::Agent(m) => m.as_str(),
+            Conf::None => "no agent".into(),
+            Conf::Floor(m) => format!("{}, empty programs", m.as_str()),
+            Conf::Agent(m) => m.as_str().into(),
         }
     }
 }
+
+/// The timed phases, in the worker's order.
+const PHASES: [&str; 3] = ["getppid", "ioctl_null", "nv"];
 
 /// One configuration's per-call CPU times (ns), one value per round.
 #[derive(Default)]
@@ -45,8 +51,8 @@ struct Row {
     nv: Vec<f64>,
     /// NVIDIA ioctl records the agent received per round, against the calls made.
     recorded: Vec<(u64, u64)>,
-    /// In-program time per program name over all rounds: (ns, runs).
-    progs: std::collections::BTreeMap<String, (u64, u64)>,
+    /// In-program time per (phase, program name) over all rounds: (ns, runs).
+    progs: std::collections::BTreeMap<(usize, String), (u64, u64)>,
 }
 
 fn opt(args: &[String], name: &str, default: u64) -> Result<u64> {
@@ -67,13 +73,21 @@ fn agent_config(mode: AttachMode) -> Config {
     }
 }
 
-/// One round of one configuration: `(getppid, null, nv)` ns per call and the NVIDIA records.
-type Progs = Vec<crate::progstats::ProgDelta>;
+/// What each program did in each phase of one round: `(phase index, delta)`.
+type Progs = Vec<(usize, crate::progstats::ProgDelta)>;
 
 fn run_once(conf: Conf, cpu: usize, calls: u64, warmup: u64) -> Result<([f64; 3], (u64, u64), Progs)> {
     let driver = FakeDriver::builder().gpus(1).start_kmod().context("starting the kernel-module double")?;
-    let agent = match conf {
-        Conf::None => None,
+    let mut agent = None;
+    let mut _floor = None;
+    match conf {
+        Conf::None => {}
+        Conf::Floor(AttachMode::DriverEntry) => {
+            let entry = tracer_user::probe::driver_entry::detect()
+                .map_err(|e| anyhow::anyhow!("the driver's entry points: {e}"))?;
+            _floor = Some(crate::floors::attach_kprobes(entry.nvidia.ioctl)?);
+        }
+        Conf::Floor(m) => _floor = Some(crate::floors::attach(m, true, &[])?),
         Conf::Agent(m) => {
             let a = agent_run::start(agent_config(m), 0)?;
             if let Some(p) = &a.started.driver_problem {
@@ -82,9 +96,9 @@ fn run_once(conf: Conf, cpu: usize, calls: u64, warmup: u64) -> Result<([f64; 3]
             if a.started.attach_mode != m.as_str() {
                 bail!("asked for {}, attached {}", m.as_str(), a.started.attach_mode);
             }
-            Some(a)
+            agent = Some(a);
         }
-    };
+    }
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let mut w = Command::new(exe)
         .args(["__worker", "nv-held", &cpu.to_string(), "/dev/nvidiactl", &calls.to_string(), "1"])
@@ -95,6 +109,7 @@ fn run_once(conf: Conf, cpu: usize, calls: u64, warmup: u64) -> Result<([f64; 3]
         .spawn()
         .context("spawning the worker")?;
     let mut out = BufReader::new(w.stdout.take().context("worker stdout")?);
+    let mut stdin = w.stdin.take().context("worker stdin")?;
     let mut line = String::new();
     out.read_line(&mut line)?;
     if line.trim() != "opened" {
@@ -102,12 +117,29 @@ fn run_once(conf: Conf, cpu: usize, calls: u64, warmup: u64) -> Result<([f64; 3]
     }
     // No server: the double answers in the kernel from now on.
     drop(driver);
-    let before = crate::progstats::read();
-    writeln!(w.stdin.take().context("worker stdin")?, "go")?;
-    let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
-    let after = crate::progstats::read();
-    let names = crate::progstats::names(after.keys().copied());
-    let progs = crate::progstats::delta(&before, &after, &names);
+    writeln!(stdin, "go")?;
+    // Run statistics at each phase's start (`ready PHASE`) and after the last.
+    let mut edges: Vec<(Option<usize>, crate::progstats::Counts)> = Vec::new();
+    let mut lines = Vec::new();
+    for l in out.lines() {
+        let l = l?;
+        if let Some(phase) = l.strip_prefix("ready ") {
+            let i = PHASES.iter().position(|p| *p == phase).with_context(|| format!("unknown phase {phase:?}"))?;
+            edges.push((Some(i), crate::progstats::read()));
+            writeln!(stdin, "go")?;
+        } else {
+            lines.push(l);
+        }
+    }
+    edges.push((None, crate::progstats::read()));
+    drop(stdin);
+    let names =
+        crate::progstats::names(edges.last().map(|e| e.1.keys().copied().collect::<Vec<_>>()).unwrap_or_default());
+    let progs: Progs = edges
+        .windows(2)
+        .filter_map(|w| Some((w[0].0?, &w[0].1, &w[1].1)))
+        .flat_map(|(i, a, b)| crate::progstats::delta(a, b, &names).into_iter().map(move |d| (i, d)))
+        .collect();
     if !w.wait()?.success() {
         bail!("the worker failed: {lines:?}");
     }
@@ -137,16 +169,17 @@ pub fn main(args: &[String]) -> Result<()> {
     if nproc >= 2 {
         let _ = sys::pin_to(0);
     }
-    // The kernel's per-program run times (two clock reads per program run, in both agent modes).
+    // The kernel's per-program run times (two clock reads per program run, in every configuration).
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).context("BPF_ENABLE_STATS")?;
-    let confs = [Conf::None, Conf::Agent(AttachMode::BtfTracepoint), Conf::Agent(AttachMode::DriverEntry)];
+    let (btf, de) = (AttachMode::BtfTracepoint, AttachMode::DriverEntry);
+    let confs = [Conf::None, Conf::Floor(btf), Conf::Agent(btf), Conf::Floor(de), Conf::Agent(de)];
     let mut rows: Vec<Row> = confs.iter().map(|_| Row::default()).collect();
     for round in 0..runs {
         for (conf, row) in confs.iter().zip(rows.iter_mut()) {
             eprintln!("[bench] driver-entry: round {}/{runs}: {}", round + 1, conf.name());
             let ([g, n, v], rec, progs) = run_once(*conf, cpu, calls, warmup)?;
-            for p in progs {
-                let e = row.progs.entry(p.name).or_default();
+            for (phase, p) in progs {
+                let e = row.progs.entry((phase, p.name)).or_default();
                 e.0 += p.time_ns;
                 e.1 += p.runs;
             }
@@ -161,8 +194,10 @@ pub fn main(args: &[String]) -> Result<()> {
     let (bg, bn, bv) = (med(&base.getppid), med(&base.null), med(&base.nv));
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!(
-        "Driver-entry against btf-tracepoint, kernel {} ({} CPUs, {runs} rounds of {calls} calls per configuration; \
-         worker thread CPU ns per call, medians; Δ over no agent):\n",
+        "Driver-entry against btf-tracepoint, kernel {} ({} CPUs, {runs} rounds of {calls} calls per configuration \
+         and phase; worker thread CPU ns per call, medians; Δ over no agent; \"empty programs\": the mode's mechanism \
+         alone, `noop_btf` on tp_btf sys_enter and sys_exit, `noop_kprobe`/`noop_kretprobe` on the driver's ioctl \
+         entry point):\n",
         kernel.trim(),
         nproc
     );
@@ -171,7 +206,7 @@ pub fn main(args: &[String]) -> Result<()> {
     for (conf, row) in confs.iter().zip(&rows) {
         let (g, n, v) = (med(&row.getppid), med(&row.null), med(&row.nv));
         let rec: (u64, u64) = row.recorded.iter().fold((0, 0), |a, r| (a.0 + r.0, a.1 + r.1));
-        let rec = if *conf == Conf::None { "—".to_string() } else { format!("{} / {}", rec.0, rec.1) };
+        let rec = if matches!(conf, Conf::Agent(_)) { format!("{} / {}", rec.0, rec.1) } else { "—".to_string() };
         println!(
             "| {} | {g:.0} | {:+.0} | {n:.0} | {:+.0} | {v:.0} | {:+.0} | {rec} |",
             conf.name(),
@@ -180,25 +215,54 @@ pub fn main(args: &[String]) -> Result<()> {
             v - bv
         );
     }
-    println!("\nIn-program time (the kernel's `run_time_ns / run_cnt`, every call of the timed windows):\n");
-    println!("| configuration | program | runs | ns per run |");
-    println!("|---|---|---:|---:|");
+    // In-program ns per call of a phase: every program's time in that phase over the phase's calls.
+    let per_call = (runs as u64 * calls).max(1) as f64;
+    println!(
+        "\nIn-program time per call of each phase (the kernel's `run_time_ns` of each program over the phase's \
+         calls; runs per call in brackets):\n"
+    );
+    println!("| configuration | program | getppid | ioctl(/dev/null) | NVIDIA RM_ALLOC |");
+    println!("|---|---|---:|---:|---:|");
     for (conf, row) in confs.iter().zip(&rows) {
-        for (name, (ns, runs)) in &row.progs {
-            println!("| {} | `{name}` | {runs} | {:.0} |", conf.name(), *ns as f64 / (*runs).max(1) as f64);
+        let names: std::collections::BTreeSet<&String> = row.progs.keys().map(|(_, n)| n).collect();
+        for name in names {
+            let cell = |phase: usize| match row.progs.get(&(phase, name.clone())) {
+                Some((ns, n)) => format!("{:.0} ({:.2})", *ns as f64 / per_call, *n as f64 / per_call),
+                None => "—".into(),
+            };
+            println!("| {} | `{name}` | {} | {} | {} |", conf.name(), cell(0), cell(1), cell(2));
         }
     }
-    let d = |i: usize, f: fn(&Row) -> &Vec<f64>, b: f64| med(f(&rows[i])) - b;
+    let in_prog = |i: usize, phase: usize| -> f64 {
+        rows[i].progs.iter().filter(|((p, _), _)| *p == phase).map(|(_, (ns, _))| *ns as f64).sum::<f64>() / per_call
+    };
+    let delta = |i: usize, f: fn(&Row) -> &Vec<f64>, b: f64| med(f(&rows[i])) - b;
+    println!(
+        "\nWhere an NVIDIA call's Δ goes (ns): the mechanism's floor (its empty programs' Δ), our programs' own run \
+         time beyond the empty programs', and the rest (what the programs' work costs outside their run time: \
+         cache and TLB effects, the ring buffer's wake-ups, the agent's reader):\n"
+    );
+    println!("| mode | Δ | floor (empty programs) | our programs' run time over the floor's | rest |");
+    println!("|---|---:|---:|---:|---:|");
+    let mut over_floor = [0.0f64; 2];
+    for (k, (floor, agent)) in [(1usize, 2usize), (3, 4)].into_iter().enumerate() {
+        let (d, f) = (delta(agent, |r| &r.nv, bv), delta(floor, |r| &r.nv, bv));
+        let progs = in_prog(agent, 2) - in_prog(floor, 2);
+        over_floor[k] = d - f;
+        println!("| {} | {d:+.0} | {f:+.0} | {progs:+.0} | {:+.0} |", confs[agent].name(), d - f - progs);
+    }
     let ratio =
         |a: f64, b: f64| if b.abs() < 1.0 { "n/a (btf Δ < 1 ns)".to_string() } else { format!("{:.2}", a / b) };
     println!(
-        "\nNVIDIA ioctl Δ, driver-entry / btf-tracepoint: {}; getppid Δ driver-entry {:+.0} ns vs btf {:+.0} ns; \
-         foreign ioctl Δ driver-entry {:+.0} ns vs btf {:+.0} ns.",
-        ratio(d(2, |r| &r.nv, bv), d(1, |r| &r.nv, bv)),
-        d(2, |r| &r.getppid, bg),
-        d(1, |r| &r.getppid, bg),
-        d(2, |r| &r.null, bn),
-        d(1, |r| &r.null, bn),
+        "\nNVIDIA ioctl Δ, driver-entry / btf-tracepoint: {} (above each mechanism's floor: {}; the floors alone: {}); \
+         getppid Δ driver-entry {:+.0} ns vs btf {:+.0} ns; foreign ioctl Δ driver-entry {:+.0} ns vs btf {:+.0} ns.",
+        ratio(delta(4, |r| &r.nv, bv), delta(2, |r| &r.nv, bv)),
+        ratio(over_floor[1], over_floor[0]),
+        ratio(delta(3, |r| &r.nv, bv), delta(1, |r| &r.nv, bv)),
+        delta(4, |r| &r.getppid, bg),
+        delta(2, |r| &r.getppid, bg),
+        delta(4, |r| &r.null, bn),
+        delta(2, |r| &r.null, bn),
     );
     Ok(())
 }

@@ -1,9 +1,10 @@
-//! The empty programs (`noop_tp`, `noop_raw`, `noop_btf`) attached the way each attach mode attaches
-//! its real programs: what a mode costs before the tracer does any work of its own.
+//! The empty programs (`noop_tp`, `noop_raw`, `noop_btf`, `noop_kprobe`/`noop_kretprobe`) attached
+//! the way each attach mode attaches its real programs: what a mode costs before the tracer does any
+//! work of its own.
 use anyhow::{Context, Result};
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, RawTracePoint, TracePoint},
+    programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint},
 };
 use tracer_common::{map_names, prog_names};
 use tracer_user::config::AttachMode;
@@ -68,4 +69,17 @@ pub fn attach(mode: AttachMode, with_exit: bool, syscalls: &[&str]) -> Result<Fl
         other => anyhow::bail!("no floor program for attach mode {}", other.as_str()),
     }
     Ok(Floor { _objects: objects })
+}
+
+/// Driver-entry mode's floor: `noop_kprobe` at the entry of the kernel function `function` (a module's
+/// too) and `noop_kretprobe` at its return, as that mode attaches its ioctl programs.
+pub fn attach_kprobes(function: &str) -> Result<Floor> {
+    let mut ebpf = load_object()?;
+    for name in [prog_names::NOOP_KPROBE, prog_names::NOOP_KRETPROBE] {
+        let p: &mut KProbe =
+            ebpf.program_mut(name).with_context(|| format!("{name} missing from the object"))?.try_into()?;
+        p.load().with_context(|| format!("loading {name}"))?;
+        p.attach(function, 0).with_context(|| format!("attaching {name} to {function}"))?;
+    }
+    Ok(Floor { _objects: vec![ebpf] })
 }

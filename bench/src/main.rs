@@ -728,7 +728,9 @@ fn main() -> Result<()> {
                 );
                 merge::merge(&old, &doc, &fresh, &noted, &note)
             }
-            _ => doc,
+            // A full run: every section is new; the hand-written notes stay.
+            Ok(old) => merge::keep_notes(&old, &doc),
+            Err(_) => doc,
         };
         std::fs::write(p, &doc).with_context(|| format!("writing {}", p.display()))?;
         progress(&format!("wrote {}", p.display()));

@@ -85,6 +85,26 @@ fn time_calls(calls: u64, f: impl FnMut()) -> String {
     format!("{cpu} {wall}")
 }
 
+/// A foreign ioctl for the syscall workers: `TCGETS` on `/dev/null`, which answers -ENOTTY.
+fn null_ioctl() -> Result<impl Fn()> {
+    let null = open("/dev/null", libc::O_RDONLY)?;
+    // SAFETY: termios is plain data; leaked, as it lives as long as the worker.
+    let tio: &'static mut libc::termios = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
+    let tio = tio as *mut libc::termios;
+    // SAFETY: a valid fd and out-pointer.
+    Ok(move || unsafe {
+        black_box(libc::ioctl(null, libc::TCGETS as _, tio));
+    })
+}
+
+/// `getppid` as a raw syscall, so libc cannot cache it.
+fn getppid() {
+    // SAFETY: getppid has no arguments.
+    unsafe {
+        black_box(libc::syscall(libc::SYS_getppid));
+    }
+}
+
 /// `(cpu, wall)` ns per call of `f` over `calls` calls.
 #[inline(never)]
 fn time_calls_ns(calls: u64, mut f: impl FnMut()) -> (f64, f64) {
@@ -106,22 +126,11 @@ pub fn main(args: &[String]) -> Result<()> {
             let (cpu, calls, runs, warmup): (usize, u64, u32, u64) =
                 (arg(args, 1, "cpu")?, arg(args, 2, "calls")?, arg(args, 3, "runs")?, arg(args, 4, "warmup")?);
             sys::pin_to(cpu).context("pinning the worker")?;
-            let null = open("/dev/null", libc::O_RDONLY)?;
-            // SAFETY: termios is plain data.
-            let mut tio: libc::termios = unsafe { std::mem::zeroed() };
-            let tio_ptr = &mut tio as *mut libc::termios;
-            // SAFETY: valid fd and out-pointer; /dev/null answers -ENOTTY.
-            let ioctl = || unsafe {
-                black_box(libc::ioctl(null, libc::TCGETS as _, tio_ptr));
-            };
-            // SAFETY: getppid has no arguments; called as a raw syscall so libc cannot cache it.
-            let getppid = || unsafe {
-                black_box(libc::syscall(libc::SYS_getppid));
-            };
-            time_calls(warmup, ioctl);
+            let ioctl = null_ioctl()?;
+            time_calls(warmup, &ioctl);
             time_calls(warmup, getppid);
             for _ in 0..runs {
-                println!("ioctl_null {}", time_calls(calls, ioctl));
+                println!("ioctl_null {}", time_calls(calls, &ioctl));
                 println!("getppid {}", time_calls(calls, getppid));
             }
             Ok(())
@@ -171,7 +180,9 @@ pub fn main(args: &[String]) -> Result<()> {
         }
         // nv-held CPU PATH CALLS RUNS WARMUP: open PATH, say `opened`, wait for a line on stdin
         // (the driver-entry bench stops the module double's server meanwhile, so that its ioctls
-        // are answered in the kernel), then RUNS rounds of getppid, a foreign ioctl and RM_ALLOC.
+        // are answered in the kernel), then RUNS rounds of getppid, a foreign ioctl and RM_ALLOC;
+        // before each timed phase it says `ready PHASE` and waits for a line, so the bench can
+        // read the programs' run statistics at the phase's edges.
         Some("nv-held") => {
             let (cpu, path, calls, runs, warmup): (usize, String, u64, u32, u64) = (
                 arg(args, 1, "cpu")?,
@@ -182,12 +193,16 @@ pub fn main(args: &[String]) -> Result<()> {
             );
             sys::pin_to(cpu).context("pinning the worker")?;
             let fd = open(&path, libc::O_RDWR)?;
-            let null = open("/dev/null", libc::O_RDONLY)?;
-            println!("opened");
+            let ioctl = null_ioctl()?;
             use std::io::{BufRead, Write};
-            std::io::stdout().flush()?;
-            let mut go = String::new();
-            std::io::stdin().lock().read_line(&mut go)?;
+            let wait = |say: &str| -> Result<()> {
+                println!("{say}");
+                std::io::stdout().flush()?;
+                let mut line = String::new();
+                std::io::stdin().lock().read_line(&mut line)?;
+                Ok(())
+            };
+            wait("opened")?;
             let params = mem_params();
             let a = rm_alloc_args(&params);
             let ptr = &*a as *const Nvos64 as *mut libc::c_void;
@@ -195,27 +210,18 @@ pub fn main(args: &[String]) -> Result<()> {
             let nv = || unsafe {
                 black_box(libc::ioctl(fd, RM_ALLOC_NVOS64 as _, ptr));
             };
-            // SAFETY: termios is plain data.
-            let mut tio: libc::termios = unsafe { std::mem::zeroed() };
-            let tio_ptr = &mut tio as *mut libc::termios;
-            // SAFETY: valid fd and out-pointer; /dev/null answers -ENOTTY.
-            let ioctl = || unsafe {
-                black_box(libc::ioctl(null, libc::TCGETS as _, tio_ptr));
-            };
-            // SAFETY: getppid has no arguments.
-            let getppid = || unsafe {
-                black_box(libc::syscall(libc::SYS_getppid));
-            };
             // SAFETY: as above.
             let ret = unsafe { libc::ioctl(fd, RM_ALLOC_NVOS64 as _, ptr) };
             println!("first_ret {ret} {}", std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
             time_calls(warmup, nv);
-            time_calls(warmup, ioctl);
+            time_calls(warmup, &ioctl);
             time_calls(warmup, getppid);
+            let phases: [(&str, &dyn Fn()); 3] = [("getppid", &getppid), ("ioctl_null", &ioctl), ("nv", &nv)];
             for _ in 0..runs {
-                println!("getppid {}", time_calls(calls, getppid));
-                println!("ioctl_null {}", time_calls(calls, ioctl));
-                println!("nv {}", time_calls(calls, nv));
+                for (name, f) in phases {
+                    wait(&format!("ready {name}"))?;
+                    println!("{name} {}", time_calls(calls, f));
+                }
             }
             println!("total {}", 1 + warmup + calls * runs as u64);
             black_box(&params);

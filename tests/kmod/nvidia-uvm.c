@@ -6,7 +6,8 @@
  * forwarded through nvidia.ko's nvd_forward(), so nvidia.ko loads first.
  *
  * The entry points carry the real UVM driver's names (uvm_open_entry,
- * uvm_release_entry, uvm_unlocked_ioctl_entry, uvm_mmap_entry); static, as
+ * uvm_release_entry, uvm_unlocked_ioctl_entry, uvm_mmap_entry, and the managed
+ * VMA's uvm_vm_open_managed_entry and uvm_vm_close_managed_entry); static, as
  * there, and noinline, so each is a function of its own in /proc/kallsyms.
  *
  * UVM commands are plain numbers (no _IOC size or direction), so no data
@@ -73,7 +74,24 @@ static vm_fault_t uvm_vm_fault(struct vm_fault *vmf)
 	return VM_FAULT_SIGBUS;
 }
 
+/*
+ * The managed VMA's open (a copy or split of it) and close (its munmap, or
+ * the process's exit), with the real driver's names (515-595), where
+ * driver-entry mode sees a managed mapping go away.
+ */
+static noinline void uvm_vm_open_managed_entry(struct vm_area_struct *vma)
+{
+	barrier();
+}
+
+static noinline void uvm_vm_close_managed_entry(struct vm_area_struct *vma)
+{
+	barrier();
+}
+
 static const struct vm_operations_struct uvm_vm_ops = {
+	.open = uvm_vm_open_managed_entry,
+	.close = uvm_vm_close_managed_entry,
 	.fault = uvm_vm_fault,
 };
 

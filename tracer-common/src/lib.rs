@@ -70,13 +70,26 @@ pub mod prog_names {
     pub const DE_UVM_IOCTL: &str = "de_uvm_ioctl";
     pub const DE_IOCTL_RET: &str = "de_ioctl_ret";
     pub const DE_RELEASE: &str = "de_release";
+    pub const DE_UVM_MMAP: &str = "de_uvm_mmap";
+    pub const DE_UVM_VM_CLOSE: &str = "de_uvm_vm_close";
     /// Every driver-entry program.
-    pub const DRIVER_ENTRY: [&str; 7] =
-        [DE_NV_OPEN, DE_UVM_OPEN, DE_OPEN_RET, DE_NV_IOCTL, DE_UVM_IOCTL, DE_IOCTL_RET, DE_RELEASE];
+    pub const DRIVER_ENTRY: [&str; 9] = [
+        DE_NV_OPEN,
+        DE_UVM_OPEN,
+        DE_OPEN_RET,
+        DE_NV_IOCTL,
+        DE_UVM_IOCTL,
+        DE_IOCTL_RET,
+        DE_RELEASE,
+        DE_UVM_MMAP,
+        DE_UVM_VM_CLOSE,
+    ];
     /// Empty programs for measuring each attach mechanism's floor (benchmark only).
     pub const NOOP_TP: &str = "noop_tp";
     pub const NOOP_RAW: &str = "noop_raw";
     pub const NOOP_BTF: &str = "noop_btf";
+    pub const NOOP_KPROBE: &str = "noop_kprobe";
+    pub const NOOP_KRETPROBE: &str = "noop_kretprobe";
 }
 
 /// Syscall numbers the driver family handles, for the architecture the crate is built for: the
@@ -998,7 +1011,8 @@ pub struct DeviceCheck {
     pub majors: [u32; DEVICE_MAJORS_MAX],
     /// Byte offsets: `task_struct.files`, `files_struct.fdt`, `fdtable.max_fds`, `fdtable.fd`,
     /// `file.f_inode`, `inode.i_mode`, `inode.i_rdev`, `inode.i_ino`, `inode.i_sb`,
-    /// `super_block.s_dev`.
+    /// `super_block.s_dev`; for driver-entry mode's UVM mappings `vm_area_struct.vm_start`,
+    /// `.vm_end`, `.vm_flags`, `.vm_pgoff`.
     pub task_files: u32,
     pub files_fdt: u32,
     pub fdt_max_fds: u32,
@@ -1009,6 +1023,10 @@ pub struct DeviceCheck {
     pub inode_ino: u32,
     pub inode_sb: u32,
     pub sb_dev: u32,
+    pub vma_start: u32,
+    pub vma_end: u32,
+    pub vma_flags: u32,
+    pub vma_pgoff: u32,
 }
 
 /// A simulated device file (`SIM_DEVICES` key): its file system's kernel `dev_t`
@@ -1299,7 +1317,7 @@ const _: () = {
     assert!(size_of::<CapturePlan>() == 32);
     assert!(size_of::<PlanSlot>() == 40);
     assert!(size_of::<ClassSize>() == 8);
-    assert!(size_of::<DeviceCheck>() == 4 + 4 * DEVICE_MAJORS_MAX + 40);
+    assert!(size_of::<DeviceCheck>() == 4 + 4 * DEVICE_MAJORS_MAX + 56);
     assert!(size_of::<SimDeviceKey>() == 16);
     assert!(
         size_of::<TracerConfig>() == 24 + DEV_PREFIX_MAX + size_of::<DeviceCheck>() + size_of::<LifecycleLayout>() + 12

@@ -162,23 +162,7 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
             st.enter_ktime = unsafe { bpf_ktime_get_ns() };
             stash(probe::MMAP, pid_tgid, &st);
         }
-        sysno::MUNMAP => {
-            let key = UvmMapKey { tgid, _pad: 0, addr: a.arg(0) };
-            // SAFETY: copied out immediately.
-            if let Some(len) = unsafe { UVM_MAPS.get(&key) }.copied() {
-                let _ = UVM_MAPS.remove(&key);
-                if let Some(mut e) = emit::reserve::<UvmMunmapRecord>(probe::MUNMAP, 0) {
-                    let r = e.as_mut_ptr();
-                    // SAFETY: r points at a reserved UvmMunmapRecord.
-                    unsafe {
-                        (*r).addr = key.addr;
-                        (*r).len = if a.arg(1) != 0 { a.arg(1) } else { len };
-                        (*r).ret = 0;
-                    }
-                    emit::submit(probe::MUNMAP, e);
-                }
-            }
-        }
+        sysno::MUNMAP => unmapped(tgid, a.arg(0), a.arg(1)),
         sysno::DUP | sysno::DUP2 | sysno::DUP3 | sysno::FCNTL => {
             let old = a.arg(0);
             if nr == sysno::FCNTL {
@@ -351,7 +335,29 @@ fn exit_dup(st: &Inflight, tgid: u32, ret: i64) {
     }
 }
 
-fn exit_mmap(st: &Inflight, tgid: u32, ret: i64) {
+/// A mapping at `addr` of process `tgid` is going away (`munmap`, or in driver-entry mode the
+/// managed VMA's close): if it is a UVM mapping recorded at its mmap, it is forgotten and reported
+/// (`len` 0: the length it was mapped with).
+#[inline(always)]
+pub fn unmapped(tgid: u32, addr: u64, len: u64) {
+    let key = UvmMapKey { tgid, _pad: 0, addr };
+    // SAFETY: copied out immediately.
+    let Some(mapped) = (unsafe { UVM_MAPS.get(&key) }).copied() else { return };
+    let _ = UVM_MAPS.remove(&key);
+    if let Some(mut e) = emit::reserve::<UvmMunmapRecord>(probe::MUNMAP, 0) {
+        let r = e.as_mut_ptr();
+        // SAFETY: r points at a reserved UvmMunmapRecord.
+        unsafe {
+            (*r).addr = addr;
+            (*r).len = if len != 0 { len } else { mapped };
+            (*r).ret = 0;
+        }
+        emit::submit(probe::MUNMAP, e);
+    }
+}
+
+/// A UVM mmap returned `ret` (the address, or -errno): a mapping to remember, and its record.
+pub fn exit_mmap(st: &Inflight, tgid: u32, ret: i64) {
     let ok = !(-4095..0).contains(&ret);
     if ok {
         let key = UvmMapKey { tgid, _pad: 0, addr: ret as u64 };

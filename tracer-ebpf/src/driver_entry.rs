@@ -13,7 +13,9 @@
 //! - a file opened before the agent attached is registered at its first call (flag
 //!   `FIRST_SEEN_IN_CALL` on its open record), as is a file another process uses first (a fork).
 //!
-//! The ioctl's decoding and record are the syscall modes' own (`driver::exit_ioctl`).
+//! The ioctl's decoding and record are the syscall modes' own (`driver::exit_ioctl`), as are the
+//! UVM managed mappings' (`driver::exit_mmap` at `uvm_mmap_entry`'s return, `driver::unmapped` at
+//! the managed VMA's close, `uvm_vm_close_managed_entry`).
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     programs::{ProbeContext, RetProbeContext},
@@ -144,6 +146,55 @@ pub fn on_open_return(ctx: &RetProbeContext) {
     emit_open(&f, 0);
 }
 
+/// The file `file` as process `tgid` knows it: registered at its open, or now, at its first call
+/// in this process (opened before the agent attached, evicted from the map, or inherited by a
+/// forked child or passed over a socket: the new user becomes the owner). `None`: not an NVIDIA
+/// file this mode can name, or the map is full (counted against `probe`).
+#[inline(always)]
+fn file_of(file: u64, tgid: u32, driver: Driver, probe: u32) -> Option<NvFile> {
+    let cfg = CONFIG.get(0)?;
+    if let Some(p) = NV_FILES.get_ptr_mut(&file) {
+        // SAFETY: a value of this map, copied out; one store below.
+        let f = unsafe { *p };
+        if f.tgid == tgid {
+            return Some(f);
+        }
+        // SAFETY: as above.
+        unsafe { (*p).tgid = tgid };
+        let mine = NvFile { tgid, ..f };
+        driver::set_tracked(tgid, true);
+        emit_open(&mine, flags::FIRST_SEEN_IN_CALL);
+        return Some(mine);
+    }
+    let inode = inode_of(file)?;
+    let dev = device(driver, inode, file)?;
+    let (_, slot) = file_identity(file, cfg.file_salt);
+    let f = NvFile { dev, tgid, slot };
+    if NV_FILES.insert(&file, &f, 0).is_err() {
+        emit::drop_event(probe, counter::DROP_FD_MAP);
+        return None;
+    }
+    driver::set_tracked(tgid, true);
+    emit_open(&f, flags::FIRST_SEEN_IN_CALL);
+    Some(f)
+}
+
+/// Keep a call's entry state in its thread's slot for the return probe; a state the thread left
+/// there means that call's return never came (counted as `no_return` against `probe`).
+#[inline(always)]
+fn stash_call(pid_tgid: u64, probe: u32, fill: impl FnOnce(&mut Inflight)) {
+    let Some(e) = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) else { return };
+    // SAFETY: a value of this program's array; plain loads and stores.
+    unsafe {
+        if (*e).pid_tgid == pid_tgid {
+            emit::drop_event(probe, counter::DROP_NO_RETURN);
+        }
+        (*e).pid_tgid = pid_tgid;
+        fill(&mut (*e).st);
+        (*e).st.enter_ktime = bpf_ktime_get_ns();
+    }
+}
+
 /// `nvidia_unlocked_ioctl(file, cmd, arg)` / `uvm_unlocked_ioctl_entry(file, cmd, arg)` entry.
 #[inline(always)]
 pub fn on_ioctl(ctx: &ProbeContext, driver: Driver) {
@@ -155,55 +206,68 @@ pub fn on_ioctl(ctx: &ProbeContext, driver: Driver) {
     let (Some(file), Some(cmd), Some(arg)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1), ctx.arg::<u64>(2)) else {
         return;
     };
-    let Some(cfg) = CONFIG.get(0) else { return };
-    let f = match NV_FILES.get_ptr_mut(&file) {
-        Some(p) => {
-            // SAFETY: a value of this map, copied out; one store below.
-            let f = unsafe { *p };
-            if f.tgid != tgid {
-                // Another process uses the file (a forked child, a passed fd): it needs the file
-                // in its own table first. Registered once per new user, which becomes the owner.
-                // SAFETY: as above.
-                unsafe { (*p).tgid = tgid };
-                let mine = NvFile { tgid, ..f };
-                driver::set_tracked(tgid, true);
-                emit_open(&mine, flags::FIRST_SEEN_IN_CALL);
-                mine
-            } else {
-                f
-            }
-        }
-        None => {
-            // Opened before the agent attached (or evicted from the map): registered now.
-            let Some(inode) = inode_of(file) else { return };
-            let Some(dev) = device(driver, inode, file) else { return };
-            let (_, slot) = file_identity(file, cfg.file_salt);
-            let f = NvFile { dev, tgid, slot };
-            if NV_FILES.insert(&file, &f, 0).is_err() {
-                emit::drop_event(probe::IOCTL, counter::DROP_FD_MAP);
-                return;
-            }
-            driver::set_tracked(tgid, true);
-            emit_open(&f, flags::FIRST_SEEN_IN_CALL);
-            f
-        }
-    };
-    let Some(e) = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) else { return };
-    // SAFETY: a value of this program's array; plain loads and stores.
-    unsafe {
-        if (*e).pid_tgid == pid_tgid {
-            // This thread's previous call never returned through the kretprobe.
-            emit::drop_event(probe::IOCTL, counter::DROP_NO_RETURN);
-        }
-        (*e).pid_tgid = pid_tgid;
-        let st = &mut (*e).st;
+    let Some(f) = file_of(file, tgid, driver, probe::IOCTL) else { return };
+    stash_call(pid_tgid, probe::IOCTL, |st| {
         st.sysno = sysno::IOCTL;
         st.fd = f.slot as i32;
         st.dev = f.dev;
         st.args[0] = cmd;
         st.args[1] = arg;
-        st.enter_ktime = bpf_ktime_get_ns();
+    });
+}
+
+/// `vm_flags` bits: `VM_READ | VM_WRITE | VM_EXEC` are `PROT_*`'s values; `VM_SHARED`.
+const VM_PROT: u64 = 0x7;
+const VM_SHARED: u64 = 0x8;
+const MAP_SHARED: u64 = 0x1;
+const MAP_PRIVATE: u64 = 0x2;
+
+/// `uvm_mmap_entry(file, vma)`: a mapping of a UVM file being made (`cudaMallocManaged`); its range,
+/// protection and offset are the VMA's. Recorded at its return, as the syscall modes record mmap.
+#[inline(always)]
+pub fn on_mmap(ctx: &ProbeContext) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if is_agent(tgid) {
+        return;
     }
+    let (Some(file), Some(vma), Some(cfg)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1), CONFIG.get(0)) else { return };
+    let Some(f) = file_of(file, tgid, Driver::Uvm, probe::MMAP) else { return };
+    if f.dev.kind != device_kind::UVM {
+        return;
+    }
+    let c = &cfg.device_check;
+    let field = |off: u32| -> Option<u64> {
+        // SAFETY: a kernel read at a BTF offset of `vm_area_struct`; a bad address fails the helper.
+        unsafe { bpf_probe_read_kernel((vma as *const u8).add(off as usize) as *const u64) }.ok()
+    };
+    let (Some(start), Some(end), Some(vm_flags), Some(pgoff)) =
+        (field(c.vma_start), field(c.vma_end), field(c.vma_flags), field(c.vma_pgoff))
+    else {
+        return;
+    };
+    let map_flags = if vm_flags & VM_SHARED != 0 { MAP_SHARED } else { MAP_PRIVATE };
+    stash_call(pid_tgid, probe::MMAP, |st| {
+        st.sysno = sysno::MMAP;
+        st.fd = f.slot as i32;
+        st.dev = f.dev;
+        st.args = [start, end.wrapping_sub(start), (vm_flags & VM_PROT) | (map_flags << 32), pgoff << 12];
+    });
+}
+
+/// `uvm_vm_close_managed_entry(vma)`: a managed mapping goes away (munmap, or the process's exit);
+/// reported as the syscall modes report its munmap, if its mmap was recorded.
+#[inline(always)]
+pub fn on_vm_close(ctx: &ProbeContext) {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let (Some(vma), Some(cfg)) = (ctx.arg::<u64>(0), CONFIG.get(0)) else { return };
+    let c = &cfg.device_check;
+    let field = |off: u32| -> Option<u64> {
+        // SAFETY: a kernel read at a BTF offset of `vm_area_struct`; a bad address fails the helper.
+        unsafe { bpf_probe_read_kernel((vma as *const u8).add(off as usize) as *const u64) }.ok()
+    };
+    let (Some(start), Some(end)) = (field(c.vma_start), field(c.vma_end)) else { return };
+    driver::unmapped(tgid, start, end.wrapping_sub(start));
 }
 
 /// `DE_IOCTL_ENTRY` slot of a thread.
@@ -212,7 +276,8 @@ fn ioctl_slot(pid_tgid: u64) -> u32 {
     (pid_tgid as u32) & (tracer_common::capacity::DE_IOCTL_ENTRY - 1)
 }
 
-/// The ioctl's return: the same record as the syscall modes'.
+/// The return of an ioctl (or of a UVM mmap, which this program also probes): the same record as
+/// the syscall modes'.
 #[inline(always)]
 pub fn on_ioctl_return(ctx: &RetProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -231,7 +296,13 @@ pub fn on_ioctl_return(ctx: &RetProbeContext) {
         (*e).st
     };
     let ret: i64 = ctx.ret::<i64>();
-    driver::exit_ioctl(&st, ret, pid_tgid);
+    if st.sysno == sysno::MMAP {
+        // The driver's mmap returns 0 on success; the syscall's return, the address, is the VMA's start.
+        let ret = if ret == 0 { st.args[0] as i64 } else { ret };
+        driver::exit_mmap(&st, (pid_tgid >> 32) as u32, ret);
+    } else {
+        driver::exit_ioctl(&st, ret, pid_tgid);
+    }
 }
 
 /// `nvidia_close(inode, file)` / `uvm_release_entry(inode, file)`: the file's last reference is

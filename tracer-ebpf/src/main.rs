@@ -198,6 +198,18 @@ pub fn de_release(ctx: ProbeContext) -> u32 {
     0
 }
 
+#[kprobe]
+pub fn de_uvm_mmap(ctx: ProbeContext) -> u32 {
+    driver_entry::on_mmap(&ctx);
+    0
+}
+
+#[kprobe]
+pub fn de_uvm_vm_close(ctx: ProbeContext) -> u32 {
+    driver_entry::on_vm_close(&ctx);
+    0
+}
+
 #[tracepoint]
 pub fn proc_exec(_ctx: TracePointContext) -> u32 {
     lifecycle::exec();
@@ -309,6 +321,16 @@ pub fn noop_raw(_ctx: RawTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sys_enter")]
 pub fn noop_btf(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+#[kprobe]
+pub fn noop_kprobe(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+#[kretprobe]
+pub fn noop_kretprobe(_ctx: RetProbeContext) -> u32 {
     0
 }
 

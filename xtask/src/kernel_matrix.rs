@@ -299,9 +299,116 @@ fn sysctl_lines(sysctls: &[String]) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// What one guest boot left behind.
+pub struct GuestRun {
+    /// The guest's kernel version (`6.1.0-57-amd64`).
+    pub version: String,
+    /// `target/kernel-matrix/<version>/`: logs, `results`, `console.log`, `doctor.json`.
+    pub out: PathBuf,
+    /// Each test file asked for, in order.
+    pub files: Vec<GuestFile>,
+    /// The `results` file the guest wrote (`NAME RC` a line).
+    results: String,
+    /// How long QEMU ran, and how it ended.
+    pub guest_s: f64,
+    qemu: std::process::ExitStatus,
+    limit: Duration,
+}
+
+/// One test file's run in the guest.
+pub struct GuestFile {
+    pub name: String,
+    /// The exit status the guest recorded; `None`: the guest never got to record one.
+    pub rc: Option<String>,
+    /// The test executable's output.
+    pub log: String,
+}
+
+impl GuestFile {
+    pub fn ok(&self) -> bool {
+        self.rc.as_deref() == Some("0")
+    }
+
+    /// libtest's `test result:` line, or a note that there is none.
+    pub fn summary(&self) -> &str {
+        self.log.lines().rev().find(|l| l.starts_with("test result:")).unwrap_or("no test result line")
+    }
+}
+
+impl GuestRun {
+    /// An error when the guest ended before it recorded every step (`steps`: the test files and
+    /// the bench, if any), naming the limit and the console log.
+    pub fn unfinished(&self, steps: usize) -> Option<anyhow::Error> {
+        (!self.qemu.success() && self.results.lines().count() < steps).then(|| {
+            anyhow!(
+                "the guest did not finish (qemu {}, limit {} s); see {}",
+                self.qemu,
+                self.limit.as_secs(),
+                self.out.join("console.log").display()
+            )
+        })
+    }
+}
+
 /// `cargo xtask kernel-matrix`.
 pub fn run(opts: &Options) -> anyhow::Result<()> {
     let started = Instant::now();
+    let g = boot(opts)?;
+    let mut failed = Vec::new();
+    let mut report = String::new();
+    for f in &g.files {
+        if !f.ok() {
+            failed.push(f.name.clone());
+        }
+        let _ = writeln!(
+            &mut report,
+            "kernel-matrix: {} {}: {} ({}); log {}",
+            g.version,
+            f.name,
+            if f.ok() { "ok" } else { "FAILED" },
+            f.summary(),
+            g.out.join(format!("{}.log", f.name)).display()
+        );
+        if !f.ok() {
+            for l in f.log.lines().filter(|l| l.contains("panicked") || l.ends_with("FAILED")).take(10) {
+                let _ = writeln!(&mut report, "    {l}");
+            }
+        }
+    }
+    if opts.bench_driver_entry {
+        let rc = g.results.lines().find_map(|l| l.strip_prefix("bench ")).map(str::trim);
+        let table = std::fs::read_to_string(g.out.join("bench-driver-entry.md")).unwrap_or_default();
+        if rc == Some("0") {
+            let _ = writeln!(&mut report, "{table}");
+        } else {
+            failed.push("gpu-tracer-bench driver-entry".into());
+            let err = std::fs::read_to_string(g.out.join("bench-driver-entry.err")).unwrap_or_default();
+            let tail: Vec<&str> = err.lines().rev().take(10).collect();
+            let _ = writeln!(&mut report, "kernel-matrix: bench FAILED (rc {rc:?}):");
+            for l in tail.into_iter().rev() {
+                let _ = writeln!(&mut report, "    {l}");
+            }
+        }
+    }
+    print!("{report}");
+    println!(
+        "kernel-matrix: guest ran {:.0} s (qemu {}), {:.0} s in all",
+        g.guest_s,
+        g.qemu,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(e) = g.unfinished(g.files.len() + usize::from(opts.bench_driver_entry)) {
+        return Err(e);
+    }
+    if !failed.is_empty() {
+        bail!("on kernel {}: {} failed", g.version, failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Builds what `opts` needs, boots the guest, runs the test files (and the bench) there and
+/// collects what they left; whether they passed is the caller's to judge.
+pub fn boot(opts: &Options) -> anyhow::Result<GuestRun> {
     let env = setup::run_setup()?;
     if opts.arch == Arch::Arm64 {
         setup::arm64_setup()?;
@@ -394,7 +501,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     // About ten times this machine's time under TCG (arm64 on x86-64 about twice that again); the
     // slowest file here takes minutes.
     let per_file = if opts.arch == Arch::Arm64 { 1500 } else { 300 };
-    let bench_s = if opts.bench_driver_entry { 1200 } else { 0 };
+    let bench_s = if opts.bench_driver_entry { 1800 } else { 0 };
     let limit = Duration::from_secs(per_file * exes.len() as u64 + bench_s + 120);
     let (system, machine, console): (&str, &[&str], &str) = match opts.arch {
         Arch::X86_64 => ("qemu-system-x86_64", &[], "ttyS0"),
@@ -422,57 +529,15 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let guest_s = boot.elapsed().as_secs_f64();
 
     let results = std::fs::read_to_string(out.join("results")).unwrap_or_default();
-    let mut failed = Vec::new();
-    let mut report = String::new();
-    for (name, _) in &exes {
-        let log = std::fs::read_to_string(out.join(format!("{name}.log"))).unwrap_or_default();
-        let summary = log.lines().rev().find(|l| l.starts_with("test result:")).unwrap_or("no test result line");
-        let rc = results.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map(str::trim);
-        let ok = rc == Some("0");
-        if !ok {
-            failed.push(name.clone());
-        }
-        let _ = writeln!(
-            &mut report,
-            "kernel-matrix: {} {name}: {} ({summary}); log {}",
-            k.version,
-            if ok { "ok" } else { "FAILED" },
-            out.join(format!("{name}.log")).display()
-        );
-        if !ok {
-            for l in log.lines().filter(|l| l.contains("panicked") || l.ends_with("FAILED")).take(10) {
-                let _ = writeln!(&mut report, "    {l}");
-            }
-        }
-    }
-    if opts.bench_driver_entry {
-        let rc = results.lines().find_map(|l| l.strip_prefix("bench ")).map(str::trim);
-        let table = std::fs::read_to_string(out.join("bench-driver-entry.md")).unwrap_or_default();
-        if rc == Some("0") {
-            let _ = writeln!(&mut report, "{table}");
-        } else {
-            failed.push("gpu-tracer-bench driver-entry".into());
-            let err = std::fs::read_to_string(out.join("bench-driver-entry.err")).unwrap_or_default();
-            let tail: Vec<&str> = err.lines().rev().take(10).collect();
-            let _ = writeln!(&mut report, "kernel-matrix: bench FAILED (rc {rc:?}):");
-            for l in tail.into_iter().rev() {
-                let _ = writeln!(&mut report, "    {l}");
-            }
-        }
-    }
-    print!("{report}");
-    println!("kernel-matrix: guest ran {:.0} s (qemu {st}), {:.0} s in all", guest_s, started.elapsed().as_secs_f64());
-    if !st.success() && results.lines().count() < exes.len() + usize::from(opts.bench_driver_entry) {
-        bail!(
-            "the guest did not finish (qemu {st}, limit {} s); see {}",
-            limit.as_secs(),
-            out.join("console.log").display()
-        );
-    }
-    if !failed.is_empty() {
-        bail!("on kernel {}: {} failed", k.version, failed.join(", "));
-    }
-    Ok(())
+    let files = exes
+        .iter()
+        .map(|(name, _)| GuestFile {
+            name: name.clone(),
+            rc: results.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map(|r| r.trim().to_string()),
+            log: std::fs::read_to_string(out.join(format!("{name}.log"))).unwrap_or_default(),
+        })
+        .collect();
+    Ok(GuestRun { version: k.version, out, files, results, guest_s, qemu: st, limit })
 }
 
 #[cfg(test)]

@@ -110,5 +110,35 @@ pub fn merge(old: &str, new: &str, fresh: &BTreeSet<String>, noted: &BTreeSet<St
     out
 }
 
+/// Whether a block is a hand-written note (a `## ` heading naming an issue: `## The NVIDIA ioctl
+/// path, step by step (issue 15, 2026-12-03)`), which no run generates and every run keeps.
+fn is_note(text: &str) -> bool {
+    text.lines().next().is_some_and(|h| h.starts_with("## ") && h.contains("(issue "))
+}
+
+/// A full run's report `new` with the hand-written notes of `old` ([`is_note`]) kept, each after
+/// the block it followed in `old` (or at the end when that block is gone).
+pub fn keep_notes(old: &str, new: &str) -> String {
+    let old = blocks(old);
+    let new = blocks(new);
+    let mut out = String::new();
+    let mut placed = BTreeSet::new();
+    for (id, text) in &new {
+        out.push_str(text);
+        if let Some(at) = old.iter().position(|(o, _)| o == id) {
+            for (i, (_, t)) in old.iter().enumerate().skip(at + 1).take_while(|(_, (_, t))| is_note(t)) {
+                out.push_str(t);
+                placed.insert(i);
+            }
+        }
+    }
+    for (i, (_, t)) in old.iter().enumerate() {
+        if is_note(t) && !placed.contains(&i) {
+            out.push_str(t);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

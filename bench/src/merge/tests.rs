@@ -78,3 +78,23 @@ fn a_section_never_run_is_not_written_as_skipped() {
     let doc = merge(OLD, &new, &fresh, &noted, "n");
     assert!(!doc.contains("## 7.") && !doc.contains("## 8.") && doc.contains("new six"), "{doc}");
 }
+
+/// A full run regenerates every section and keeps the hand-written notes (headings naming an issue)
+/// where they were.
+#[test]
+fn a_full_run_keeps_the_hand_written_notes() {
+    let old = OLD.replace(
+        "## 1. Syscalls",
+        "## Steps (issue 15, 2026-12-03)\n\nstep table\n\n## Guest (issue 17, 2026-12-04)\n\nguest table\n\n## 1. Syscalls",
+    );
+    let doc = keep_notes(&old, NEW);
+    assert!(doc.contains("| date | new |\n\n## Steps (issue 15, 2026-12-03)\n\nstep table\n\n## Guest"), "{doc}");
+    assert!(doc.contains("guest table\n\n## 1. Syscalls\n\nskipped"), "{doc}");
+    assert!(!doc.contains("old one"), "{doc}");
+    // A note whose neighbour is gone goes to the end rather than away.
+    let orphan =
+        OLD.replace("## 6. Attribution\n\nold six\n\n", "## 9. Gone\n\nx\n\n## Note (issue 9, 2026-12-01)\n\nkept\n\n");
+    let doc = keep_notes(&orphan, NEW);
+    assert!(doc.ends_with("## Note (issue 9, 2026-12-01)\n\nkept\n\n"), "{doc}");
+    assert_eq!(keep_notes(NEW, NEW), NEW);
+}

@@ -74,6 +74,10 @@ pub fn offsets_from_btf(path: &Path) -> Result<DeviceCheck, String> {
         inode_ino: member_offset(&btf, "inode", "i_ino")?,
         inode_sb: member_offset(&btf, "inode", "i_sb")?,
         sb_dev: member_offset(&btf, "super_block", "s_dev")?,
+        vma_start: member_offset(&btf, "vm_area_struct", "vm_start")?,
+        vma_end: member_offset(&btf, "vm_area_struct", "vm_end")?,
+        vma_flags: member_offset(&btf, "vm_area_struct", "vm_flags")?,
+        vma_pgoff: member_offset(&btf, "vm_area_struct", "vm_pgoff")?,
     })
 }
 
@@ -182,6 +186,9 @@ mod tests {
         assert!(c.task_files > 1000, "{c:?}");
         assert_eq!(c.inode_mode, 0, "{c:?}");
         assert!(c.inode_rdev > 0 && c.inode_ino > 0 && c.inode_sb > 0 && c.file_inode > 0, "{c:?}");
+        // vm_start is the first field (inside an anonymous struct on newer kernels), vm_end the next.
+        assert_eq!((c.vma_start, c.vma_end), (0, 8), "{c:?}");
+        assert!(c.vma_flags > 8 && c.vma_pgoff > 8, "{c:?}");
         assert_ne!(c.fdt_fd, c.fdt_max_fds);
     }
 

@@ -34,6 +34,10 @@ pub const NVIDIA_FRONTEND: Functions = Functions {
 /// `nvidia-uvm.ko`, every version.
 pub const UVM: Functions =
     Functions { open: "uvm_open_entry", release: "uvm_release_entry", ioctl: "uvm_unlocked_ioctl_entry" };
+/// `nvidia-uvm.ko`'s managed-memory entry points, every version 515–595: the mmap file operation
+/// (`cudaMallocManaged`'s mapping) and the managed VMA's close (its munmap, or the process's exit).
+pub const UVM_MMAP: &str = "uvm_mmap_entry";
+pub const UVM_VM_CLOSE: &str = "uvm_vm_close_managed_entry";
 
 /// What driver-entry mode attaches to on this node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -44,6 +48,8 @@ pub struct EntryPoints {
     /// `None` while `nvidia-uvm` is not loaded (it is often loaded on demand, with the first CUDA
     /// process): then UVM calls are not seen in this mode.
     pub uvm: Option<Functions>,
+    /// Whether `nvidia-uvm` has [`UVM_MMAP`] and [`UVM_VM_CLOSE`] (managed mappings are seen).
+    pub uvm_managed: bool,
     /// How the names were chosen, for `doctor`.
     pub detail: String,
 }
@@ -103,12 +109,22 @@ pub fn choose(kallsyms: &str, driver_version: Option<&str>) -> Result<EntryPoint
     };
     let uvm_have: Vec<&str> = module_functions(kallsyms, "nvidia_uvm").collect();
     let uvm = complete(&UVM, &uvm_have).then_some(UVM);
+    let uvm_managed = uvm.is_some() && [UVM_MMAP, UVM_VM_CLOSE].iter().all(|f| uvm_have.contains(f));
     let detail = match uvm {
-        Some(u) => format!("{detail} and {}", u.ioctl),
+        Some(u) if uvm_managed => format!("{detail} and {}, {UVM_MMAP}, {UVM_VM_CLOSE}", u.ioctl),
+        Some(u) => {
+            format!("{detail} and {}; {UVM_MMAP} or {UVM_VM_CLOSE} is missing: managed mappings are not seen", u.ioctl)
+        }
         None if uvm_have.is_empty() => format!("{detail}; nvidia-uvm is not loaded: UVM calls are not seen"),
         None => format!("{detail}; nvidia-uvm's {} is missing: UVM calls are not seen", UVM.ioctl),
     };
-    Ok(EntryPoints { driver_version: driver_version.map(|v| v.trim().to_string()), nvidia: chosen, uvm, detail })
+    Ok(EntryPoints {
+        driver_version: driver_version.map(|v| v.trim().to_string()),
+        nvidia: chosen,
+        uvm,
+        uvm_managed,
+        detail,
+    })
 }
 
 /// [`choose`] on this node: `/proc/kallsyms` and `/sys/module/nvidia/version`.
@@ -141,8 +157,20 @@ mod tests {
             "{}",
             e.detail
         );
+        assert!(!e.uvm_managed && e.detail.contains("managed mappings are not seen"), "{}", e.detail);
+        let managed = format!(
+            "{MODERN}ffffffffc0b00300 t uvm_mmap_entry\t[nvidia_uvm]\n\
+             ffffffffc0b00400 t uvm_vm_close_managed_entry\t[nvidia_uvm]\n"
+        );
+        let m = choose(&managed, Some("550.54.14")).unwrap();
+        assert!(m.uvm_managed, "{m:?}");
+        assert!(
+            m.detail.ends_with("uvm_unlocked_ioctl_entry, uvm_mmap_entry, uvm_vm_close_managed_entry"),
+            "{}",
+            m.detail
+        );
         let f = choose(FRONTEND, Some("535.261.03")).unwrap();
-        assert_eq!((f.nvidia, f.uvm), (NVIDIA_FRONTEND, None));
+        assert_eq!((f.nvidia, f.uvm, f.uvm_managed), (NVIDIA_FRONTEND, None, false));
         assert!(f.detail.contains("nvidia-uvm is not loaded"), "{}", f.detail);
     }
 

@@ -86,13 +86,20 @@ pub fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, St
             } else {
                 format!("driver-entry unavailable: {}; ", f.driver_entry_detail)
             };
-            if f.btf {
-                (AttachMode::BtfTracepoint, format!("{driver_entry_note}BTF present: tp_btf sys_enter/sys_exit"))
-            } else {
-                (AttachMode::RawTracepoint, format!("{driver_entry_note}no BTF: raw_tracepoint sys_enter/sys_exit"))
-            }
+            let (mode, why) = syscall_mode(f);
+            (mode, format!("{driver_entry_note}{why}"))
         }
         m => (m, "set by configuration".to_string()),
+    }
+}
+
+/// The syscall-tracepoint mode `auto` takes when driver-entry is not there: btf-tracepoint with
+/// kernel BTF, raw-tracepoint without; and why.
+fn syscall_mode(f: &KernelFeatures) -> (AttachMode, &'static str) {
+    if f.btf {
+        (AttachMode::BtfTracepoint, "BTF present: tp_btf sys_enter/sys_exit")
+    } else {
+        (AttachMode::RawTracepoint, "no BTF: raw_tracepoint sys_enter/sys_exit")
     }
 }
 
@@ -406,8 +413,7 @@ impl Probes {
                 Ok(p) => FamilyStatus::Attached { programs: p },
                 // `auto` chose driver-entry and it did not attach: the next mode, and why.
                 Err(e) if mode == AttachMode::DriverEntry && cfg.attach_mode == AttachMode::Auto => {
-                    let (next, why) =
-                        choose_mode(AttachMode::Auto, &KernelFeatures { driver_entry: None, ..features.clone() });
+                    let (next, why) = syscall_mode(&features);
                     tracing::warn!(error = %e, fallback = next.as_str(), "driver-entry mode did not attach");
                     mode = next;
                     attach_reason = format!("driver-entry did not attach ({e}); {why}");
@@ -522,25 +528,22 @@ impl Probes {
         }
         let points = driver_entry::detect()?;
         let Some(u) = points.uvm else { return Ok(false) };
-        for (prog, func) in [
-            (prog_names::DE_UVM_OPEN, u.open),
-            (prog_names::DE_OPEN_RET, u.open),
-            (prog_names::DE_UVM_IOCTL, u.ioctl),
-            (prog_names::DE_IOCTL_RET, u.ioctl),
-            (prog_names::DE_RELEASE, u.release),
-        ] {
+        for (prog, func) in uvm_plan(&u, points.uvm_managed) {
             let p: &mut KProbe = program(&mut self.ebpf, prog)?;
             if p.fd().is_err() {
                 p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
             }
             let kind = probe_kind(p);
-            p.attach(func, 0).map_err(|e| error_with_causes(&format!("attaching {kind}/{func}"), &e).0)?;
+            // A kprobe is a perf event of the kprobe PMU: refused without CAP_SYS_ADMIN where
+            // perf_event_paranoid is 3 or more on Debian/Ubuntu kernels; the error says so.
+            p.attach(func, 0).map_err(|e| tracepoint_error(&format!("attaching {kind}/{func}"), &e))?;
             if let FamilyStatus::Attached { programs } = &mut self.report.driver {
                 programs.push(format!("{kind}/{func} (nvidia-uvm loaded after the agent)"));
             }
         }
         if let Some(e) = &mut self.report.features.driver_entry {
             e.uvm = Some(u);
+            e.uvm_managed = points.uvm_managed;
         }
         tracing::info!(ioctl = u.ioctl, "nvidia-uvm appeared: its driver-entry probes are attached");
         Ok(true)
@@ -692,13 +695,7 @@ fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck)
         (prog_names::DE_RELEASE, points.nvidia.release),
     ];
     if let Some(u) = &points.uvm {
-        plan.extend([
-            (prog_names::DE_UVM_OPEN, u.open),
-            (prog_names::DE_OPEN_RET, u.open),
-            (prog_names::DE_UVM_IOCTL, u.ioctl),
-            (prog_names::DE_IOCTL_RET, u.ioctl),
-            (prog_names::DE_RELEASE, u.release),
-        ]);
+        plan.extend(uvm_plan(u, points.uvm_managed));
     }
     let attach = |ebpf: &mut Ebpf| {
         let mut attached = Vec::new();
@@ -708,7 +705,9 @@ fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck)
                 p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
             }
             let kind = probe_kind(p);
-            p.attach(func, 0).map_err(|e| error_with_causes(&format!("attaching {kind}/{func}"), &e).0)?;
+            // A kprobe is a perf event of the kprobe PMU: refused without CAP_SYS_ADMIN where
+            // perf_event_paranoid is 3 or more on Debian/Ubuntu kernels; the error says so.
+            p.attach(func, 0).map_err(|e| tracepoint_error(&format!("attaching {kind}/{func}"), &e))?;
             attached.push(format!("{kind}/{func}"));
         }
         attached.push(format!("({})", points.detail));
@@ -721,6 +720,27 @@ fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck)
             }
         }
     })
+}
+
+/// Driver-entry mode's probes in `nvidia-uvm` (program, function): open, release and ioctl, and with
+/// `managed` the mmap (its return through the ioctl return program, which handles both) and the
+/// managed VMA's close.
+fn uvm_plan(u: &driver_entry::Functions, managed: bool) -> Vec<(&'static str, &'static str)> {
+    let mut plan = vec![
+        (prog_names::DE_UVM_OPEN, u.open),
+        (prog_names::DE_OPEN_RET, u.open),
+        (prog_names::DE_UVM_IOCTL, u.ioctl),
+        (prog_names::DE_IOCTL_RET, u.ioctl),
+        (prog_names::DE_RELEASE, u.release),
+    ];
+    if managed {
+        plan.extend([
+            (prog_names::DE_UVM_MMAP, driver_entry::UVM_MMAP),
+            (prog_names::DE_IOCTL_RET, driver_entry::UVM_MMAP),
+            (prog_names::DE_UVM_VM_CLOSE, driver_entry::UVM_VM_CLOSE),
+        ]);
+    }
+    plan
 }
 
 /// `kprobe` or `kretprobe`.

@@ -46,7 +46,7 @@ fn a_clean_run_has_a_plain_closing_line() {
 /// Every `#[ignore]`d test of the guest-only files is allowed, and nothing else of theirs is listed.
 #[test]
 fn guest_only_tests_are_exactly_the_allowed_ignored_ones() {
-    for file in crate::kernel_matrix::KMOD_TESTS {
+    for file in kernel_matrix::KMOD_TESTS {
         let path = cmd::workspace_root().join(format!("tests/tests/{file}.rs"));
         let text = std::fs::read_to_string(&path).unwrap();
         let mut ignored = Vec::new();
@@ -68,4 +68,21 @@ fn guest_only_tests_are_exactly_the_allowed_ignored_ones() {
             );
         }
     }
+}
+
+#[test]
+fn a_test_ignored_here_that_passed_in_the_guest_is_no_longer_skipped() {
+    let mut host = parse(
+        "test auto_chooses ... ignored, runs in the guest\ntest other ... ignored\ntest a ... ok\n\
+         test result: ok. 1 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 1s\n",
+    );
+    let guest = parse(
+        "test auto_chooses ... ok\ntest b ... FAILED\n\
+         test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 9s\n",
+    );
+    host.absorb(guest);
+    assert_eq!((host.passed, host.failed, host.ignored), (2, 1, 1));
+    assert_eq!(host.ignored_names, ["other"]);
+    assert_eq!(host.unexpected_ignored(&[]), ["other"]);
+    assert_eq!(host.line(), "2 passed, 1 failed, 1 skipped");
 }

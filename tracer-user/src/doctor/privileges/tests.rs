@@ -42,6 +42,10 @@ fn perf_events_warn_only_when_a_configured_path_needs_them() {
     let d = perf_events(&Config::default(), chart, Some(3));
     assert_eq!(d.status, CheckStatus::Ok, "{d:?}");
     assert!(d.detail.contains("is 3") && d.detail.contains("fallbacks"), "{}", d.detail);
+    assert!(d.detail.contains("driver-entry mode's kprobes are refused"), "{}", d.detail);
+    let de = perf_events(&Config { attach_mode: AttachMode::DriverEntry, ..Config::default() }, chart, Some(3));
+    assert_eq!(de.status, CheckStatus::Warn, "{de:?}");
+    assert!(de.detail.contains("attach_mode = driver-entry (kprobes)") && de.detail.contains("fix:"), "{}", de.detail);
     // Each explicit perf-event path is named, with the fix.
     let c = perf_events(&cfg, chart, Some(4));
     assert_eq!(c.status, CheckStatus::Warn);
