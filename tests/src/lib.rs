@@ -35,7 +35,7 @@ pub use harness::{
     auto_cuda_method, cgroup2_mount, eventually, kernel_at_least, locate_binary, require_root, scaled, time_scale,
 };
 pub use pod_resources::{FakePodResources, PodResourcesCalls};
-pub use tracer::{Tracer, config_for};
+pub use tracer::{Tracer, assert_accounting, cg_usage, config_for};
 
 /// A program of Debian's `prometheus` package (`prometheus`, `promtool`) on `PATH`, or a failure
 /// naming what installs it: the tests that need it fail, never skip, without it.

@@ -6,6 +6,7 @@ use tracer_user::{
     config::{Config, Families},
     model::AgentSnapshot,
     pipeline::Agent,
+    state::snapshot::Usage,
 };
 
 use crate::{FakeDriver, eventually};
@@ -83,4 +84,21 @@ impl Tracer {
             std::thread::sleep(Duration::from_millis(25));
         }
     }
+}
+
+/// A cgroup's usage in a snapshot (zero when the cgroup has no row).
+pub fn cg_usage(s: &AgentSnapshot, id: u64) -> Usage {
+    s.state.cgroups.iter().find(|c| c.cgroup_id == id).map(|c| c.usage).unwrap_or_default()
+}
+
+/// The accounting identity, per probe and in total, with nothing lost and nothing undecodable:
+/// what a root test on a quiet machine expects after every step.
+pub fn assert_accounting(s: &AgentSnapshot) {
+    let a = &s.accounting;
+    assert!(a.exact, "seen {} != received {} + dropped {} ({:?})", a.seen, a.received, a.dropped, s.kernel);
+    for (name, c) in &s.kernel.probes {
+        assert_eq!(c.seen, c.emitted + c.aggregated + c.dropped(), "probe {name}: {c:?}");
+    }
+    assert_eq!(a.dropped, 0, "nothing should be dropped at this rate: {:?}", s.kernel);
+    assert!(s.pipeline.decode_errors.is_empty(), "decode errors: {:?}", s.pipeline.decode_errors);
 }

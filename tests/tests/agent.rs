@@ -6,7 +6,9 @@
 //! per ioctl kind, and `seen = received + dropped` for every probe.
 use std::{sync::Mutex, time::Duration};
 
-use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Tracer, Workload, config_for, eventually, require_root};
+use gpu_tracer_tests::{
+    Answer, FakeDriver, PodCgroup, Tracer, Workload, assert_accounting, cg_usage, config_for, eventually, require_root,
+};
 use tracer_user::{
     config::{AttachMode, Config, LifecycleAttach},
     model::AgentSnapshot,
@@ -42,10 +44,6 @@ fn cgroup(s: &AgentSnapshot, id: u64) -> Option<&CgroupRow> {
     s.state.cgroups.iter().find(|c| c.cgroup_id == id)
 }
 
-fn cg_usage(s: &AgentSnapshot, id: u64) -> Usage {
-    cgroup(s, id).map(|c| c.usage).unwrap_or_default()
-}
-
 fn proc_usage(s: &AgentSnapshot, tgid: u32) -> Usage {
     s.state.processes.iter().find(|p| p.tgid == tgid).map(|p| p.usage).unwrap_or_default()
 }
@@ -58,17 +56,6 @@ fn ok(w: &mut Workload, cmd: &str) -> Answer {
 
 fn handle(w: &mut Workload, cmd: &str) -> u32 {
     ok(w, cmd).handle("handle").unwrap_or_else(|e| panic!("{cmd}: {e}"))
-}
-
-/// The accounting identity, per probe and in total, with nothing lost on this quiet machine.
-fn assert_accounting(s: &AgentSnapshot) {
-    let a = &s.accounting;
-    assert!(a.exact, "seen {} != received {} + dropped {} ({:?})", a.seen, a.received, a.dropped, s.kernel);
-    for (name, c) in &s.kernel.probes {
-        assert_eq!(c.seen, c.emitted + c.aggregated + c.dropped(), "probe {name}: {c:?}");
-    }
-    assert_eq!(a.dropped, 0, "nothing should be dropped at this rate: {:?}", s.kernel);
-    assert!(s.pipeline.decode_errors.is_empty(), "decode errors: {:?}", s.pipeline.decode_errors);
 }
 
 fn three_pods_one_gpu(mode: AttachMode) {

@@ -16,12 +16,14 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
-use gpu_tracer_tests::{Answer, FakeDriver, PodCgroup, Tracer, Workload, config_for, locate_binary, require_root};
+use gpu_tracer_tests::{
+    Answer, FakeDriver, PodCgroup, Tracer, Workload, assert_accounting, cg_usage, config_for, locate_binary,
+    require_root,
+};
 use tracer_user::{
     config::{AttachMode, Config},
     model::AgentSnapshot,
     probe::{FamilyStatus, ProbeMode},
-    state::snapshot::Usage,
 };
 
 const MIB: u64 = 1 << 20;
@@ -83,21 +85,6 @@ fn ok(w: &mut Workload, cmd: &str) -> Answer {
 
 fn handle(w: &mut Workload, cmd: &str) -> u32 {
     ok(w, cmd).handle("handle").unwrap_or_else(|e| panic!("{cmd}: {e}"))
-}
-
-fn cg_usage(s: &AgentSnapshot, id: u64) -> Usage {
-    s.state.cgroups.iter().find(|c| c.cgroup_id == id).map(|c| c.usage).unwrap_or_default()
-}
-
-/// Exact accounting, nothing dropped, nothing undecodable.
-fn assert_accounting(s: &AgentSnapshot) {
-    let a = &s.accounting;
-    assert!(a.exact, "seen {} != received {} + dropped {} ({:?})", a.seen, a.received, a.dropped, s.kernel);
-    for (name, c) in &s.kernel.probes {
-        assert_eq!(c.seen, c.emitted + c.aggregated + c.dropped(), "probe {name}: {c:?}");
-    }
-    assert_eq!(a.dropped, 0, "nothing should be dropped at this rate: {:?}", s.kernel);
-    assert!(s.pipeline.decode_errors.is_empty(), "decode errors: {:?}", s.pipeline.decode_errors);
 }
 
 /// The three-pods scene (agent.rs's, phase for phase): bytes per cgroup after allocations, frees

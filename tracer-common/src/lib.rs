@@ -260,10 +260,10 @@ pub struct NvFile {
     pub slot: u32,
 }
 
-/// `DE_IOCTL_ENTRY` value (driver-entry mode): an ioctl between its kprobe and kretprobe, in the
-/// slot of its thread (`tid % capacity::DE_IOCTL_ENTRY`), owned by `pid_tgid` (0: free). The
-/// kretprobe sees no arguments, so they wait here: an array store and load instead of a hash
-/// insert, lookup and delete.
+/// `DE_IOCTL_ENTRY` value (driver-entry mode): an open, ioctl or UVM mmap between its kprobe and
+/// kretprobe, in the slot of its thread (`tid % capacity::DE_IOCTL_ENTRY`), owned by `pid_tgid`
+/// (0: free). The kretprobe sees no arguments, so they wait here: an array store and load instead
+/// of a hash insert, lookup and delete.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeIoctlEntry {

@@ -26,7 +26,7 @@ use tracer_common::{
 
 use crate::{
     driver, emit,
-    maps::{CONFIG, DE_IOCTL_ENTRY, INFLIGHT, NV_FILES},
+    maps::{CONFIG, DE_IOCTL_ENTRY, NV_FILES},
 };
 
 /// Which driver a probe sits in.
@@ -77,23 +77,6 @@ fn is_agent(tgid: u32) -> bool {
     CONFIG.get(0).is_none_or(|c| c.agent_tgid == tgid)
 }
 
-/// Keep an open's entry state for its return. A state the thread left before means that open's
-/// return never came (the kernel had no free kretprobe instance): counted as `no_return`.
-#[inline(always)]
-fn stash_open(pid_tgid: u64, st: &Inflight) {
-    const EEXIST: i32 = 17;
-    match INFLIGHT.insert(&pid_tgid, st, aya_ebpf::bindings::BPF_NOEXIST as u64) {
-        Ok(()) => {}
-        Err(e) if e == -EEXIST => {
-            emit::drop_event(probe::OPEN, counter::DROP_NO_RETURN);
-            if INFLIGHT.insert(&pid_tgid, st, 0).is_err() {
-                emit::drop_event(probe::OPEN, counter::DROP_INFLIGHT_FULL);
-            }
-        }
-        Err(_) => emit::drop_event(probe::OPEN, counter::DROP_INFLIGHT_FULL),
-    }
-}
-
 /// Send the open record of `f` for `pid_tgid`.
 #[inline(always)]
 fn emit_open(f: &NvFile, fl: u16) {
@@ -118,18 +101,18 @@ pub fn on_open(ctx: &ProbeContext, driver: Driver) {
     }
     let (Some(inode), Some(file)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else { return };
     let Some(dev) = device(driver, inode, file) else { return };
-    let mut st = Inflight { sysno: OPEN_IN_FLIGHT, dev, ..Default::default() };
-    st.args[0] = file;
-    stash_open(pid_tgid, &st);
+    stash_call(pid_tgid, probe::OPEN, |st| {
+        st.sysno = OPEN_IN_FLIGHT;
+        st.dev = dev;
+        st.args[0] = file;
+    });
 }
 
 /// The open's return: a file the driver accepted is registered and reported.
 #[inline(always)]
 pub fn on_open_return(ctx: &RetProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: copied out immediately.
-    let Some(st) = (unsafe { INFLIGHT.get(&pid_tgid) }).copied() else { return };
-    let _ = INFLIGHT.remove(&pid_tgid);
+    let Some(st) = take_entry(pid_tgid, probe::OPEN) else { return };
     let ret: i64 = ctx.ret::<i64>();
     if st.sysno != OPEN_IN_FLIGHT || ret != 0 {
         return;
@@ -190,6 +173,7 @@ fn stash_call(pid_tgid: u64, probe: u32, fill: impl FnOnce(&mut Inflight)) {
             emit::drop_event(probe, counter::DROP_NO_RETURN);
         }
         (*e).pid_tgid = pid_tgid;
+        (*e).st = Inflight::default();
         fill(&mut (*e).st);
         (*e).st.enter_ktime = bpf_ktime_get_ns();
     }
@@ -270,7 +254,27 @@ pub fn on_vm_close(ctx: &ProbeContext) {
     driver::unmapped(tgid, start, end.wrapping_sub(start));
 }
 
-/// `DE_IOCTL_ENTRY` slot of a thread.
+/// Take the entry state the returning call's entry probe left in this thread's slot. `None`: there
+/// is none — the agent's own calls, which leave none; any other call lost its entry (another
+/// thread with the same slot took it, or the call began before the probes), counted as `no_entry`
+/// against `probe`.
+#[inline(always)]
+fn take_entry(pid_tgid: u64, probe: u32) -> Option<Inflight> {
+    let e = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid))?;
+    // SAFETY: a value of this program's array, copied out and released.
+    unsafe {
+        if (*e).pid_tgid != pid_tgid {
+            if !is_agent((pid_tgid >> 32) as u32) {
+                emit::drop_event(probe, counter::DROP_NO_ENTRY);
+            }
+            return None;
+        }
+        (*e).pid_tgid = 0;
+        Some((*e).st)
+    }
+}
+
+/// `DE_IOCTL_ENTRY` slot of a thread (opens, ioctls and UVM mmaps between entry and return).
 #[inline(always)]
 fn ioctl_slot(pid_tgid: u64) -> u32 {
     (pid_tgid as u32) & (tracer_common::capacity::DE_IOCTL_ENTRY - 1)
@@ -281,20 +285,7 @@ fn ioctl_slot(pid_tgid: u64) -> u32 {
 #[inline(always)]
 pub fn on_ioctl_return(ctx: &RetProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(e) = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) else { return };
-    // SAFETY: a value of this program's array, copied out and released.
-    let st = unsafe {
-        if (*e).pid_tgid != pid_tgid {
-            // The agent's own calls have no entry state; any other call lost its entry (another
-            // thread with the same slot took it, or the call began before the probes).
-            if !is_agent((pid_tgid >> 32) as u32) {
-                emit::drop_event(probe::IOCTL, counter::DROP_NO_ENTRY);
-            }
-            return;
-        }
-        (*e).pid_tgid = 0;
-        (*e).st
-    };
+    let Some(st) = take_entry(pid_tgid, probe::IOCTL) else { return };
     let ret: i64 = ctx.ret::<i64>();
     if st.sysno == sysno::MMAP {
         // The driver's mmap returns 0 on success; the syscall's return, the address, is the VMA's start.

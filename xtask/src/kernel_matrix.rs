@@ -450,7 +450,12 @@ pub fn boot(opts: &Options) -> anyhow::Result<GuestRun> {
         Vec::new()
     } else {
         let mut b = env.cargo();
-        b.args(["test", "--release", "--no-run", "-p", "gpu-tracer-tests"]).args(target);
+        b.args(["test", "--release", "--no-run"]).args(target);
+        // On x86-64 the whole workspace's features, as `cargo xtask test` builds them (`-p` alone
+        // unifies them differently and rebuilds tracer-user and the tests, two minutes here).
+        if opts.arch == Arch::Arm64 {
+            b.args(["-p", "gpu-tracer-tests"]);
+        }
         for t in &tests {
             b.args(["--test", t]);
         }
