@@ -68,7 +68,9 @@ except Exception as e:
 proc = next((p for p in top.get("state", {}).get("processes", []) if p.get("tgid") == pid), {})
 cuda = next((p for p in top.get("cuda", {}).get("processes", []) if p.get("tgid") == pid), {})
 mib = lambda b: f"{(b or 0) / 2**20:.1f} MiB"
-r = ["# gpu-check report", "", f"workload pid {pid}, torch {torch.get('torch')}, device {torch.get('device_name')}", ""]
+probes = doctor.get("probes", {})
+r = ["# gpu-check report", "", f"workload pid {pid}, torch {torch.get('torch')}, device {torch.get('device_name')}", "",
+     f"driver family attach mode: {probes.get('attach_mode')} ({probes.get('attach_reason')})", ""]
 r += ["| source | device memory |", "|---|---:|",
       f"| tracer, driver ledger (RM allocations, vidmem) | {mib(proc.get('usage', {}).get('vidmem_bytes'))} |",
       f"| tracer, CUDA ledger (cuMemAlloc*) | {mib(cuda.get('usage', {}).get('device_bytes'))} |",
@@ -95,7 +97,7 @@ if not attr:
     r += [f"no attribution: NVML {top.get('nvml', {}).get('status')}: {top.get('nvml', {}).get('reason')}", ""]
 r += [f"launches counted by the tracer (cuda_launch_batch events): {launches} (the workload ran {torch.get('matmul_steps')} matmuls plus init kernels)", ""]
 r += ["events of the workload by kind:", "", "```", json.dumps(dict(events), indent=1), "```", ""]
-r += ["doctor families:", "", "```", json.dumps({k: doctor.get('probes', {}).get(k) for k in ('driver', 'lifecycle', 'cuda')}, indent=1)[:3000], "```"]
+r += ["doctor families:", "", "```", json.dumps({k: probes.get(k) for k in ('attach_mode', 'driver', 'lifecycle', 'cuda')}, indent=1)[:3000], "```"]
 r += ["", "accounting:", "", "```", json.dumps(top.get("accounting"), indent=1), "```"]
 open(os.path.join(out, "report.md"), "w").write("\n".join(r) + "\n")
 print("\n".join(r))
