@@ -97,6 +97,17 @@ fn null_ioctl() -> Result<impl Fn()> {
     })
 }
 
+/// The NVIDIA workers' arguments after the mode: CPU PATH CALLS RUNS WARMUP.
+fn nv_args(args: &[String]) -> Result<(usize, String, u64, u32, u64)> {
+    Ok((
+        arg(args, 1, "cpu")?,
+        arg(args, 2, "path")?,
+        arg(args, 3, "calls")?,
+        arg(args, 4, "runs")?,
+        arg(args, 5, "warmup")?,
+    ))
+}
+
 /// `getppid` as a raw syscall, so libc cannot cache it.
 fn getppid() {
     // SAFETY: getppid has no arguments.
@@ -140,13 +151,7 @@ pub fn main(args: &[String]) -> Result<()> {
         // (default: memory class, nested parameters followed), `no-nested` (a class without nested
         // parameters), `bare` (an escape without a capture plan and `_IOC_SIZE` 0: no user memory read).
         Some("nv") => {
-            let (cpu, path, calls, runs, warmup): (usize, String, u64, u32, u64) = (
-                arg(args, 1, "cpu")?,
-                arg(args, 2, "path")?,
-                arg(args, 3, "calls")?,
-                arg(args, 4, "runs")?,
-                arg(args, 5, "warmup")?,
-            );
+            let (cpu, path, calls, runs, warmup) = nv_args(args)?;
             let variant = args.get(6).map(String::as_str).unwrap_or("full");
             sys::pin_to(cpu).context("pinning the worker")?;
             let fd = open(&path, libc::O_RDWR)?;
@@ -184,13 +189,7 @@ pub fn main(args: &[String]) -> Result<()> {
         // before each timed phase it says `ready PHASE` and waits for a line, so the bench can
         // read the programs' run statistics at the phase's edges.
         Some("nv-held") => {
-            let (cpu, path, calls, runs, warmup): (usize, String, u64, u32, u64) = (
-                arg(args, 1, "cpu")?,
-                arg(args, 2, "path")?,
-                arg(args, 3, "calls")?,
-                arg(args, 4, "runs")?,
-                arg(args, 5, "warmup")?,
-            );
+            let (cpu, path, calls, runs, warmup) = nv_args(args)?;
             sys::pin_to(cpu).context("pinning the worker")?;
             let fd = open(&path, libc::O_RDWR)?;
             let ioctl = null_ioctl()?;

@@ -261,34 +261,7 @@ fn bad_arguments_fail_in_the_module() {
     let d = double(2);
     let mut w = workload(&d);
     ok(&mut w, "init 0");
-    let before = d.stats().unwrap();
-    // Bad pointers fail in the module's copy-in with EFAULT, before the server sees anything.
-    for cmd in ["bad-null", "bad-unmapped", "bad-guard"] {
-        let a = ok(&mut w, cmd);
-        assert_eq!(
-            (a.signed("ret").unwrap(), a.number("errno").unwrap()),
-            (-1, libc::EFAULT as u64),
-            "{cmd}: {}",
-            a.line
-        );
-    }
-    assert_eq!(d.stats().unwrap().ioctl_calls("RM_ALLOC"), before.ioctl_calls("RM_ALLOC"));
-    // A wrong _IOC_SIZE and an unknown escape reach the model, which answers EINVAL.
-    for cmd in ["bad-size", "bad-unknown"] {
-        let a = ok(&mut w, cmd);
-        assert_eq!(
-            (a.signed("ret").unwrap(), a.number("errno").unwrap()),
-            (-1, libc::EINVAL as u64),
-            "{cmd}: {}",
-            a.line
-        );
-    }
-    let a = ok(&mut w, "bad-nested-null");
-    assert_eq!(a.signed("ret").unwrap(), 0);
-    assert_eq!(a.get("status"), Some("0x1f"), "NV_ERR_INVALID_ARGUMENT: {}", a.line);
-    let a = ok(&mut w, "bad-race 400");
-    assert_eq!(a.number("calls").unwrap(), 400);
-    assert!(w.is_running());
+    let before = d.assert_bad_arguments_refused(&mut w);
     handle(&mut w, "alloc-rm 1M");
     assert_eq!(d.stats().unwrap().ioctl_errnos("RM_ALLOC"), before.ioctl_errnos("RM_ALLOC") + 1, "bad-size");
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{HarnessError, Result, eventually, fresh_temp_dir, kmod, locate_binary, signal};
+use super::{HarnessError, Result, Workload, eventually, fresh_temp_dir, kmod, locate_binary, signal};
 use crate::fake_driver::{DriverStats, STATS_FILE_NAME, detach, fake_driver_mounts, is_stale_mount};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -173,6 +173,41 @@ impl FakeDriver {
         let p = self.kmod_stats.clone().unwrap_or_else(|| self.dev.join(STATS_FILE_NAME));
         let text = std::fs::read_to_string(&p).map_err(|e| HarnessError::io(format!("read {}", p.display()), e))?;
         serde_json::from_str(&text).map_err(|e| HarnessError::Protocol(format!("bad stats JSON: {e}")))
+    }
+
+    /// The bad-argument calls of `w` (initialised), each answered as the real driver answers it,
+    /// with nothing bad reaching the model: `bad-null`/`bad-unmapped`/`bad-guard` fail the copy-in
+    /// with `EFAULT` (no RM_ALLOC counted), `bad-size` and `bad-unknown` get `EINVAL` from the
+    /// model, `bad-nested-null` an RM status `0x1f`, and 400 racing calls return. Both transports
+    /// (FUSE, the kernel module) must pass it. Returns the stats from before the calls.
+    pub fn assert_bad_arguments_refused(&self, w: &mut Workload) -> DriverStats {
+        let ok = |w: &mut Workload, cmd: &str| w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
+        let before = self.stats().expect("driver stats");
+        for (cmds, errno) in [
+            (&["bad-null", "bad-unmapped", "bad-guard"][..], libc::EFAULT),
+            (&["bad-size", "bad-unknown"], libc::EINVAL),
+        ] {
+            for cmd in cmds {
+                let a = ok(w, cmd);
+                assert_eq!(
+                    (a.signed("ret").unwrap(), a.number("errno").unwrap()),
+                    (-1, errno as u64),
+                    "{cmd}: {}",
+                    a.line
+                );
+            }
+            if errno == libc::EFAULT {
+                // Bad pointers fail in the copy-in, before the model sees anything.
+                assert_eq!(self.stats().unwrap().ioctl_calls("RM_ALLOC"), before.ioctl_calls("RM_ALLOC"));
+            }
+        }
+        let a = ok(w, "bad-nested-null");
+        assert_eq!(a.signed("ret").unwrap(), 0);
+        assert_eq!(a.get("status"), Some("0x1f"), "NV_ERR_INVALID_ARGUMENT: {}", a.line);
+        let a = ok(w, "bad-race 400");
+        assert_eq!(a.number("calls").unwrap(), 400);
+        assert!(w.is_running());
+        before
     }
 
     /// Poll the stats until `pred` holds (releases reach the driver asynchronously).
