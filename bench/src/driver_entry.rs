@@ -18,24 +18,56 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpu_tracer_tests::FakeDriver;
-use tracer_user::config::{AttachMode, Config, Families};
+use tracer_user::config::{AttachMode, Config, DriverEntryProbes, Families};
 
 use crate::{agent_run, sys};
+
+/// An attach mode and, for driver-entry, its mechanism.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Btf,
+    Kprobe,
+    Fentry,
+}
+
+impl Mode {
+    fn attach_mode(self) -> AttachMode {
+        match self {
+            Mode::Btf => AttachMode::BtfTracepoint,
+            Mode::Kprobe | Mode::Fentry => AttachMode::DriverEntry,
+        }
+    }
+
+    fn probes(self) -> DriverEntryProbes {
+        match self {
+            Mode::Fentry => DriverEntryProbes::Fentry,
+            _ => DriverEntryProbes::Kprobe,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Btf => "btf-tracepoint",
+            Mode::Kprobe => "driver-entry (kprobe)",
+            Mode::Fentry => "driver-entry (fentry)",
+        }
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Conf {
     None,
     /// The mode's empty programs where it attaches (its mechanism's floor).
-    Floor(AttachMode),
-    Agent(AttachMode),
+    Floor(Mode),
+    Agent(Mode),
 }
 
 impl Conf {
     fn name(self) -> String {
         match self {
             Conf::None => "no agent".into(),
-            Conf::Floor(m) => format!("{}, empty programs", m.as_str()),
-            Conf::Agent(m) => m.as_str().into(),
+            Conf::Floor(m) => format!("{}, empty programs", m.name()),
+            Conf::Agent(m) => m.name().into(),
         }
     }
 }
@@ -62,9 +94,10 @@ fn opt(args: &[String], name: &str, default: u64) -> Result<u64> {
     }
 }
 
-fn agent_config(mode: AttachMode) -> Config {
+fn agent_config(mode: Mode) -> Config {
     Config {
-        attach_mode: mode,
+        attach_mode: mode.attach_mode(),
+        driver_entry_probes: mode.probes(),
         dev_dir: "/dev".into(),
         simulated_devices: false,
         driver_version: Some("550.54.15".into()),
@@ -82,19 +115,23 @@ fn run_once(conf: Conf, cpu: usize, calls: u64, warmup: u64) -> Result<([f64; 3]
     let mut _floor = None;
     match conf {
         Conf::None => {}
-        Conf::Floor(AttachMode::DriverEntry) => {
+        Conf::Floor(m @ (Mode::Kprobe | Mode::Fentry)) => {
             let entry = tracer_user::probe::driver_entry::detect()
                 .map_err(|e| anyhow::anyhow!("the driver's entry points: {e}"))?;
-            _floor = Some(crate::floors::attach_kprobes(entry.nvidia.ioctl)?);
+            _floor = Some(if m == Mode::Kprobe {
+                crate::floors::attach_kprobes(entry.nvidia.ioctl)?
+            } else {
+                crate::floors::attach_trampolines("nvidia", entry.nvidia.ioctl)?
+            });
         }
-        Conf::Floor(m) => _floor = Some(crate::floors::attach(m, true, &[])?),
+        Conf::Floor(Mode::Btf) => _floor = Some(crate::floors::attach(AttachMode::BtfTracepoint, true, &[])?),
         Conf::Agent(m) => {
             let a = agent_run::start(agent_config(m), 0)?;
             if let Some(p) = &a.started.driver_problem {
-                bail!("{}: the driver family did not attach: {p}", m.as_str());
+                bail!("{}: the driver family did not attach: {p}", m.name());
             }
-            if a.started.attach_mode != m.as_str() {
-                bail!("asked for {}, attached {}", m.as_str(), a.started.attach_mode);
+            if a.started.attach_mode != m.attach_mode().as_str() {
+                bail!("asked for {}, attached {}", m.name(), a.started.attach_mode);
             }
             agent = Some(a);
         }
@@ -171,8 +208,15 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     // The kernel's per-program run times (two clock reads per program run, in every configuration).
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).context("BPF_ENABLE_STATS")?;
-    let (btf, de) = (AttachMode::BtfTracepoint, AttachMode::DriverEntry);
-    let confs = [Conf::None, Conf::Floor(btf), Conf::Agent(btf), Conf::Floor(de), Conf::Agent(de)];
+    let confs = [
+        Conf::None,
+        Conf::Floor(Mode::Btf),
+        Conf::Agent(Mode::Btf),
+        Conf::Floor(Mode::Kprobe),
+        Conf::Agent(Mode::Kprobe),
+        Conf::Floor(Mode::Fentry),
+        Conf::Agent(Mode::Fentry),
+    ];
     let mut rows: Vec<Row> = confs.iter().map(|_| Row::default()).collect();
     for round in 0..runs {
         for (conf, row) in confs.iter().zip(rows.iter_mut()) {
@@ -196,8 +240,8 @@ pub fn main(args: &[String]) -> Result<()> {
     println!(
         "Driver-entry against btf-tracepoint, kernel {} ({} CPUs, {runs} rounds of {calls} calls per configuration \
          and phase; worker thread CPU ns per call, medians; Δ over no agent; \"empty programs\": the mode's mechanism \
-         alone, `noop_btf` on tp_btf sys_enter and sys_exit, `noop_kprobe`/`noop_kretprobe` on the driver's ioctl \
-         entry point):\n",
+         alone, `noop_btf` on tp_btf sys_enter and sys_exit, `noop_kprobe`/`noop_kretprobe` and \
+         `noop_fentry`/`noop_fexit` on the driver's ioctl entry point):\n",
         kernel.trim(),
         nproc
     );
@@ -244,8 +288,8 @@ pub fn main(args: &[String]) -> Result<()> {
     );
     println!("| mode | Δ | floor (empty programs) | our programs' run time over the floor's | rest |");
     println!("|---|---:|---:|---:|---:|");
-    let mut over_floor = [0.0f64; 2];
-    for (k, (floor, agent)) in [(1usize, 2usize), (3, 4)].into_iter().enumerate() {
+    let mut over_floor = [0.0f64; 3];
+    for (k, (floor, agent)) in [(1usize, 2usize), (3, 4), (5, 6)].into_iter().enumerate() {
         let (d, f) = (delta(agent, |r| &r.nv, bv), delta(floor, |r| &r.nv, bv));
         let progs = in_prog(agent, 2) - in_prog(floor, 2);
         over_floor[k] = d - f;
@@ -253,16 +297,19 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     let ratio =
         |a: f64, b: f64| if b.abs() < 1.0 { "n/a (btf Δ < 1 ns)".to_string() } else { format!("{:.2}", a / b) };
-    println!(
-        "\nNVIDIA ioctl Δ, driver-entry / btf-tracepoint: {} (above each mechanism's floor: {}; the floors alone: {}); \
-         getppid Δ driver-entry {:+.0} ns vs btf {:+.0} ns; foreign ioctl Δ driver-entry {:+.0} ns vs btf {:+.0} ns.",
-        ratio(delta(4, |r| &r.nv, bv), delta(2, |r| &r.nv, bv)),
-        ratio(over_floor[1], over_floor[0]),
-        ratio(delta(3, |r| &r.nv, bv), delta(1, |r| &r.nv, bv)),
-        delta(4, |r| &r.getppid, bg),
-        delta(2, |r| &r.getppid, bg),
-        delta(4, |r| &r.null, bn),
-        delta(2, |r| &r.null, bn),
-    );
+    for (k, floor, agent) in [(1usize, 3usize, 4usize), (2, 5, 6)] {
+        println!(
+            "\nNVIDIA ioctl Δ, {} / btf-tracepoint: {} (above each mechanism's floor: {}; the floors alone: {}); \
+             getppid Δ {:+.0} ns vs btf {:+.0} ns; foreign ioctl Δ {:+.0} ns vs btf {:+.0} ns.",
+            confs[agent].name(),
+            ratio(delta(agent, |r| &r.nv, bv), delta(2, |r| &r.nv, bv)),
+            ratio(over_floor[k], over_floor[0]),
+            ratio(delta(floor, |r| &r.nv, bv), delta(1, |r| &r.nv, bv)),
+            delta(agent, |r| &r.getppid, bg),
+            delta(2, |r| &r.getppid, bg),
+            delta(agent, |r| &r.null, bn),
+            delta(2, |r| &r.null, bn),
+        );
+    }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! The empty programs (`noop_tp`, `noop_raw`, `noop_btf`, `noop_kprobe`/`noop_kretprobe`) attached
+//! The empty programs (`noop_tp`, `noop_raw`, `noop_btf`, `noop_kprobe`/`noop_kretprobe`,
+//! `noop_fentry`/`noop_fexit`) attached
 //! the way each attach mode attaches its real programs: what a mode costs before the tracer does any
 //! work of its own.
 use anyhow::{Context, Result};
@@ -11,6 +12,7 @@ use tracer_user::config::AttachMode;
 
 /// Attached empty programs; dropping this detaches them.
 pub struct Floor {
+    _links: tracer_user::probe::trampoline::Links,
     _objects: Vec<Ebpf>,
 }
 
@@ -68,7 +70,7 @@ pub fn attach(mode: AttachMode, with_exit: bool, syscalls: &[&str]) -> Result<Fl
         }
         other => anyhow::bail!("no floor program for attach mode {}", other.as_str()),
     }
-    Ok(Floor { _objects: objects })
+    Ok(Floor { _links: Default::default(), _objects: objects })
 }
 
 /// Driver-entry mode's floor: `noop_kprobe` at the entry of the kernel function `function` (a module's
@@ -81,5 +83,21 @@ pub fn attach_kprobes(function: &str) -> Result<Floor> {
         p.load().with_context(|| format!("loading {name}"))?;
         p.attach(function, 0).with_context(|| format!("attaching {name} to {function}"))?;
     }
-    Ok(Floor { _objects: vec![ebpf] })
+    Ok(Floor { _links: Default::default(), _objects: vec![ebpf] })
+}
+
+/// The same on BPF trampolines: `noop_fentry` and `noop_fexit` on `function` of `module`, which
+/// needs the module's BTF (as driver-entry mode's fentry mechanism does).
+pub fn attach_trampolines(module: &str, function: &str) -> Result<Floor> {
+    let ebpf = load_object()?;
+    let mut links = tracer_user::probe::trampoline::Links::default();
+    tracer_user::probe::trampoline::attach_programs(
+        tracer_user::probe::EBPF_OBJECT,
+        &ebpf,
+        module,
+        &[(prog_names::NOOP_FENTRY, false, function), (prog_names::NOOP_FEXIT, true, function)],
+        &mut links,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Floor { _links: links, _objects: vec![ebpf] })
 }

@@ -1,10 +1,13 @@
-//! Root end-to-end tests of driver-entry mode: the `driver` family on kprobes on the NVIDIA
-//! driver's own file operations (`nvidia_open`, `nvidia_close`, `nvidia_unlocked_ioctl`,
-//! `uvm_*_entry`), against the kernel-module double (tests/kmod, served by
-//! `fake-nvidia-driver --kmod`): real character devices with major 195, real entry points, the
-//! workloads' real ioctls. The numbers asserted are the driver family's exact bytes per cgroup,
-//! the same as agent.rs asserts in the syscall modes; one test runs the same scene in
-//! btf-tracepoint mode on the same double and compares.
+//! Root end-to-end tests of driver-entry mode: the `driver` family on the NVIDIA driver's own file
+//! operations (`nvidia_open`, `nvidia_close`, `nvidia_unlocked_ioctl`, `uvm_*_entry`), against the
+//! kernel-module double (tests/kmod, served by `fake-nvidia-driver --kmod`): real character
+//! devices with major 195, real entry points, the workloads' real ioctls. The numbers asserted are
+//! the driver family's exact bytes per cgroup, the same as agent.rs asserts in the syscall modes;
+//! the comparisons run the same scene in btf-tracepoint mode on the same double.
+//!
+//! Every scene runs twice, under `auto` both times: on the double built with module BTF (as
+//! Debian's own modules are), where driver-entry mode takes fentry/fexit, and on the same double
+//! without it (as NVIDIA's DKMS builds usually are), where it takes kprobes.
 //!
 //! kprobes and the module double need Debian's 6.1 kernel (this machine's 6.18 has no kprobes and
 //! cannot load modules built for 6.1): every test is `#[ignore]`d (allowed in `cargo xtask test`,
@@ -41,20 +44,49 @@ struct Scene {
     _turn: MutexGuard<'static, ()>,
 }
 
-fn double() -> (MutexGuard<'static, ()>, FakeDriver) {
+/// The mechanism driver-entry mode is expected to take: which build of the double is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probes {
+    /// The double with module BTF: fentry/fexit.
+    Fentry,
+    /// The double without: kprobe/kretprobe.
+    Kprobe,
+}
+
+const BOTH: [Probes; 2] = [Probes::Fentry, Probes::Kprobe];
+
+impl Probes {
+    /// What the driver family lists for the nvidia ioctl's entry.
+    fn ioctl_entry(self) -> &'static str {
+        match self {
+            Probes::Fentry => "fentry/nvidia_unlocked_ioctl",
+            Probes::Kprobe => "kprobe/nvidia_unlocked_ioctl",
+        }
+    }
+}
+
+fn double(p: Probes) -> (MutexGuard<'static, ()>, FakeDriver) {
     require_root();
     let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = FakeDriver::builder()
         .gpus(1)
+        .module_btf(p == Probes::Fentry)
         .binary(env!("CARGO_BIN_EXE_fake-nvidia-driver"))
         .start_kmod()
         .unwrap_or_else(|e| panic!("the kernel-module double starts: {e}"));
     (turn, d)
 }
 
-/// The agent on the double's real character devices (no simulated devices) in `mode`.
-fn agent(d: &FakeDriver, mode: AttachMode) -> Tracer {
-    Tracer::start(Config { attach_mode: mode, simulated_devices: false, ..config_for(d) })
+/// The agent on the double's real character devices (no simulated devices) in `mode`; in
+/// driver-entry mode, checked to be on the mechanism `p` expects.
+fn agent(d: &FakeDriver, mode: AttachMode, p: Probes) -> Tracer {
+    let t = Tracer::start(Config { attach_mode: mode, simulated_devices: false, ..config_for(d) });
+    if mode == AttachMode::DriverEntry {
+        let r = t.agent.report();
+        let FamilyStatus::Attached { programs } = &r.driver else { panic!("driver family: {:?}", r.driver) };
+        assert!(programs.iter().any(|x| x == p.ioctl_entry()), "{p:?}: {programs:?}");
+    }
+    t
 }
 
 fn workload(d: &FakeDriver, pod: &PodCgroup) -> Workload {
@@ -66,9 +98,9 @@ fn workload(d: &FakeDriver, pod: &PodCgroup) -> Workload {
 }
 
 /// `pods` pods with one initialised workload each, under an agent in `mode`.
-fn scene(mode: AttachMode, pods: usize) -> Scene {
-    let (turn, d) = double();
-    let t = agent(&d, mode);
+fn scene(mode: AttachMode, p: Probes, pods: usize) -> Scene {
+    let (turn, d) = double(p);
+    let t = agent(&d, mode, p);
     let pods: Vec<PodCgroup> = (0..pods).map(|_| PodCgroup::new().unwrap()).collect();
     let mut w: Vec<Workload> = pods.iter().map(|p| workload(&d, p)).collect();
     for wl in w.iter_mut() {
@@ -89,8 +121,8 @@ fn handle(w: &mut Workload, cmd: &str) -> u32 {
 
 /// The three-pods scene (agent.rs's, phase for phase): bytes per cgroup after allocations, frees
 /// and whole-client frees; the bytes per phase are returned for comparison between modes.
-fn three_pods(mode: AttachMode) -> Vec<[u64; 3]> {
-    let mut s = scene(mode, 3);
+fn three_pods(mode: AttachMode, p: Probes) -> Vec<[u64; 3]> {
+    let mut s = scene(mode, p, 3);
     let id = |s: &Scene, i: usize| s.pods[i].id();
     let snap0 = s.t.settle();
     let ioctls0: Vec<u64> = (0..3).map(|i| cg_usage(&snap0, id(&s, i)).ioctls).collect();
@@ -133,7 +165,7 @@ fn three_pods(mode: AttachMode) -> Vec<[u64; 3]> {
     // The driver's own ledger agrees: nothing of the freed clients is left in the double.
     let left = s.d.stats().expect("driver stats").used_bytes(0);
     assert_eq!(left, s3.state.totals.usage.vidmem_bytes, "the double's ledger and ours");
-    println!("driver-entry: {mode:?}: phases {p1:?} {p2:?}; the double holds {left} bytes at the end");
+    println!("driver-entry: {mode:?} ({p:?}): phases {p1:?} {p2:?}; the double holds {left} bytes at the end");
     drop(s.w);
     vec![p1, p2]
 }
@@ -141,44 +173,63 @@ fn three_pods(mode: AttachMode) -> Vec<[u64; 3]> {
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn auto_chooses_driver_entry_and_probes_only_the_drivers_entry_points() {
-    let (_turn, d) = double();
-    let t = agent(&d, AttachMode::Auto);
-    let r = t.agent.report();
-    assert_eq!(r.attach_mode, ProbeMode::Attached(AttachMode::DriverEntry), "{}", r.attach_reason);
-    let FamilyStatus::Attached { programs } = &r.driver else { panic!("driver family: {:?}", r.driver) };
-    for want in [
-        "kprobe/nvidia_unlocked_ioctl",
-        "kretprobe/nvidia_unlocked_ioctl",
-        "kprobe/nvidia_open",
-        "kretprobe/nvidia_open",
-        "kprobe/nvidia_close",
-        "kprobe/uvm_unlocked_ioctl_entry",
-        "kretprobe/uvm_unlocked_ioctl_entry",
-        "kprobe/uvm_open_entry",
-        "kprobe/uvm_release_entry",
-        "kprobe/uvm_mmap_entry",
-        "kretprobe/uvm_mmap_entry",
-        "kprobe/uvm_vm_close_managed_entry",
-    ] {
-        assert!(programs.iter().any(|p| p == want), "{want} not in {programs:?}");
+    for p in BOTH {
+        let (_turn, d) = double(p);
+        let t = agent(&d, AttachMode::Auto, p);
+        let r = t.agent.report();
+        assert_eq!(r.attach_mode, ProbeMode::Attached(AttachMode::DriverEntry), "{}", r.attach_reason);
+        let FamilyStatus::Attached { programs } = &r.driver else { panic!("driver family: {:?}", r.driver) };
+        let (entry, ret) = match p {
+            Probes::Fentry => ("fentry", "fexit"),
+            Probes::Kprobe => ("kprobe", "kretprobe"),
+        };
+        for (kind, func) in [
+            (entry, "nvidia_unlocked_ioctl"),
+            (ret, "nvidia_unlocked_ioctl"),
+            (entry, "nvidia_open"),
+            (ret, "nvidia_open"),
+            (entry, "nvidia_close"),
+            (entry, "uvm_unlocked_ioctl_entry"),
+            (ret, "uvm_unlocked_ioctl_entry"),
+            (entry, "uvm_open_entry"),
+            (entry, "uvm_release_entry"),
+            (entry, "uvm_mmap_entry"),
+            (ret, "uvm_mmap_entry"),
+            (entry, "uvm_vm_close_managed_entry"),
+        ] {
+            let want = format!("{kind}/{func}");
+            assert!(programs.contains(&want), "{p:?}: {want} not in {programs:?}");
+        }
+        // Nothing on the syscall path: other processes' syscalls run no program of ours.
+        assert!(!programs.iter().any(|x| x.contains("sys_enter") || x.contains("sys_exit")), "{programs:?}");
+        // Why this mechanism, in the list `doctor` shows.
+        let why = programs.last().unwrap();
+        match p {
+            Probes::Fentry => assert!(why.contains("fentry/fexit: the modules have BTF"), "{why}"),
+            Probes::Kprobe => assert!(why.contains("not fentry: nvidia.ko has no BTF"), "{why}"),
+        }
+        println!("driver-entry ({p:?}): attached {programs:?} ({})", r.attach_reason);
     }
-    // Nothing on the syscall path: other processes' syscalls run no program of ours.
-    assert!(!programs.iter().any(|p| p.contains("sys_enter") || p.contains("sys_exit")), "{programs:?}");
-    println!("driver-entry: attached {programs:?} ({})", r.attach_reason);
 }
 
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn three_pods_one_gpu_give_the_same_bytes_in_driver_entry_and_btf_tracepoint_mode() {
-    let entry = three_pods(AttachMode::DriverEntry);
-    let btf = three_pods(AttachMode::BtfTracepoint);
-    assert_eq!(entry, btf, "driver-entry and btf-tracepoint disagree on the same double");
+    let btf = three_pods(AttachMode::BtfTracepoint, Probes::Fentry);
+    for p in BOTH {
+        let entry = three_pods(AttachMode::DriverEntry, p);
+        assert_eq!(entry, btf, "driver-entry ({p:?}) and btf-tracepoint disagree on the same double");
+    }
 }
 
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn a_killed_process_releases_its_memory_at_exit_in_driver_entry_mode() {
-    let mut s = scene(AttachMode::DriverEntry, 1);
+    BOTH.into_iter().for_each(killed);
+}
+
+fn killed(p: Probes) {
+    let mut s = scene(AttachMode::DriverEntry, p, 1);
     handle(&mut s.w[0], "alloc-rm 2147483648");
     handle(&mut s.w[0], "alloc-vidheap 1073741824");
     let snap = s.t.settle();
@@ -196,7 +247,11 @@ fn a_killed_process_releases_its_memory_at_exit_in_driver_entry_mode() {
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn a_dup_fd_is_the_same_file_and_its_release_frees_the_clients() {
-    let mut s = scene(AttachMode::DriverEntry, 1);
+    BOTH.into_iter().for_each(dup);
+}
+
+fn dup(p: Probes) {
+    let mut s = scene(AttachMode::DriverEntry, p, 1);
     ok(&mut s.w[0], "dup ctl");
     ok(&mut s.w[0], "close-orig ctl");
     let h = handle(&mut s.w[0], "alloc-rm 805306368");
@@ -216,7 +271,11 @@ fn a_dup_fd_is_the_same_file_and_its_release_frees_the_clients() {
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn bad_ioctl_arguments_are_malformed_events_in_driver_entry_mode() {
-    let mut s = scene(AttachMode::DriverEntry, 1);
+    BOTH.into_iter().for_each(bad_arguments);
+}
+
+fn bad_arguments(p: Probes) {
+    let mut s = scene(AttachMode::DriverEntry, p, 1);
     let s0 = s.t.settle();
     for cmd in ["bad-null", "bad-unmapped", "bad-guard", "bad-size", "bad-unknown", "bad-nested-null", "bad-race 300"] {
         let line = s.w[0].cmd(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
@@ -241,11 +300,15 @@ fn bad_ioctl_arguments_are_malformed_events_in_driver_entry_mode() {
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn files_opened_before_the_agent_are_registered_at_their_first_call() {
-    let (_turn, d) = double();
+    BOTH.into_iter().for_each(opened_before);
+}
+
+fn opened_before(p: Probes) {
+    let (_turn, d) = double(p);
     let pod = PodCgroup::new().unwrap();
     let mut w = workload(&d, &pod);
     ok(&mut w, "init 0");
-    let mut t = agent(&d, AttachMode::DriverEntry);
+    let mut t = agent(&d, AttachMode::DriverEntry, p);
     handle(&mut w, "alloc-rm 536870912");
     let snap = t.settle();
     assert_eq!(cg_usage(&snap, pod.id()).vidmem_bytes, 512 * MIB);
@@ -263,7 +326,9 @@ fn files_opened_before_the_agent_are_registered_at_their_first_call() {
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn under_the_charts_capabilities_auto_takes_driver_entry_only_where_perf_events_are_allowed() {
-    let (_turn, _d) = double();
+    // The double with BTF: fentry needs CAP_SYS_ADMIN to open the module's BTF, so even there
+    // the chart's capabilities leave driver-entry mode with kprobes only.
+    let (_turn, _d) = double(Probes::Fentry);
     let gpu_tracer = locate_binary("gpu-tracer").unwrap_or_else(|e| panic!("{e}"));
     let out = Command::new("setpriv")
         .args(["--bounding-set", "-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search", "--inh-caps", "-all", "--"])
@@ -283,11 +348,14 @@ fn under_the_charts_capabilities_auto_takes_driver_entry_only_where_perf_events_
     if paranoid >= 3 {
         assert_eq!(probes["attach_mode"], "btf-tracepoint", "{probes:#}");
         assert!(why.contains("driver-entry did not attach") && why.contains("kprobe/nvidia_"), "{why}");
+        assert!(why.contains("not fentry") && why.contains("CAP_SYS_ADMIN"), "{why}");
         assert!(why.contains(&format!("perf_event_paranoid is {paranoid}")) && why.contains("fix:"), "{why}");
         let detail = perf["detail"].as_str().unwrap_or_default();
         assert!(detail.contains("driver-entry mode's kprobes are refused"), "{perf:#}");
     } else {
         assert_eq!(probes["attach_mode"], "driver-entry", "{probes:#}");
+        let programs = probes["driver"]["programs"].to_string();
+        assert!(programs.contains("kprobe/nvidia_unlocked_ioctl") && programs.contains("CAP_SYS_ADMIN"), "{programs}");
     }
     println!("perf_event_paranoid {paranoid}: attach mode {} ({why})", probes["attach_mode"]);
 }
@@ -297,8 +365,8 @@ fn under_the_charts_capabilities_auto_takes_driver_entry_only_where_perf_events_
 /// (`uvm_vm_close_managed_entry`), not at the mmap/munmap syscalls; the bytes per cgroup after two
 /// mappings, an munmap and the process's exit are the same as btf-tracepoint mode's on the same
 /// double.
-fn managed(mode: AttachMode) -> [u64; 3] {
-    let mut s = scene(mode, 1);
+fn managed(mode: AttachMode, p: Probes) -> [u64; 3] {
+    let mut s = scene(mode, p, 1);
     let id = s.pods[0].id();
     let a = ok(&mut s.w[0], "managed-mmap 33554432").number("addr").unwrap();
     ok(&mut s.w[0], "managed-mmap 67108864");
@@ -314,14 +382,15 @@ fn managed(mode: AttachMode) -> [u64; 3] {
     let s3 = s.t.wait_for("process exit", |x| !x.state.processes.iter().any(|p| p.tgid == pid));
     assert_eq!(s3.state.totals.usage.managed_bytes, 0, "{mode:?}");
     assert_accounting(&s3);
-    println!("{mode:?}: managed bytes {} -> {} -> 0", u1.managed_bytes, u2.managed_bytes);
+    println!("{mode:?} ({p:?}): managed bytes {} -> {} -> 0", u1.managed_bytes, u2.managed_bytes);
     [u1.managed_bytes, u2.managed_bytes, s3.state.totals.usage.managed_bytes]
 }
 
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
 fn managed_mappings_give_the_same_bytes_in_driver_entry_and_btf_tracepoint_mode() {
-    let entry = managed(AttachMode::DriverEntry);
-    let btf = managed(AttachMode::BtfTracepoint);
-    assert_eq!(entry, btf);
+    let btf = managed(AttachMode::BtfTracepoint, Probes::Fentry);
+    for p in BOTH {
+        assert_eq!(managed(AttachMode::DriverEntry, p), btf, "{p:?}");
+    }
 }

@@ -62,7 +62,8 @@ pub mod prog_names {
     pub const CUDA_TIMED_ENTER: &str = "cuda_timed_enter";
     pub const CUDA_TIMED_RETURN: &str = "cuda_timed_return";
     /// Driver-entry mode: kprobes on the NVIDIA driver's own file operations (`nvidia.ko`'s and
-    /// `nvidia-uvm.ko`'s open, ioctl and release), and the kretprobes of open and ioctl.
+    /// `nvidia-uvm.ko`'s open, ioctl and release), and the kretprobes of open and ioctl (their
+    /// fentry/fexit twins: `DRIVER_ENTRY_TRAMPOLINE`).
     pub const DE_NV_OPEN: &str = "de_nv_open";
     pub const DE_UVM_OPEN: &str = "de_uvm_open";
     pub const DE_OPEN_RET: &str = "de_open_ret";
@@ -84,12 +85,31 @@ pub mod prog_names {
         DE_UVM_MMAP,
         DE_UVM_VM_CLOSE,
     ];
+    /// Each driver-entry program's twin on BPF trampolines (`def_…`), used where the NVIDIA module
+    /// has BTF: (kprobe program, the function it is on or "" for any, trampoline program, fexit?).
+    /// The ioctls differ: an fexit has the arguments, so their entry keeps only the clock and their
+    /// return (one program per driver) does what the kprobe did at entry.
+    pub const DRIVER_ENTRY_TRAMPOLINE: [(&str, &str, &str, bool); 11] = [
+        (DE_NV_OPEN, "", "def_nv_open", false),
+        (DE_UVM_OPEN, "", "def_uvm_open", false),
+        (DE_OPEN_RET, "", "def_open_ret", true),
+        (DE_NV_IOCTL, "", "def_ioctl_clock", false),
+        (DE_UVM_IOCTL, "", "def_ioctl_clock", false),
+        (DE_IOCTL_RET, "uvm_mmap_entry", "def_ioctl_ret", true),
+        (DE_IOCTL_RET, "uvm_unlocked_ioctl_entry", "def_uvm_ioctl_ret", true),
+        (DE_IOCTL_RET, "", "def_nv_ioctl_ret", true),
+        (DE_RELEASE, "", "def_release", false),
+        (DE_UVM_MMAP, "", "def_uvm_mmap", false),
+        (DE_UVM_VM_CLOSE, "", "def_uvm_vm_close", false),
+    ];
     /// Empty programs for measuring each attach mechanism's floor (benchmark only).
     pub const NOOP_TP: &str = "noop_tp";
     pub const NOOP_RAW: &str = "noop_raw";
     pub const NOOP_BTF: &str = "noop_btf";
     pub const NOOP_KPROBE: &str = "noop_kprobe";
     pub const NOOP_KRETPROBE: &str = "noop_kretprobe";
+    pub const NOOP_FENTRY: &str = "noop_fentry";
+    pub const NOOP_FEXIT: &str = "noop_fexit";
 }
 
 /// Syscall numbers the driver family handles, for the architecture the crate is built for: the
@@ -1187,13 +1207,16 @@ pub mod counter {
     /// The entry of a call was seen but its return never came (driver-entry mode: the kernel had
     /// no free kretprobe instance, `maxactive`), found when the thread's next call entered.
     pub const DROP_NO_RETURN: u32 = 9;
+    /// A kernel structure the probe reads failed to read (driver-entry mode: the file's inode or
+    /// device number, the VMA's range): the call could not be attributed.
+    pub const DROP_KERNEL_READ: u32 = 10;
     /// Counted in an in-kernel aggregate (`CUDA_COUNTS`) instead of a ring-buffer record.
-    pub const AGGREGATED: u32 = 10;
-    pub const SLOTS: u32 = 11;
+    pub const AGGREGATED: u32 = 11;
+    pub const SLOTS: u32 = 12;
     pub const DROP_FIRST: u32 = DROP_RINGBUF_FULL;
-    pub const DROP_LAST: u32 = DROP_NO_RETURN;
+    pub const DROP_LAST: u32 = DROP_KERNEL_READ;
     /// Names used for metric labels, by slot.
-    pub const NAMES: [&str; 11] = [
+    pub const NAMES: [&str; 12] = [
         "seen",
         "emitted",
         "ringbuf_full",
@@ -1204,6 +1227,7 @@ pub mod counter {
         "not_a_device",
         "bulk_ringbuf_full",
         "no_return",
+        "kernel_read",
         "aggregated",
     ];
 }

@@ -1,7 +1,11 @@
 //! Driver-entry mode: the `driver` family's probes on the NVIDIA driver's own file operations
-//! (kprobes on `nvidia.ko`'s and `nvidia-uvm.ko`'s open, ioctl and release; kretprobes on open and
-//! ioctl) instead of on every syscall of the node. Only the calls that are inside the NVIDIA
-//! driver run a program, so other processes' syscalls pay nothing.
+//! (on `nvidia.ko`'s and `nvidia-uvm.ko`'s open, ioctl and release, and their returns) instead of
+//! on every syscall of the node. Only the calls that are inside the NVIDIA driver run a program,
+//! so other processes' syscalls pay nothing.
+//!
+//! Two mechanisms carry the same programs: fentry/fexit (BPF trampolines, where the module has
+//! BTF) and kprobe/kretprobe (everywhere else). Each program here is written once against
+//! [`Args`] and [`Ret`]; `main.rs` instantiates it for both contexts.
 //!
 //! What changes against the syscall modes is where the facts come from, not what is recorded:
 //! - the device is known from the probe itself (the call is inside the NVIDIA driver), its minor
@@ -17,8 +21,9 @@
 //! UVM managed mappings' (`driver::exit_mmap` at `uvm_mmap_entry`'s return, `driver::unmapped` at
 //! the managed VMA's close, `uvm_vm_close_managed_entry`).
 use aya_ebpf::{
+    EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
-    programs::{ProbeContext, RetProbeContext},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use tracer_common::{
     DeviceRef, FdCloseRecord, FdOpenRecord, Inflight, NvFile, counter, device_kind, file_identity, flags, probe, sysno,
@@ -28,6 +33,65 @@ use crate::{
     driver, emit,
     maps::{CONFIG, DE_IOCTL_ENTRY, NV_FILES},
 };
+
+/// A probed function's arguments, as integers (pointers are addresses for kernel reads).
+pub trait Args {
+    fn arg(&self, n: usize) -> Option<u64>;
+}
+
+impl Args for ProbeContext {
+    #[inline(always)]
+    fn arg(&self, n: usize) -> Option<u64> {
+        ProbeContext::arg::<u64>(self, n)
+    }
+}
+
+/// `bpf_get_func_arg` for either trampoline context (see `FEntryContext`'s impl).
+#[inline(always)]
+fn func_arg(ctx: *mut core::ffi::c_void, n: usize) -> Option<u64> {
+    let mut v = 0u64;
+    // SAFETY: the helper writes one u64 to `v` (or fails for an argument the function lacks).
+    let rc = unsafe { aya_ebpf::helpers::bpf_get_func_arg(ctx, n as u32, &mut v) };
+    (rc == 0).then_some(v)
+}
+
+impl Args for FExitContext {
+    #[inline(always)]
+    fn arg(&self, n: usize) -> Option<u64> {
+        func_arg(self.as_ptr(), n)
+    }
+}
+
+impl Args for FEntryContext {
+    /// Through `bpf_get_func_arg` (which the verifier inlines), not a load from the context: a
+    /// context load of a pointer argument is a BTF-typed pointer, and the file slot's arithmetic
+    /// on it (`file_identity`) is refused; the helper's copy is a plain number.
+    #[inline(always)]
+    fn arg(&self, n: usize) -> Option<u64> {
+        func_arg(self.as_ptr(), n)
+    }
+}
+
+/// A probed function's return value.
+pub trait Ret {
+    /// `None` only where the mechanism cannot say (not seen in practice: `bpf_get_func_ret` fails
+    /// only outside an fexit program).
+    fn ret(&self) -> Option<i64>;
+}
+
+impl Ret for RetProbeContext {
+    #[inline(always)]
+    fn ret(&self) -> Option<i64> {
+        Some(RetProbeContext::ret::<i64>(self))
+    }
+}
+
+impl Ret for FExitContext {
+    #[inline(always)]
+    fn ret(&self) -> Option<i64> {
+        FExitContext::ret::<i64>(self).ok()
+    }
+}
 
 /// Which driver a probe sits in.
 #[derive(Clone, Copy)]
@@ -94,13 +158,16 @@ fn emit_open(f: &NvFile, fl: u16) {
 
 /// `nvidia_open(inode, file)` / `uvm_open_entry(inode, file)` entry.
 #[inline(always)]
-pub fn on_open(ctx: &ProbeContext, driver: Driver) {
+pub fn on_open(ctx: &impl Args, driver: Driver) {
     let pid_tgid = bpf_get_current_pid_tgid();
     if is_agent((pid_tgid >> 32) as u32) {
         return;
     }
-    let (Some(inode), Some(file)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1)) else { return };
-    let Some(dev) = device(driver, inode, file) else { return };
+    let (Some(inode), Some(file)) = (ctx.arg(0), ctx.arg(1)) else { return };
+    let Some(dev) = device(driver, inode, file) else {
+        emit::drop_event(probe::OPEN, counter::DROP_KERNEL_READ);
+        return;
+    };
     stash_call(pid_tgid, probe::OPEN, |st| {
         st.sysno = OPEN_IN_FLIGHT;
         st.dev = dev;
@@ -110,10 +177,13 @@ pub fn on_open(ctx: &ProbeContext, driver: Driver) {
 
 /// The open's return: a file the driver accepted is registered and reported.
 #[inline(always)]
-pub fn on_open_return(ctx: &RetProbeContext) {
+pub fn on_open_return(ctx: &impl Ret) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(st) = take_entry(pid_tgid, probe::OPEN) else { return };
-    let ret: i64 = ctx.ret::<i64>();
+    let Some(ret) = ctx.ret() else {
+        emit::drop_event(probe::OPEN, counter::DROP_NO_RETURN);
+        return;
+    };
     if st.sysno != OPEN_IN_FLIGHT || ret != 0 {
         return;
     }
@@ -149,8 +219,10 @@ fn file_of(file: u64, tgid: u32, driver: Driver, probe: u32) -> Option<NvFile> {
         emit_open(&mine, flags::FIRST_SEEN_IN_CALL);
         return Some(mine);
     }
-    let inode = inode_of(file)?;
-    let dev = device(driver, inode, file)?;
+    let Some(dev) = inode_of(file).and_then(|inode| device(driver, inode, file)) else {
+        emit::drop_event(probe, counter::DROP_KERNEL_READ);
+        return None;
+    };
     let (_, slot) = file_identity(file, cfg.file_salt);
     let f = NvFile { dev, tgid, slot };
     if NV_FILES.insert(&file, &f, 0).is_err() {
@@ -181,13 +253,13 @@ fn stash_call(pid_tgid: u64, probe: u32, fill: impl FnOnce(&mut Inflight)) {
 
 /// `nvidia_unlocked_ioctl(file, cmd, arg)` / `uvm_unlocked_ioctl_entry(file, cmd, arg)` entry.
 #[inline(always)]
-pub fn on_ioctl(ctx: &ProbeContext, driver: Driver) {
+pub fn on_ioctl(ctx: &impl Args, driver: Driver) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if is_agent(tgid) {
         return;
     }
-    let (Some(file), Some(cmd), Some(arg)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1), ctx.arg::<u64>(2)) else {
+    let (Some(file), Some(cmd), Some(arg)) = (ctx.arg(0), ctx.arg(1), ctx.arg(2)) else {
         return;
     };
     let Some(f) = file_of(file, tgid, driver, probe::IOCTL) else { return };
@@ -200,6 +272,56 @@ pub fn on_ioctl(ctx: &ProbeContext, driver: Driver) {
     });
 }
 
+/// fentry on the ioctl: only the clock, in the thread's slot (for `duration_ns`). Everything else
+/// is read at the fexit, which has the arguments too (`on_ioctl_exit`): one slot store here instead
+/// of the file lookup and the whole entry state the kprobe path must carry to its kretprobe.
+#[inline(always)]
+pub fn on_ioctl_clock() {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if is_agent((pid_tgid >> 32) as u32) {
+        return;
+    }
+    let Some(e) = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) else { return };
+    // SAFETY: a value of this program's array; plain stores.
+    unsafe {
+        (*e).pid_tgid = pid_tgid;
+        (*e).st.sysno = sysno::IOCTL;
+        (*e).st.enter_ktime = bpf_ktime_get_ns();
+    }
+}
+
+/// fexit on the ioctl: the arguments and the return value are both here, so the record is built
+/// from them directly; the entry clock comes from the thread's slot (0 when the call began before
+/// the probes: the record is still made, without a duration).
+#[inline(always)]
+pub fn on_ioctl_exit(ctx: &FExitContext, driver: Driver) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if is_agent(tgid) {
+        return;
+    }
+    let mut enter_ktime = 0;
+    if let Some(e) = DE_IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) {
+        // SAFETY: a value of this program's array; plain loads and a store.
+        unsafe {
+            if (*e).pid_tgid == pid_tgid && (*e).st.sysno == sysno::IOCTL {
+                enter_ktime = (*e).st.enter_ktime;
+                (*e).pid_tgid = 0;
+            }
+        }
+    }
+    let (Some(file), Some(cmd), Some(arg), Some(ret)) =
+        (Args::arg(ctx, 0), Args::arg(ctx, 1), Args::arg(ctx, 2), Ret::ret(ctx))
+    else {
+        return;
+    };
+    let Some(f) = file_of(file, tgid, driver, probe::IOCTL) else { return };
+    let mut st = Inflight { sysno: sysno::IOCTL, fd: f.slot as i32, dev: f.dev, enter_ktime, ..Default::default() };
+    st.args[0] = cmd;
+    st.args[1] = arg;
+    driver::exit_ioctl(&st, ret, pid_tgid);
+}
+
 /// `vm_flags` bits: `VM_READ | VM_WRITE | VM_EXEC` are `PROT_*`'s values; `VM_SHARED`.
 const VM_PROT: u64 = 0x7;
 const VM_SHARED: u64 = 0x8;
@@ -209,13 +331,13 @@ const MAP_PRIVATE: u64 = 0x2;
 /// `uvm_mmap_entry(file, vma)`: a mapping of a UVM file being made (`cudaMallocManaged`); its range,
 /// protection and offset are the VMA's. Recorded at its return, as the syscall modes record mmap.
 #[inline(always)]
-pub fn on_mmap(ctx: &ProbeContext) {
+pub fn on_mmap(ctx: &impl Args) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if is_agent(tgid) {
         return;
     }
-    let (Some(file), Some(vma), Some(cfg)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(1), CONFIG.get(0)) else { return };
+    let (Some(file), Some(vma), Some(cfg)) = (ctx.arg(0), ctx.arg(1), CONFIG.get(0)) else { return };
     let Some(f) = file_of(file, tgid, Driver::Uvm, probe::MMAP) else { return };
     if f.dev.kind != device_kind::UVM {
         return;
@@ -228,6 +350,7 @@ pub fn on_mmap(ctx: &ProbeContext) {
     let (Some(start), Some(end), Some(vm_flags), Some(pgoff)) =
         (field(c.vma_start), field(c.vma_end), field(c.vma_flags), field(c.vma_pgoff))
     else {
+        emit::drop_event(probe::MMAP, counter::DROP_KERNEL_READ);
         return;
     };
     let map_flags = if vm_flags & VM_SHARED != 0 { MAP_SHARED } else { MAP_PRIVATE };
@@ -242,15 +365,18 @@ pub fn on_mmap(ctx: &ProbeContext) {
 /// `uvm_vm_close_managed_entry(vma)`: a managed mapping goes away (munmap, or the process's exit);
 /// reported as the syscall modes report its munmap, if its mmap was recorded.
 #[inline(always)]
-pub fn on_vm_close(ctx: &ProbeContext) {
+pub fn on_vm_close(ctx: &impl Args) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let (Some(vma), Some(cfg)) = (ctx.arg::<u64>(0), CONFIG.get(0)) else { return };
+    let (Some(vma), Some(cfg)) = (ctx.arg(0), CONFIG.get(0)) else { return };
     let c = &cfg.device_check;
     let field = |off: u32| -> Option<u64> {
         // SAFETY: a kernel read at a BTF offset of `vm_area_struct`; a bad address fails the helper.
         unsafe { bpf_probe_read_kernel((vma as *const u8).add(off as usize) as *const u64) }.ok()
     };
-    let (Some(start), Some(end)) = (field(c.vma_start), field(c.vma_end)) else { return };
+    let (Some(start), Some(end)) = (field(c.vma_start), field(c.vma_end)) else {
+        emit::drop_event(probe::MUNMAP, counter::DROP_KERNEL_READ);
+        return;
+    };
     driver::unmapped(tgid, start, end.wrapping_sub(start));
 }
 
@@ -283,10 +409,13 @@ fn ioctl_slot(pid_tgid: u64) -> u32 {
 /// The return of an ioctl (or of a UVM mmap, which this program also probes): the same record as
 /// the syscall modes'.
 #[inline(always)]
-pub fn on_ioctl_return(ctx: &RetProbeContext) {
+pub fn on_ioctl_return(ctx: &impl Ret) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some(st) = take_entry(pid_tgid, probe::IOCTL) else { return };
-    let ret: i64 = ctx.ret::<i64>();
+    let Some(ret) = ctx.ret() else {
+        emit::drop_event(probe::IOCTL, counter::DROP_NO_RETURN);
+        return;
+    };
     if st.sysno == sysno::MMAP {
         // The driver's mmap returns 0 on success; the syscall's return, the address, is the VMA's start.
         let ret = if ret == 0 { st.args[0] as i64 } else { ret };
@@ -299,8 +428,8 @@ pub fn on_ioctl_return(ctx: &RetProbeContext) {
 /// `nvidia_close(inode, file)` / `uvm_release_entry(inode, file)`: the file's last reference is
 /// gone. Its slot is closed in every process that used it (user space does that for a slot).
 #[inline(always)]
-pub fn on_release(ctx: &ProbeContext) {
-    let Some(file) = ctx.arg::<u64>(1) else { return };
+pub fn on_release(ctx: &impl Args) {
+    let Some(file) = ctx.arg(1) else { return };
     // SAFETY: copied out immediately.
     let Some(f) = (unsafe { NV_FILES.get(&file) }).copied() else { return };
     let _ = NV_FILES.remove(&file);

@@ -12,8 +12,11 @@ mod maps;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
-    macros::{btf_tracepoint, kprobe, kretprobe, raw_tracepoint, tracepoint, uprobe, uretprobe},
-    programs::{BtfTracePointContext, ProbeContext, RawTracePointContext, RetProbeContext, TracePointContext},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, raw_tracepoint, tracepoint, uprobe, uretprobe},
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext,
+        TracePointContext,
+    },
 };
 use driver::SyscallArgs;
 
@@ -210,6 +213,71 @@ pub fn de_uvm_vm_close(ctx: ProbeContext) -> u32 {
     0
 }
 
+// The same nine programs on BPF trampolines (fentry/fexit), for a driver whose module has BTF.
+// User space loads each one per target function (attach_btf_id in the module's BTF).
+#[fentry]
+pub fn def_nv_open(ctx: FEntryContext) -> u32 {
+    driver_entry::on_open(&ctx, driver_entry::Driver::Frontend);
+    0
+}
+
+#[fentry]
+pub fn def_uvm_open(ctx: FEntryContext) -> u32 {
+    driver_entry::on_open(&ctx, driver_entry::Driver::Uvm);
+    0
+}
+
+#[fexit]
+pub fn def_open_ret(ctx: FExitContext) -> u32 {
+    driver_entry::on_open_return(&ctx);
+    0
+}
+
+// The ioctl on trampolines: the entry keeps only the clock, the exit (which has the arguments)
+// does the rest; one entry program serves both drivers.
+#[fentry]
+pub fn def_ioctl_clock(_ctx: FEntryContext) -> u32 {
+    driver_entry::on_ioctl_clock();
+    0
+}
+
+#[fexit]
+pub fn def_nv_ioctl_ret(ctx: FExitContext) -> u32 {
+    driver_entry::on_ioctl_exit(&ctx, driver_entry::Driver::Frontend);
+    0
+}
+
+#[fexit]
+pub fn def_uvm_ioctl_ret(ctx: FExitContext) -> u32 {
+    driver_entry::on_ioctl_exit(&ctx, driver_entry::Driver::Uvm);
+    0
+}
+
+/// The UVM mmap's return (its entry, `def_uvm_mmap`, left the VMA's facts in the slot).
+#[fexit]
+pub fn def_ioctl_ret(ctx: FExitContext) -> u32 {
+    driver_entry::on_ioctl_return(&ctx);
+    0
+}
+
+#[fentry]
+pub fn def_release(ctx: FEntryContext) -> u32 {
+    driver_entry::on_release(&ctx);
+    0
+}
+
+#[fentry]
+pub fn def_uvm_mmap(ctx: FEntryContext) -> u32 {
+    driver_entry::on_mmap(&ctx);
+    0
+}
+
+#[fentry]
+pub fn def_uvm_vm_close(ctx: FEntryContext) -> u32 {
+    driver_entry::on_vm_close(&ctx);
+    0
+}
+
 #[tracepoint]
 pub fn proc_exec(_ctx: TracePointContext) -> u32 {
     lifecycle::exec();
@@ -331,6 +399,16 @@ pub fn noop_kprobe(_ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn noop_kretprobe(_ctx: RetProbeContext) -> u32 {
+    0
+}
+
+#[fentry]
+pub fn noop_fentry(_ctx: FEntryContext) -> u32 {
+    0
+}
+
+#[fexit]
+pub fn noop_fexit(_ctx: FExitContext) -> u32 {
     0
 }
 

@@ -124,6 +124,11 @@ pub fn x86_64_version() -> anyhow::Result<String> {
     Ok(apt_dependency("linux-image-amd64", "linux-image-")?.trim_start_matches("linux-image-").to_string())
 }
 
+/// The x86-64 guest kernel's `vmlinuz`, unpacked into the cache if it is not there yet.
+pub fn x86_64_kernel() -> anyhow::Result<PathBuf> {
+    Ok(kernel(Arch::X86_64)?.vmlinuz)
+}
+
 /// Downloads `package` with `apt-get download` into [`CACHE`]`/download` and unpacks it into
 /// `root` (`dpkg-deb -x`); the `.deb` is removed afterwards.
 pub fn download_and_unpack(package: &str, root: &Path) -> anyhow::Result<()> {

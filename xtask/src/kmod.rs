@@ -11,9 +11,17 @@
 //! (`CC = gcc-12` in that Makefile): this machine's `gcc-12`, refused when its version differs from
 //! the headers' `CONFIG_CC_VERSION_TEXT`.
 //!
-//! Output: `target/kmod/<version>/{nvidia,nvidia-uvm}.ko`, rebuilt only when the sources, the
-//! headers or the compiler changed (a stamp beside them says which). The build happens in a copy
-//! of the sources, `target/kmod/build/`, so the source tree never holds build products.
+//! Module BTF, as Debian's own modules have it (`CONFIG_DEBUG_INFO_BTF_MODULES`), so that
+//! driver-entry mode can use fentry/fexit on the double: Kbuild encodes it with pahole against the
+//! kernel's `vmlinux`, which no headers package ships, so it skips that step; it is done here
+//! instead, `pahole -J --btf_base` against the `vmlinux` in the guest's own `vmlinuz` (its `.BTF`
+//! section is the running kernel's, so the type ids agree). The modules without BTF (what
+//! NVIDIA's DKMS builds usually are) are kept beside them, for the kprobe fallback's tests.
+//!
+//! Output: `target/kmod/<version>/{nvidia,nvidia-uvm}.ko` (with BTF) and `…/no-btf/` (without),
+//! rebuilt only when the sources, the headers, the compiler or pahole changed (a stamp beside them
+//! says which). The build happens in a copy of the sources, `target/kmod/build/`, so the source tree
+//! never holds build products.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -40,12 +48,18 @@ pub fn build() -> anyhow::Result<PathBuf> {
         .context("cause: could not find which kernel the guest boots; fix: `apt-get update`, then rerun")?;
     let headers = headers(&version)?;
     let compiler = check_compiler(&headers)?;
+    let pahole = cmd::output(Command::new("pahole").arg("--version")).map_err(|e| {
+        anyhow!("{e:#}; cause: pahole encodes the modules' BTF; fix: `cargo xtask setup` (installs dwarves)")
+    })?;
+    let compiler = format!("{compiler}\npahole {}", pahole.trim());
 
     let src = cmd::workspace_root().join("tests/kmod");
     let out = cmd::workspace_root().join("target/kmod").join(&version);
     let stamp_path = out.join(".stamp");
     let stamp = stamp(&src, &version, &compiler)?;
-    if std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) && MODULES.iter().all(|m| out.join(m).is_file()) {
+    if std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
+        && MODULES.iter().all(|m| out.join(m).is_file() && out.join(NO_BTF).join(m).is_file())
+    {
         println!("kmod: {} for {version} up to date", MODULES.join(", "));
         return Ok(out);
     }
@@ -78,12 +92,58 @@ pub fn build() -> anyhow::Result<PathBuf> {
         )
     })?;
 
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let no_btf = out.join(NO_BTF);
+    std::fs::create_dir_all(&no_btf).with_context(|| format!("creating {}", no_btf.display()))?;
+    let vmlinux = vmlinux(&version)?;
     for m in MODULES {
-        std::fs::copy(work.join(m), out.join(m))
+        std::fs::copy(work.join(m), no_btf.join(m))
             .with_context(|| format!("cause: make did not produce {m} in {}", work.display()))?;
+        cmd::run(Command::new("pahole").arg("-J").arg("--btf_base").arg(&vmlinux).arg(work.join(m)))
+            .map_err(|e| anyhow!("{e:#}; cause: pahole could not encode {m}'s BTF"))?;
+        std::fs::copy(work.join(m), out.join(m))?;
     }
     std::fs::write(&stamp_path, stamp)?;
+    Ok(out)
+}
+
+/// The directory under `target/kmod/<version>/` with the modules as Kbuild left them (no BTF).
+pub const NO_BTF: &str = "no-btf";
+
+/// The guest kernel's `vmlinux` (an ELF with its `.BTF` section), decompressed once from its
+/// `vmlinuz` (an xz stream inside the bzImage) into the cache.
+fn vmlinux(version: &str) -> anyhow::Result<PathBuf> {
+    let out = Path::new(kernel_matrix::CACHE).join(format!("vmlinux-{version}"));
+    if out.is_file() {
+        return Ok(out);
+    }
+    let vmlinuz = kernel_matrix::x86_64_kernel()?;
+    let image = std::fs::read(&vmlinuz).with_context(|| format!("reading {}", vmlinuz.display()))?;
+    let at = image
+        .windows(6)
+        .position(|w| w == b"\xfd7zXZ\0")
+        .ok_or_else(|| anyhow!("cause: {} holds no xz stream (not CONFIG_KERNEL_XZ?)", vmlinuz.display()))?;
+    let tmp = out.with_extension("part");
+    let file = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut child = Command::new("xz")
+        .args(["-dc", "--single-stream"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(file)
+        .spawn()
+        .context("running xz (xz-utils)")?;
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("piped");
+        // `--single-stream` stops reading at the stream's end; the bzImage's tail is not read.
+        match stdin.write_all(&image[at..]) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.context("feeding xz")?,
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("cause: xz could not decompress the kernel in {} ({status})", vmlinuz.display());
+    }
+    std::fs::rename(&tmp, &out)?;
     Ok(out)
 }
 

@@ -19,6 +19,7 @@ pub struct FakeDriverBuilder {
     driver_version: Option<String>,
     binary: Option<PathBuf>,
     trace: bool,
+    module_btf: bool,
 }
 
 impl FakeDriverBuilder {
@@ -43,6 +44,13 @@ impl FakeDriverBuilder {
     /// Path of the `fake-nvidia-driver` binary (default: [`locate_binary`]).
     pub fn binary(mut self, p: impl Into<PathBuf>) -> Self {
         self.binary = Some(p.into());
+        self
+    }
+
+    /// The kernel-module double with BTF (`/sys/kernel/btf/nvidia`, driver-entry mode on
+    /// fentry/fexit; the default) or without, as NVIDIA's DKMS builds usually are (kprobes).
+    pub fn module_btf(mut self, on: bool) -> Self {
+        self.module_btf = on;
         self
     }
 
@@ -81,7 +89,7 @@ impl FakeDriverBuilder {
     /// fail with ENODEV). Only one such driver can run at a time.
     pub fn start_kmod(self) -> Result<FakeDriver> {
         let binary = self.binary_path()?;
-        kmod::ensure_loaded(self.gpus)?;
+        kmod::ensure_loaded(self.gpus, self.module_btf)?;
         let root = fresh_temp_dir("gpu-tracer-nvidia-double")?;
         let ready = root.join("ready");
         let stats = root.join("stats.json");
@@ -139,7 +147,14 @@ pub struct FakeDriver {
 impl FakeDriver {
     /// Settings, starting from one GPU with the defaults.
     pub fn builder() -> FakeDriverBuilder {
-        FakeDriverBuilder { gpus: 1, gpu_memory_bytes: None, driver_version: None, binary: None, trace: false }
+        FakeDriverBuilder {
+            gpus: 1,
+            gpu_memory_bytes: None,
+            driver_version: None,
+            binary: None,
+            trace: false,
+            module_btf: true,
+        }
     }
 
     /// A driver with `gpus` GPUs and default settings.

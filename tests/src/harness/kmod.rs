@@ -35,11 +35,12 @@ pub fn built_for_this_kernel() -> bool {
     dir.join("nvidia.ko").is_file() && dir.join("nvidia-uvm.ko").is_file()
 }
 
-/// Make sure `nvidia` (with `gpus`) and `nvidia_uvm` are loaded: load them if absent, reload them
-/// if loaded with another GPU count, refuse a real NVIDIA driver.
-pub fn ensure_loaded(gpus: u32) -> Result<()> {
+/// Make sure `nvidia` (with `gpus`) and `nvidia_uvm` are loaded, with module BTF or without as
+/// `btf` says: load them if absent, reload them if loaded with another GPU count or the other
+/// build, refuse a real NVIDIA driver.
+pub fn ensure_loaded(gpus: u32, btf: bool) -> Result<()> {
     let release = kernel_release();
-    let dir = module_dir(&release);
+    let dir = if btf { module_dir(&release) } else { module_dir(&release).join(NO_BTF) };
     let nvidia = dir.join("nvidia.ko");
     let uvm = dir.join("nvidia-uvm.ko");
     for m in [&nvidia, &uvm] {
@@ -52,16 +53,18 @@ pub fn ensure_loaded(gpus: u32) -> Result<()> {
         }
     }
     if Path::new("/sys/module/nvidia").exists() {
+        let has_btf = Path::new(MODULE_BTF).exists();
         match module_gpus(Path::new(GPUS_PARAMETER)) {
-            Some(n) if n == gpus => {}
+            Some(n) if n == gpus && has_btf == btf => {}
             Some(n) => {
-                // Reload with the count asked for; fails with EBUSY while files are open.
+                // Reload with the count and build asked for; fails with EBUSY while files are open.
                 for name in ["nvidia_uvm", "nvidia"] {
                     if Path::new("/sys/module").join(name).exists() {
                         unload(name).map_err(|e| {
                             HarnessError::KernelModule(format!(
-                                "nvidia.ko is loaded with gpus={n}, {gpus} asked for, and unloading {name} failed: \
-                                 {e} (a process still has a device open, or a server is attached?)"
+                                "nvidia.ko is loaded with gpus={n} (module BTF: {has_btf}), gpus={gpus} (module \
+                                 BTF: {btf}) asked for, and unloading {name} failed: {e} (a process still has a \
+                                 device open, or a server is attached?)"
                             ))
                         })?;
                     }
@@ -81,8 +84,21 @@ pub fn ensure_loaded(gpus: u32) -> Result<()> {
     if !Path::new("/sys/module/nvidia_uvm").exists() {
         load(&uvm, "")?;
     }
+    if Path::new(MODULE_BTF).exists() != btf {
+        return Err(HarnessError::KernelModule(format!(
+            "{} loaded, but {MODULE_BTF} {}: `cargo xtask kmod` encodes the BTF with pahole against this \
+             kernel's vmlinux (a mismatch makes the kernel drop it: see the kernel log)",
+            nvidia.display(),
+            if btf { "is missing" } else { "exists" }
+        )));
+    }
     Ok(())
 }
+
+/// Where the kernel shows a loaded module's BTF.
+pub const MODULE_BTF: &str = "/sys/kernel/btf/nvidia";
+/// The subdirectory of [`module_dir`] with the modules built without BTF.
+pub const NO_BTF: &str = "no-btf";
 
 /// Unload the double's modules if they are loaded (a module with the double's `gpus` parameter;
 /// a real NVIDIA driver is left alone). The FUSE double's tests call this first: with the module

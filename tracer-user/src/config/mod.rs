@@ -18,9 +18,10 @@ pub enum AttachMode {
     /// Pick the cheapest mode this kernel offers.
     #[default]
     Auto,
-    /// kprobes on the NVIDIA driver's own entry points (`nvidia_unlocked_ioctl`, open, release, and
-    /// nvidia-uvm's): costs other syscalls nothing. Needs kprobes, the nvidia module's entry points
-    /// in kallsyms and kernel BTF; `auto` takes it where they are (`probe::driver_entry`).
+    /// Probes on the NVIDIA driver's own entry points (`nvidia_unlocked_ioctl`, open, release, and
+    /// nvidia-uvm's): costs other syscalls nothing. fentry/fexit where the modules have BTF,
+    /// kprobes otherwise (`driver_entry_probes`). Needs the nvidia module's entry points in
+    /// kallsyms and kernel BTF; `auto` takes it where they are (`probe::driver_entry`).
     DriverEntry,
     /// `tp_btf/sys_enter` + `sys_exit`, filtering by syscall number first.
     BtfTracepoint,
@@ -72,6 +73,32 @@ pub enum LifecycleAttach {
     /// Classic tracepoints (one perf event each, ids from tracefs): works without BTF; needs
     /// CAP_SYS_ADMIN where `perf_event_paranoid` ≥ 3.
     Tracepoint,
+}
+
+/// Which mechanism carries driver-entry mode's programs on the NVIDIA driver's functions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriverEntryProbes {
+    /// `fentry` where the NVIDIA modules have BTF and the agent may open it (CAP_SYS_ADMIN), else
+    /// `kprobe`; the reason is reported.
+    #[default]
+    Auto,
+    /// fentry/fexit (BPF trampolines, `bpf()` links): the cheaper one. Needs the modules' BTF
+    /// (`/sys/kernel/btf/nvidia`) and CAP_SYS_ADMIN to open it.
+    Fentry,
+    /// kprobe/kretprobe: any module, BTF or not; a perf event each, so refused without
+    /// CAP_SYS_ADMIN where `perf_event_paranoid` ≥ 3.
+    Kprobe,
+}
+
+impl DriverEntryProbes {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverEntryProbes::Auto => "auto",
+            DriverEntryProbes::Fentry => "fentry",
+            DriverEntryProbes::Kprobe => "kprobe",
+        }
+    }
 }
 
 impl LifecycleAttach {
@@ -171,6 +198,8 @@ pub struct Config {
     pub cuda_timed_calls: bool,
     /// How the lifecycle family's programs are attached. Default `auto`.
     pub lifecycle_attach: LifecycleAttach,
+    /// Driver-entry mode's mechanism (fentry or kprobe). Default `auto`.
+    pub driver_entry_probes: DriverEntryProbes,
     /// NVML sampling (device and per-process readings).
     pub nvml: NvmlSettings,
     /// How each GPU's memory, compute, energy and cost are split between containers.
@@ -486,6 +515,7 @@ impl Default for Config {
             cuda_attach: CudaAttach::Auto,
             cuda_timed_calls: false,
             lifecycle_attach: LifecycleAttach::Auto,
+            driver_entry_probes: DriverEntryProbes::Auto,
             nvml: NvmlSettings::default(),
             attribution: AttributionSettings::default(),
             kubernetes: KubeSettings::default(),
@@ -874,6 +904,9 @@ pub struct Overrides {
     /// How the lifecycle programs attach [default: auto = tp_btf where the kernel's BTF allows].
     #[arg(long, global = true, value_enum)]
     pub lifecycle_attach: Option<LifecycleAttach>,
+    /// Driver-entry mode's probes [default: auto = fentry where the NVIDIA modules have BTF].
+    #[arg(long, global = true, value_enum)]
+    pub driver_entry_probes: Option<DriverEntryProbes>,
     /// Driver version for struct layouts (default: read /proc/driver/nvidia/version).
     #[arg(long, global = true)]
     pub driver_version: Option<String>,
@@ -949,6 +982,9 @@ impl Overrides {
         }
         if let Some(m) = self.lifecycle_attach {
             cfg.lifecycle_attach = m;
+        }
+        if let Some(m) = self.driver_entry_probes {
+            cfg.driver_entry_probes = m;
         }
         if let Some(v) = &self.driver_version {
             cfg.driver_version = Some(v.clone());

@@ -74,6 +74,30 @@ impl Check {
     }
 }
 
+/// `driver BTF`: whether driver-entry mode can take fentry/fexit (the NVIDIA module has BTF with
+/// the entry points) or takes kprobes, and why. Never a fault: kprobes work without it.
+fn module_btf_check(f: &KernelFeatures) -> Check {
+    let Some(points) = &f.driver_entry else {
+        return Check::new("driver BTF", true, true, format!("not checked: {}", f.driver_entry_detail));
+    };
+    let n = &points.nvidia;
+    match crate::probe::module_btf::functions_in("nvidia", &[n.open, n.release, n.ioctl]) {
+        Ok(_) => Check::new(
+            "driver BTF",
+            true,
+            true,
+            "nvidia.ko has BTF with its entry points: driver-entry mode uses fentry/fexit (BPF trampolines, no perf \
+             event; opening the module's BTF needs CAP_SYS_ADMIN, without it kprobes)",
+        ),
+        Err(e) => Check::new(
+            "driver BTF",
+            true,
+            true,
+            format!("driver-entry mode uses kprobes (fentry/fexit need the module's BTF): {e}"),
+        ),
+    }
+}
+
 /// `device nodes`: is `ctl` the NVIDIA driver's control device? A character device is; anything
 /// else at that path (a regular file left by some tool, a test double) means the driver is not
 /// there, and says what the path is instead.
@@ -205,6 +229,7 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
             "not built into this kernel: driver-entry attach mode unavailable".to_string()
         },
     ));
+    out.push(module_btf_check(&f));
     out.push(Check::new(
         "syscall tracepoints",
         f.syscall_tracepoints,

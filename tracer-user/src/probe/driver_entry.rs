@@ -129,6 +129,9 @@ pub fn choose(kallsyms: &str, driver_version: Option<&str>) -> Result<EntryPoint
 
 /// [`choose`] on this node: `/proc/kallsyms` and `/sys/module/nvidia/version`.
 pub fn detect() -> Result<EntryPoints, String> {
+    if !Path::new("/sys/module/nvidia").exists() {
+        return Err("the nvidia module is not loaded (no /sys/module/nvidia)".into());
+    }
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").map_err(|e| format!("reading /proc/kallsyms: {e}"))?;
     let version = std::fs::read_to_string(Path::new("/sys/module/nvidia/version")).ok();
     choose(&kallsyms, version.as_deref())

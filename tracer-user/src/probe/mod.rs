@@ -13,12 +13,15 @@ use tracer_common::{
     prog_names, sysno,
 };
 
-use crate::config::{AttachMode, Config, LifecycleAttach};
+use crate::config::{AttachMode, Config, DriverEntryProbes, LifecycleAttach};
 
 pub mod devcheck;
 pub mod driver_entry;
 pub mod kernel_log;
 pub mod lifecycle_layout;
+pub mod module_btf;
+pub mod raw;
+pub mod trampoline;
 
 /// The compiled kernel programs, embedded at build time.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
@@ -48,16 +51,18 @@ impl KernelFeatures {
     pub fn detect() -> Self {
         let release = crate::proc::kernel_release();
         let kprobes = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
-        let (driver_entry, driver_entry_detail) = if kprobes {
-            match driver_entry::detect() {
-                Ok(e) => {
-                    let d = e.detail.clone();
-                    (Some(e), d)
-                }
-                Err(e) => (None, e),
+        // fentry needs no kprobes: the entry points are looked for either way.
+        let (driver_entry, driver_entry_detail) = match driver_entry::detect() {
+            Ok(e) if kprobes => {
+                let d = e.detail.clone();
+                (Some(e), d)
             }
-        } else {
-            (None, "this kernel has no kprobes (CONFIG_KPROBES, or no kprobe PMU)".to_string())
+            Ok(e) => {
+                let d = format!("{}; this kernel has no kprobes (only fentry, where the module has BTF)", e.detail);
+                (Some(e), d)
+            }
+            Err(e) if kprobes => (None, e),
+            Err(e) => (None, format!("{e}; this kernel has no kprobes (CONFIG_KPROBES, or no kprobe PMU)")),
         };
         Self {
             driver_entry,
@@ -79,7 +84,13 @@ pub fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, St
     match requested {
         AttachMode::Auto => {
             if f.driver_entry.is_some() && f.btf {
-                return (AttachMode::DriverEntry, format!("kprobes on the NVIDIA driver: {}", f.driver_entry_detail));
+                return (
+                    AttachMode::DriverEntry,
+                    format!(
+                        "probes on the NVIDIA driver's own entry points (fentry where its modules have BTF, else kprobes): {}",
+                        f.driver_entry_detail
+                    ),
+                );
             }
             let driver_entry_note = if f.driver_entry.is_some() {
                 "driver-entry needs kernel BTF (the device minor is read at its offset); ".to_string()
@@ -264,6 +275,8 @@ pub struct Probes {
     pub cuda_backend: crate::cuda::attach::Backend,
     /// The kernel-side diagnostics' reader (`None`: the object's log map could not be taken).
     pub kernel_log: Option<kernel_log::KernelLog>,
+    /// Driver-entry mode's fentry/fexit links (empty with kprobes or another mode).
+    trampolines: trampoline::Links,
 }
 
 impl Probes {
@@ -408,8 +421,9 @@ impl Probes {
         }
 
         let (mut mode, mut attach_reason) = (mode, attach_reason);
+        let mut trampolines = trampoline::Links::default();
         let driver = if cfg.families.driver {
-            match attach_driver(&mut ebpf, mode, &features, &check) {
+            match attach_driver(&mut ebpf, mode, &features, &check, cfg.driver_entry_probes, &mut trampolines) {
                 Ok(p) => FamilyStatus::Attached { programs: p },
                 // `auto` chose driver-entry and it did not attach: the next mode, and why.
                 Err(e) if mode == AttachMode::DriverEntry && cfg.attach_mode == AttachMode::Auto => {
@@ -417,7 +431,7 @@ impl Probes {
                     tracing::warn!(error = %e, fallback = next.as_str(), "driver-entry mode did not attach");
                     mode = next;
                     attach_reason = format!("driver-entry did not attach ({e}); {why}");
-                    match attach_driver(&mut ebpf, mode, &features, &check) {
+                    match attach_driver(&mut ebpf, mode, &features, &check, cfg.driver_entry_probes, &mut trampolines) {
                         Ok(p) => FamilyStatus::Attached { programs: p },
                         Err(e) => FamilyStatus::Failed { error: e },
                     }
@@ -491,7 +505,7 @@ impl Probes {
                 None
             }
         };
-        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links, cuda_backend, kernel_log })
+        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links, cuda_backend, kernel_log, trampolines })
     }
 
     /// Re-read `/proc/devices` and give the kernel any NVIDIA major that appeared since start
@@ -528,6 +542,25 @@ impl Probes {
         }
         let points = driver_entry::detect()?;
         let Some(u) = points.uvm else { return Ok(false) };
+        if !self.trampolines.is_empty() {
+            // fentry on nvidia.ko: the same on nvidia-uvm if its BTF allows, else kprobes there.
+            let plan = uvm_plan(&u, points.uvm_managed);
+            match trampoline::attach(EBPF_OBJECT, &self.ebpf, UVM_MODULE, &plan, &mut self.trampolines) {
+                Ok(attached) => {
+                    if let FamilyStatus::Attached { programs } = &mut self.report.driver {
+                        programs
+                            .extend(attached.into_iter().map(|a| format!("{a} (nvidia-uvm loaded after the agent)")));
+                    }
+                    if let Some(e) = &mut self.report.features.driver_entry {
+                        e.uvm = Some(u);
+                        e.uvm_managed = points.uvm_managed;
+                    }
+                    tracing::info!(ioctl = u.ioctl, "nvidia-uvm appeared: its fentry/fexit programs are attached");
+                    return Ok(true);
+                }
+                Err(e) => tracing::warn!(error = %e, "nvidia-uvm appeared: fentry/fexit failed there, kprobes instead"),
+            }
+        }
         for (prog, func) in uvm_plan(&u, points.uvm_managed) {
             let p: &mut KProbe = program(&mut self.ebpf, prog)?;
             if p.fd().is_err() {
@@ -631,6 +664,8 @@ fn attach_driver(
     mode: AttachMode,
     features: &KernelFeatures,
     check: &DeviceCheck,
+    probes: DriverEntryProbes,
+    links: &mut trampoline::Links,
 ) -> Result<Vec<String>, String> {
     let mut attached = Vec::new();
     match mode {
@@ -666,17 +701,25 @@ fn attach_driver(
                 attached.push(format!("tp_btf/{tp}"));
             }
         }
-        AttachMode::DriverEntry => return attach_driver_entry(ebpf, features, check),
+        AttachMode::DriverEntry => return attach_driver_entry(ebpf, features, check, probes, links),
         AttachMode::Auto => unreachable!("resolved by choose_mode"),
     }
     Ok(attached)
 }
 
-/// The driver-entry programs (kprobes on the NVIDIA driver's open, release and ioctl, kretprobes
-/// on open and ioctl), or an error naming why this node cannot have them. On an error the
-/// programs already loaded are unloaded, so a fallback mode starts clean.
-fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck) -> Result<Vec<String>, String> {
-    if !f.kprobes {
+/// The driver-entry programs on the NVIDIA driver's open, release and ioctl (and their returns),
+/// or an error naming why this node cannot have them. `probes` picks the mechanism: fentry/fexit
+/// where the modules have BTF (under `auto`, kprobes when that fails, with the reason in the list),
+/// kprobe/kretprobe otherwise. On an error the programs already loaded are unloaded, so a fallback
+/// mode starts clean.
+fn attach_driver_entry(
+    ebpf: &mut Ebpf,
+    f: &KernelFeatures,
+    check: &DeviceCheck,
+    probes: DriverEntryProbes,
+    links: &mut trampoline::Links,
+) -> Result<Vec<String>, String> {
+    if !f.kprobes && probes == DriverEntryProbes::Kprobe {
         return Err(format!("attach mode driver-entry: {}", f.driver_entry_detail));
     }
     let Some(points) = &f.driver_entry else {
@@ -687,19 +730,31 @@ fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck)
                     device minor; use btf-tracepoint or raw-tracepoint"
             .into());
     }
-    let mut plan: Vec<(&str, &str)> = vec![
+    let nvidia: Vec<(&str, &str)> = vec![
         (prog_names::DE_NV_OPEN, points.nvidia.open),
         (prog_names::DE_OPEN_RET, points.nvidia.open),
         (prog_names::DE_NV_IOCTL, points.nvidia.ioctl),
         (prog_names::DE_IOCTL_RET, points.nvidia.ioctl),
         (prog_names::DE_RELEASE, points.nvidia.release),
     ];
-    if let Some(u) = &points.uvm {
-        plan.extend(uvm_plan(u, points.uvm_managed));
+    let uvm = points.uvm.as_ref().map(|u| uvm_plan(u, points.uvm_managed)).unwrap_or_default();
+    let why_not_fentry = match probes {
+        DriverEntryProbes::Kprobe => "driver_entry_probes = kprobe".to_string(),
+        _ => match attach_trampolines(ebpf, &nvidia, &uvm, links) {
+            Ok(mut attached) => {
+                attached.push(format!("({}; fentry/fexit: the modules have BTF)", points.detail));
+                return Ok(attached);
+            }
+            Err(e) if probes == DriverEntryProbes::Fentry => return Err(format!("driver_entry_probes = fentry: {e}")),
+            Err(e) => e,
+        },
+    };
+    if !f.kprobes {
+        return Err(format!("fentry: {why_not_fentry}; kprobes: {}", f.driver_entry_detail));
     }
     let attach = |ebpf: &mut Ebpf| {
         let mut attached = Vec::new();
-        for (prog, func) in &plan {
+        for (prog, func) in nvidia.iter().chain(&uvm) {
             let p: &mut KProbe = program(ebpf, prog)?;
             if p.fd().is_err() {
                 p.load().map_err(|e| format!("loading {prog}: {e:#}"))?;
@@ -707,10 +762,12 @@ fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck)
             let kind = probe_kind(p);
             // A kprobe is a perf event of the kprobe PMU: refused without CAP_SYS_ADMIN where
             // perf_event_paranoid is 3 or more on Debian/Ubuntu kernels; the error says so.
-            p.attach(func, 0).map_err(|e| tracepoint_error(&format!("attaching {kind}/{func}"), &e))?;
+            p.attach(func, 0).map_err(|e| {
+                tracepoint_error(&format!("attaching {kind}/{func} (not fentry: {why_not_fentry})"), &e)
+            })?;
             attached.push(format!("{kind}/{func}"));
         }
-        attached.push(format!("({})", points.detail));
+        attached.push(format!("({}; kprobes, not fentry: {why_not_fentry})", points.detail));
         Ok(attached)
     };
     attach(ebpf).inspect_err(|_| {
@@ -721,6 +778,30 @@ fn attach_driver_entry(ebpf: &mut Ebpf, f: &KernelFeatures, check: &DeviceCheck)
         }
     })
 }
+
+/// fentry/fexit on `nvidia`'s plan and `uvm`'s, all or none.
+fn attach_trampolines(
+    ebpf: &Ebpf,
+    nvidia: &[(&str, &str)],
+    uvm: &[(&str, &str)],
+    links: &mut trampoline::Links,
+) -> Result<Vec<String>, String> {
+    trampoline::available(NVIDIA_MODULE, nvidia)?;
+    if !uvm.is_empty() {
+        trampoline::available(UVM_MODULE, uvm)?;
+    }
+    let mut mine = trampoline::Links::default();
+    let mut attached = trampoline::attach(EBPF_OBJECT, ebpf, NVIDIA_MODULE, nvidia, &mut mine)?;
+    if !uvm.is_empty() {
+        attached.extend(trampoline::attach(EBPF_OBJECT, ebpf, UVM_MODULE, uvm, &mut mine)?);
+    }
+    links.extend(mine);
+    Ok(attached)
+}
+
+/// The modules' names as the kernel knows them (`/sys/module`, `/sys/kernel/btf`).
+const NVIDIA_MODULE: &str = "nvidia";
+const UVM_MODULE: &str = "nvidia_uvm";
 
 /// Driver-entry mode's probes in `nvidia-uvm` (program, function): open, release and ioctl, and with
 /// `managed` the mmap (its return through the ioctl return program, which handles both) and the

@@ -23,7 +23,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// `chromium` (headless) and `fonts-dejavu-core` render `profile --html`'s report in
 /// tests/tests/profile.rs. `gcc-12` (the compiler Debian's 6.1 kernel is built with), `make` and
 /// `libelf1` (objtool, from the unpacked linux-kbuild package, links it) build the kernel-module
-/// driver double with `cargo xtask kmod`.
+/// driver double with `cargo xtask kmod`; `dwarves` (pahole) encodes its BTF, as Kbuild does for
+/// Debian's own modules.
 const APT_PACKAGES: &[&str] = &[
     "fuse3",
     "bpftrace",
@@ -40,6 +41,7 @@ const APT_PACKAGES: &[&str] = &[
     "gcc-12",
     "make",
     "libelf1",
+    "dwarves",
 ];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];

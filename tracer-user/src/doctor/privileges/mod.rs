@@ -241,7 +241,9 @@ pub fn perf_events(cfg: &Config, caps: u64, paranoid: Option<i32>) -> Check {
     let mut needs = Vec::new();
     match cfg.attach_mode {
         AttachMode::SyscallTracepoint => needs.push("attach_mode = syscall-tracepoint"),
-        AttachMode::DriverEntry => needs.push("attach_mode = driver-entry (kprobes)"),
+        AttachMode::DriverEntry if cfg.driver_entry_probes != crate::config::DriverEntryProbes::Fentry => {
+            needs.push("attach_mode = driver-entry (kprobes)")
+        }
         _ => {}
     }
     if cfg.families.lifecycle && cfg.lifecycle_attach == LifecycleAttach::Tracepoint {
@@ -259,9 +261,10 @@ pub fn perf_events(cfg: &Config, caps: u64, paranoid: Option<i32>) -> Check {
             format!(
                 "kernel.perf_event_paranoid is {level}: this kernel {refused}; nothing configured needs one \
                  (BTF/raw tracepoints and multi-uprobe links attach through bpf() links), but driver-entry \
-                 mode's kprobes are refused (`auto` uses btf-tracepoint instead, which taxes every syscall of \
-                 the node; with `sysctl kernel.perf_event_paranoid=2` or CAP_SYS_ADMIN it would take \
-                 driver-entry where the NVIDIA driver is loaded), as are the fallbacks (classic tracepoints \
+                 mode's kprobes are refused (without CAP_SYS_ADMIN its fentry cannot open the module's BTF \
+                 either, so `auto` uses btf-tracepoint instead, which taxes every syscall of the node; with \
+                 `sysctl kernel.perf_event_paranoid=2` or CAP_SYS_ADMIN it would take driver-entry where the \
+                 NVIDIA driver is loaded), as are the fallbacks (classic tracepoints \
                  without BTF, perf-event uprobes before 6.6)"
             ),
         )

@@ -24,7 +24,8 @@ fn drops_are_named_and_summed_by_reason() {
             ("count_map_full", 2),
             ("not_a_device", 0),
             ("bulk_ringbuf_full", 0),
-            ("no_return", 0)
+            ("no_return", 0),
+            ("kernel_read", 0)
         ]
     );
     let mut t = ProbeCounters::default();
@@ -43,7 +44,7 @@ fn json_names_every_reason_as_a_field() {
     let j = serde_json::to_string(&sample()).unwrap();
     assert_eq!(
         j,
-        r#"{"seen":20,"emitted":10,"dropped_ringbuf_full":3,"dropped_inflight_full":0,"dropped_fd_map_full":0,"dropped_no_entry":1,"dropped_count_map_full":2,"dropped_not_a_device":0,"dropped_bulk_ringbuf_full":0,"dropped_no_return":0,"aggregated":4}"#
+        r#"{"seen":20,"emitted":10,"dropped_ringbuf_full":3,"dropped_inflight_full":0,"dropped_fd_map_full":0,"dropped_no_entry":1,"dropped_count_map_full":2,"dropped_not_a_device":0,"dropped_bulk_ringbuf_full":0,"dropped_no_return":0,"dropped_kernel_read":0,"aggregated":4}"#
     );
 }
 
