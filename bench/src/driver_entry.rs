@@ -28,19 +28,21 @@ enum Mode {
     Btf,
     Kprobe,
     Fentry,
+    /// fentry with `driver_entry_durations` (an fentry on the ioctl as well as its fexit).
+    FentryTimed,
 }
 
 impl Mode {
     fn attach_mode(self) -> AttachMode {
         match self {
             Mode::Btf => AttachMode::BtfTracepoint,
-            Mode::Kprobe | Mode::Fentry => AttachMode::DriverEntry,
+            Mode::Kprobe | Mode::Fentry | Mode::FentryTimed => AttachMode::DriverEntry,
         }
     }
 
     fn probes(self) -> DriverEntryProbes {
         match self {
-            Mode::Fentry => DriverEntryProbes::Fentry,
+            Mode::Fentry | Mode::FentryTimed => DriverEntryProbes::Fentry,
             _ => DriverEntryProbes::Kprobe,
         }
     }
@@ -50,6 +52,7 @@ impl Mode {
             Mode::Btf => "btf-tracepoint",
             Mode::Kprobe => "driver-entry (kprobe)",
             Mode::Fentry => "driver-entry (fentry)",
+            Mode::FentryTimed => "driver-entry (fentry, ioctls timed)",
         }
     }
 }
@@ -98,6 +101,7 @@ fn agent_config(mode: Mode) -> Config {
     Config {
         attach_mode: mode.attach_mode(),
         driver_entry_probes: mode.probes(),
+        driver_entry_durations: mode == Mode::FentryTimed,
         dev_dir: "/dev".into(),
         simulated_devices: false,
         driver_version: Some("550.54.15".into()),
@@ -115,7 +119,7 @@ fn run_once(conf: Conf, cpu: usize, calls: u64, warmup: u64) -> Result<([f64; 3]
     let mut _floor = None;
     match conf {
         Conf::None => {}
-        Conf::Floor(m @ (Mode::Kprobe | Mode::Fentry)) => {
+        Conf::Floor(m @ (Mode::Kprobe | Mode::Fentry | Mode::FentryTimed)) => {
             let entry = tracer_user::probe::driver_entry::detect()
                 .map_err(|e| anyhow::anyhow!("the driver's entry points: {e}"))?;
             _floor = Some(if m == Mode::Kprobe {
@@ -216,6 +220,7 @@ pub fn main(args: &[String]) -> Result<()> {
         Conf::Agent(Mode::Kprobe),
         Conf::Floor(Mode::Fentry),
         Conf::Agent(Mode::Fentry),
+        Conf::Agent(Mode::FentryTimed),
     ];
     let mut rows: Vec<Row> = confs.iter().map(|_| Row::default()).collect();
     for round in 0..runs {
@@ -288,8 +293,8 @@ pub fn main(args: &[String]) -> Result<()> {
     );
     println!("| mode | Δ | floor (empty programs) | our programs' run time over the floor's | rest |");
     println!("|---|---:|---:|---:|---:|");
-    let mut over_floor = [0.0f64; 3];
-    for (k, (floor, agent)) in [(1usize, 2usize), (3, 4), (5, 6)].into_iter().enumerate() {
+    let mut over_floor = [0.0f64; 4];
+    for (k, (floor, agent)) in [(1usize, 2usize), (3, 4), (5, 6), (5, 7)].into_iter().enumerate() {
         let (d, f) = (delta(agent, |r| &r.nv, bv), delta(floor, |r| &r.nv, bv));
         let progs = in_prog(agent, 2) - in_prog(floor, 2);
         over_floor[k] = d - f;
@@ -297,7 +302,7 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     let ratio =
         |a: f64, b: f64| if b.abs() < 1.0 { "n/a (btf Δ < 1 ns)".to_string() } else { format!("{:.2}", a / b) };
-    for (k, floor, agent) in [(1usize, 3usize, 4usize), (2, 5, 6)] {
+    for (k, floor, agent) in [(1usize, 3usize, 4usize), (2, 5, 6), (3, 5, 7)] {
         println!(
             "\nNVIDIA ioctl Δ, {} / btf-tracepoint: {} (above each mechanism's floor: {}; the floors alone: {}); \
              getppid Δ {:+.0} ns vs btf {:+.0} ns; foreign ioctl Δ {:+.0} ns vs btf {:+.0} ns.",

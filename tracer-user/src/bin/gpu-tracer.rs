@@ -571,8 +571,10 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
     let mut cfg = cfg;
     if !a.per_event_pids.is_empty() || !a.per_event_cgroups.is_empty() {
-        // Per-event mode also times synchronisation, copies and memsets: probe them.
+        // Per-event mode also times synchronisation, copies and memsets: probe them; and NVIDIA
+        // ioctls in driver-entry mode on fentry.
         cfg.cuda_timed_calls = true;
+        cfg.driver_entry_durations = true;
     }
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;

@@ -200,6 +200,13 @@ pub struct Config {
     pub lifecycle_attach: LifecycleAttach,
     /// Driver-entry mode's mechanism (fentry or kprobe). Default `auto`.
     pub driver_entry_probes: DriverEntryProbes,
+    /// Driver-entry mode on fentry/fexit: also time each NVIDIA ioctl (`duration_ns` of its events
+    /// and of `profile`'s calls), with an fentry on the driver's ioctl. The fexit alone has
+    /// everything else, so without it each NVIDIA ioctl runs one program instead of two (docs/
+    /// kernels.md measures the difference). The syscall modes and kprobes always time ioctls:
+    /// their entry programs run anyway. `profile` and `events --per-event-*` switch it on.
+    /// Default false.
+    pub driver_entry_durations: bool,
     /// NVML sampling (device and per-process readings).
     pub nvml: NvmlSettings,
     /// How each GPU's memory, compute, energy and cost are split between containers.
@@ -516,6 +523,7 @@ impl Default for Config {
             cuda_timed_calls: false,
             lifecycle_attach: LifecycleAttach::Auto,
             driver_entry_probes: DriverEntryProbes::Auto,
+            driver_entry_durations: false,
             nvml: NvmlSettings::default(),
             attribution: AttributionSettings::default(),
             kubernetes: KubeSettings::default(),

@@ -277,6 +277,8 @@ pub struct Probes {
     pub kernel_log: Option<kernel_log::KernelLog>,
     /// Driver-entry mode's fentry/fexit links (empty with kprobes or another mode).
     trampolines: trampoline::Links,
+    /// `Config::driver_entry_durations`, for `nvidia-uvm`'s probes when it loads late.
+    driver_entry_durations: bool,
 }
 
 impl Probes {
@@ -423,7 +425,14 @@ impl Probes {
         let (mut mode, mut attach_reason) = (mode, attach_reason);
         let mut trampolines = trampoline::Links::default();
         let driver = if cfg.families.driver {
-            match attach_driver(&mut ebpf, mode, &features, &check, cfg.driver_entry_probes, &mut trampolines) {
+            match attach_driver(
+                &mut ebpf,
+                mode,
+                &features,
+                &check,
+                (cfg.driver_entry_probes, cfg.driver_entry_durations),
+                &mut trampolines,
+            ) {
                 Ok(p) => FamilyStatus::Attached { programs: p },
                 // `auto` chose driver-entry and it did not attach: the next mode, and why.
                 Err(e) if mode == AttachMode::DriverEntry && cfg.attach_mode == AttachMode::Auto => {
@@ -431,7 +440,14 @@ impl Probes {
                     tracing::warn!(error = %e, fallback = next.as_str(), "driver-entry mode did not attach");
                     mode = next;
                     attach_reason = format!("driver-entry did not attach ({e}); {why}");
-                    match attach_driver(&mut ebpf, mode, &features, &check, cfg.driver_entry_probes, &mut trampolines) {
+                    match attach_driver(
+                        &mut ebpf,
+                        mode,
+                        &features,
+                        &check,
+                        (cfg.driver_entry_probes, cfg.driver_entry_durations),
+                        &mut trampolines,
+                    ) {
                         Ok(p) => FamilyStatus::Attached { programs: p },
                         Err(e) => FamilyStatus::Failed { error: e },
                     }
@@ -505,7 +521,17 @@ impl Probes {
                 None
             }
         };
-        Ok(Probes { ebpf, report, accepted, tracked_entries, cuda_links, cuda_backend, kernel_log, trampolines })
+        Ok(Probes {
+            ebpf,
+            report,
+            accepted,
+            tracked_entries,
+            cuda_links,
+            cuda_backend,
+            kernel_log,
+            trampolines,
+            driver_entry_durations: cfg.driver_entry_durations,
+        })
     }
 
     /// Re-read `/proc/devices` and give the kernel any NVIDIA major that appeared since start
@@ -544,7 +570,7 @@ impl Probes {
         let Some(u) = points.uvm else { return Ok(false) };
         if !self.trampolines.is_empty() {
             // fentry on nvidia.ko: the same on nvidia-uvm if its BTF allows, else kprobes there.
-            let plan = uvm_plan(&u, points.uvm_managed);
+            let plan = untimed(&uvm_plan(&u, points.uvm_managed), self.driver_entry_durations);
             match trampoline::attach(EBPF_OBJECT, &self.ebpf, UVM_MODULE, &plan, &mut self.trampolines) {
                 Ok(attached) => {
                     if let FamilyStatus::Attached { programs } = &mut self.report.driver {
@@ -664,7 +690,7 @@ fn attach_driver(
     mode: AttachMode,
     features: &KernelFeatures,
     check: &DeviceCheck,
-    probes: DriverEntryProbes,
+    probes: (DriverEntryProbes, bool),
     links: &mut trampoline::Links,
 ) -> Result<Vec<String>, String> {
     let mut attached = Vec::new();
@@ -716,9 +742,10 @@ fn attach_driver_entry(
     ebpf: &mut Ebpf,
     f: &KernelFeatures,
     check: &DeviceCheck,
-    probes: DriverEntryProbes,
+    probes: (DriverEntryProbes, bool),
     links: &mut trampoline::Links,
 ) -> Result<Vec<String>, String> {
+    let (probes, durations) = probes;
     if !f.kprobes && probes == DriverEntryProbes::Kprobe {
         return Err(format!("attach mode driver-entry: {}", f.driver_entry_detail));
     }
@@ -740,9 +767,14 @@ fn attach_driver_entry(
     let uvm = points.uvm.as_ref().map(|u| uvm_plan(u, points.uvm_managed)).unwrap_or_default();
     let why_not_fentry = match probes {
         DriverEntryProbes::Kprobe => "driver_entry_probes = kprobe".to_string(),
-        _ => match attach_trampolines(ebpf, &nvidia, &uvm, links) {
+        _ => match attach_trampolines(ebpf, &untimed(&nvidia, durations), &untimed(&uvm, durations), links) {
             Ok(mut attached) => {
-                attached.push(format!("({}; fentry/fexit: the modules have BTF)", points.detail));
+                let timed = if durations {
+                    "NVIDIA ioctls timed (driver_entry_durations)"
+                } else {
+                    "NVIDIA ioctls untimed: no fentry on the ioctls (driver_entry_durations = false)"
+                };
+                attached.push(format!("({}; fentry/fexit: the modules have BTF; {timed})", points.detail));
                 return Ok(attached);
             }
             Err(e) if probes == DriverEntryProbes::Fentry => return Err(format!("driver_entry_probes = fentry: {e}")),
@@ -777,6 +809,15 @@ fn attach_driver_entry(
             }
         }
     })
+}
+
+/// `plan` without the ioctls' entry programs unless `durations`: on trampolines the ioctl's
+/// return has everything but the entry clock.
+fn untimed<'a>(plan: &[(&'a str, &'a str)], durations: bool) -> Vec<(&'a str, &'a str)> {
+    plan.iter()
+        .copied()
+        .filter(|(prog, _)| durations || ![prog_names::DE_NV_IOCTL, prog_names::DE_UVM_IOCTL].contains(prog))
+        .collect()
 }
 
 /// fentry/fexit on `nvidia`'s plan and `uvm`'s, all or none.
