@@ -28,7 +28,7 @@ const ALLOWED_IGNORED: &[(&str, &str)] = &[
     ("a_managed_mapping_holds_the_uvm_file", DRIVER_DOUBLE),
     ("a_dead_server_fails_pending_calls_at_once", DRIVER_DOUBLE),
     ("a_killed_caller_does_not_wait_for_its_answer", DRIVER_DOUBLE),
-    // tests/tests/driver_entry.rs: kprobes (absent from this kernel) on the module double.
+    // tests/tests/driver_entry.rs: fentry and kprobes (absent from this kernel) on the module double.
     ("auto_chooses_driver_entry_and_probes_only_the_drivers_entry_points", DRIVER_ENTRY),
     ("three_pods_one_gpu_give_the_same_bytes_in_driver_entry_and_btf_tracepoint_mode", DRIVER_ENTRY),
     ("a_killed_process_releases_its_memory_at_exit_in_driver_entry_mode", DRIVER_ENTRY),
@@ -37,6 +37,7 @@ const ALLOWED_IGNORED: &[(&str, &str)] = &[
     ("files_opened_before_the_agent_are_registered_at_their_first_call", DRIVER_ENTRY),
     ("under_the_charts_capabilities_auto_takes_driver_entry_only_where_perf_events_are_allowed", DRIVER_ENTRY),
     ("managed_mappings_give_the_same_bytes_in_driver_entry_and_btf_tracepoint_mode", DRIVER_ENTRY),
+    ("ioctl_durations_are_measured_where_the_entry_runs", DRIVER_ENTRY),
 ];
 const DRIVER_ENTRY: &str = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry";
 const DRIVER_DOUBLE: &str = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double";
