@@ -1207,8 +1207,9 @@ pub mod counter {
     /// The entry of a call was seen but its return never came (driver-entry mode: the kernel had
     /// no free kretprobe instance, `maxactive`), found when the thread's next call entered.
     pub const DROP_NO_RETURN: u32 = 9;
-    /// A kernel structure the probe reads failed to read (driver-entry mode: the file's inode or
-    /// device number, the VMA's range): the call could not be attributed.
+    /// A kernel value the probe reads could not be read (driver-entry mode: a probed function's
+    /// argument, the file's inode or device number, the VMA's range): the call could not be
+    /// attributed.
     pub const DROP_KERNEL_READ: u32 = 10;
     /// Counted in an in-kernel aggregate (`CUDA_COUNTS`) instead of a ring-buffer record.
     pub const AGGREGATED: u32 = 11;

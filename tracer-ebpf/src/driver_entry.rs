@@ -163,7 +163,10 @@ pub fn on_open(ctx: &impl Args, driver: Driver) {
     if is_agent((pid_tgid >> 32) as u32) {
         return;
     }
-    let (Some(inode), Some(file)) = (ctx.arg(0), ctx.arg(1)) else { return };
+    let (Some(inode), Some(file)) = (ctx.arg(0), ctx.arg(1)) else {
+        emit::drop_event(probe::OPEN, counter::DROP_KERNEL_READ);
+        return;
+    };
     let Some(dev) = device(driver, inode, file) else {
         emit::drop_event(probe::OPEN, counter::DROP_KERNEL_READ);
         return;
@@ -260,6 +263,7 @@ pub fn on_ioctl(ctx: &impl Args, driver: Driver) {
         return;
     }
     let (Some(file), Some(cmd), Some(arg)) = (ctx.arg(0), ctx.arg(1), ctx.arg(2)) else {
+        emit::drop_event(probe::IOCTL, counter::DROP_KERNEL_READ);
         return;
     };
     let Some(f) = file_of(file, tgid, driver, probe::IOCTL) else { return };
@@ -313,6 +317,7 @@ pub fn on_ioctl_exit(ctx: &FExitContext, driver: Driver) {
     let (Some(file), Some(cmd), Some(arg), Some(ret)) =
         (Args::arg(ctx, 0), Args::arg(ctx, 1), Args::arg(ctx, 2), Ret::ret(ctx))
     else {
+        emit::drop_event(probe::IOCTL, counter::DROP_KERNEL_READ);
         return;
     };
     let Some(f) = file_of(file, tgid, driver, probe::IOCTL) else { return };
@@ -337,7 +342,10 @@ pub fn on_mmap(ctx: &impl Args) {
     if is_agent(tgid) {
         return;
     }
-    let (Some(file), Some(vma), Some(cfg)) = (ctx.arg(0), ctx.arg(1), CONFIG.get(0)) else { return };
+    let (Some(file), Some(vma), Some(cfg)) = (ctx.arg(0), ctx.arg(1), CONFIG.get(0)) else {
+        emit::drop_event(probe::MMAP, counter::DROP_KERNEL_READ);
+        return;
+    };
     let Some(f) = file_of(file, tgid, Driver::Uvm, probe::MMAP) else { return };
     if f.dev.kind != device_kind::UVM {
         return;
@@ -367,7 +375,10 @@ pub fn on_mmap(ctx: &impl Args) {
 #[inline(always)]
 pub fn on_vm_close(ctx: &impl Args) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let (Some(vma), Some(cfg)) = (ctx.arg(0), CONFIG.get(0)) else { return };
+    let (Some(vma), Some(cfg)) = (ctx.arg(0), CONFIG.get(0)) else {
+        emit::drop_event(probe::MUNMAP, counter::DROP_KERNEL_READ);
+        return;
+    };
     let c = &cfg.device_check;
     let field = |off: u32| -> Option<u64> {
         // SAFETY: a kernel read at a BTF offset of `vm_area_struct`; a bad address fails the helper.
@@ -429,7 +440,10 @@ pub fn on_ioctl_return(ctx: &impl Ret) {
 /// gone. Its slot is closed in every process that used it (user space does that for a slot).
 #[inline(always)]
 pub fn on_release(ctx: &impl Args) {
-    let Some(file) = ctx.arg(1) else { return };
+    let Some(file) = ctx.arg(1) else {
+        emit::drop_event(probe::CLOSE, counter::DROP_KERNEL_READ);
+        return;
+    };
     // SAFETY: copied out immediately.
     let Some(f) = (unsafe { NV_FILES.get(&file) }).copied() else { return };
     let _ = NV_FILES.remove(&file);
