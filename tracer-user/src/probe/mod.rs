@@ -424,15 +424,9 @@ impl Probes {
 
         let (mut mode, mut attach_reason) = (mode, attach_reason);
         let mut trampolines = trampoline::Links::default();
+        let entry_probes = (cfg.driver_entry_probes, cfg.driver_entry_durations);
         let driver = if cfg.families.driver {
-            match attach_driver(
-                &mut ebpf,
-                mode,
-                &features,
-                &check,
-                (cfg.driver_entry_probes, cfg.driver_entry_durations),
-                &mut trampolines,
-            ) {
+            match attach_driver(&mut ebpf, mode, &features, &check, entry_probes, &mut trampolines) {
                 Ok(p) => FamilyStatus::Attached { programs: p },
                 // `auto` chose driver-entry and it did not attach: the next mode, and why.
                 Err(e) if mode == AttachMode::DriverEntry && cfg.attach_mode == AttachMode::Auto => {
@@ -440,14 +434,7 @@ impl Probes {
                     tracing::warn!(error = %e, fallback = next.as_str(), "driver-entry mode did not attach");
                     mode = next;
                     attach_reason = format!("driver-entry did not attach ({e}); {why}");
-                    match attach_driver(
-                        &mut ebpf,
-                        mode,
-                        &features,
-                        &check,
-                        (cfg.driver_entry_probes, cfg.driver_entry_durations),
-                        &mut trampolines,
-                    ) {
+                    match attach_driver(&mut ebpf, mode, &features, &check, entry_probes, &mut trampolines) {
                         Ok(p) => FamilyStatus::Attached { programs: p },
                         Err(e) => FamilyStatus::Failed { error: e },
                     }

@@ -24,7 +24,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// tests/tests/profile.rs. `gcc-12` (the compiler Debian's 6.1 kernel is built with), `make` and
 /// `libelf1` (objtool, from the unpacked linux-kbuild package, links it) build the kernel-module
 /// driver double with `cargo xtask kmod`; `dwarves` (pahole) encodes its BTF, as Kbuild does for
-/// Debian's own modules.
+/// Debian's own modules, against the `vmlinux` that `xz` (`xz-utils`) unpacks from the guest's
+/// `vmlinuz`.
 const APT_PACKAGES: &[&str] = &[
     "fuse3",
     "bpftrace",
@@ -42,6 +43,7 @@ const APT_PACKAGES: &[&str] = &[
     "make",
     "libelf1",
     "dwarves",
+    "xz-utils",
 ];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];
