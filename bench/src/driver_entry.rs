@@ -28,7 +28,7 @@ enum Mode {
     Btf,
     Kprobe,
     Fentry,
-    /// fentry with `driver_entry_durations` (an fentry on the ioctl as well as its fexit).
+    /// fentry with `ioctl_durations` (an fentry on the ioctl as well as its fexit).
     FentryTimed,
 }
 
@@ -101,7 +101,7 @@ fn agent_config(mode: Mode) -> Config {
     Config {
         attach_mode: mode.attach_mode(),
         driver_entry_probes: mode.probes(),
-        driver_entry_durations: mode == Mode::FentryTimed,
+        ioctl_durations: mode == Mode::FentryTimed,
         dev_dir: "/dev".into(),
         simulated_devices: false,
         driver_version: Some("550.54.15".into()),

@@ -140,6 +140,41 @@ fn three_pods_one_gpu_syscall_tracepoint() {
     three_pods_one_gpu(AttachMode::SyscallTracepoint);
 }
 
+/// In the btf and raw tracepoint modes an NVIDIA ioctl's entry program only keeps the time, and
+/// only with `ioctl_durations` (issue 15: the exit reads everything else from the registers).
+/// With it every ioctl event has a duration; without it every one has 0, and the ledger is the
+/// same either way. A duration is measured or it is 0, never made up.
+#[test]
+fn ioctl_durations_are_measured_only_when_asked_in_the_register_modes() {
+    require_root();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = FakeDriver::start(1).unwrap();
+    for mode in [AttachMode::BtfTracepoint, AttachMode::RawTracepoint, AttachMode::SyscallTracepoint] {
+        for durations in [false, true] {
+            let mut t = Tracer::start(Config { attach_mode: mode, ioctl_durations: durations, ..config_for(&driver) });
+            let pod = PodCgroup::new().unwrap();
+            let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+            ok(&mut w, "init 0");
+            handle(&mut w, "alloc-rm 1048576");
+            let mut got = Vec::new();
+            // Every record of a completed call is in the ring buffer before the workload answers.
+            t.agent.drain(&mut |ev, _| {
+                if let tracer_user::decode::Event::Ioctl(io) = ev {
+                    got.push(io.duration_ns);
+                }
+            });
+            assert!(got.len() >= 3, "init and the allocation are NVIDIA ioctls: {got:?}");
+            // The syscall-tracepoint mode keeps entry state for every ioctl, so it always times.
+            let timed = durations || mode == AttachMode::SyscallTracepoint;
+            assert!(got.iter().all(|ns| (*ns > 0) == timed), "{mode:?}, ioctl_durations {durations}: {got:?}");
+            let s = t.settle();
+            assert_eq!(cg_usage(&s, pod.id()).vidmem_bytes, MIB, "{mode:?}, ioctl_durations {durations}");
+            assert_accounting(&s);
+            println!("{mode:?}, ioctl_durations = {durations}: ioctl durations {got:?}");
+        }
+    }
+}
+
 #[test]
 fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
     require_root();

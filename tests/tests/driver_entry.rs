@@ -58,7 +58,7 @@ const BOTH: [Probes; 2] = [Probes::Fentry, Probes::Kprobe];
 
 impl Probes {
     /// What the driver family lists for the nvidia ioctl (its return: on trampolines the entry is
-    /// there only with `driver_entry_durations`).
+    /// there only with `ioctl_durations`).
     fn ioctl_probe(self) -> &'static str {
         match self {
             Probes::Fentry => "fexit/nvidia_unlocked_ioctl",
@@ -241,7 +241,7 @@ fn ioctl_durations(t: &mut Tracer, d: &FakeDriver) -> Vec<u64> {
     seen
 }
 
-/// On trampolines the ioctls are timed only with `driver_entry_durations` (an fentry each); with
+/// On trampolines the ioctls are timed only with `ioctl_durations` (an fentry each); with
 /// kprobes always (the entry probe runs anyway). A duration is measured or it is 0, never made up.
 #[test]
 #[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry"]
@@ -251,7 +251,7 @@ fn ioctl_durations_are_measured_where_the_entry_runs() {
         let cfg = Config {
             attach_mode: AttachMode::DriverEntry,
             simulated_devices: false,
-            driver_entry_durations: durations,
+            ioctl_durations: durations,
             ..config_for(&d)
         };
         let mut t = agent_with(cfg, p);
@@ -263,7 +263,7 @@ fn ioctl_durations_are_measured_where_the_entry_runs() {
         } else {
             assert!(got.iter().all(|ns| *ns == 0), "{p:?} durations {durations}: {got:?} ({why:?})");
         }
-        println!("{p:?}, driver_entry_durations = {durations}: ioctl durations {got:?}");
+        println!("{p:?}, ioctl_durations = {durations}: ioctl durations {got:?}");
     }
 }
 

@@ -1067,20 +1067,24 @@ pub struct TracerConfig {
     pub agent_tgid: u32,
     /// Length of `dev_prefix` (the configured device directory followed by `/nvidia`).
     pub dev_prefix_len: u32,
-    /// Send a wake-up to user space every this many ring-buffer records per CPU (0: never force).
+    /// Consider a wake-up of user space every this many ring-buffer records per CPU (0 or 1: wake
+    /// at every record); see `wakeup_bytes`.
     pub wakeup_every: u32,
     /// Bit set of enabled families ([`family`]).
     pub families: u32,
     /// Kernel-side diagnostics through aya-log (a copy that faulted, a capture plan that did not
     /// match): 1 on, 0 off (the default). Switched at run time; off costs one load and a branch.
     pub diagnostics: u32,
-    /// Keeps `dev_prefix` where it was (8-byte alignment of what follows).
-    pub _pad: u32,
+    /// Every `wakeup_every` records per CPU the kernel wakes user space only if one of the rings
+    /// holds at least this many unread bytes (0: always). User space also drains on its timer.
+    pub wakeup_bytes: u32,
     pub dev_prefix: [u8; DEV_PREFIX_MAX],
     pub device_check: DeviceCheck,
     pub lifecycle: LifecycleLayout,
-    /// Keeps `file_salt` 8-byte aligned.
-    pub _pad2: u32,
+    /// 1: time NVIDIA ioctls (`duration_ns`) in the modes whose entry program would otherwise do
+    /// nothing for them (btf and raw tracepoints); 0: their entry returns at once and
+    /// `duration_ns` is 0. `Config::ioctl_durations`.
+    pub ioctl_durations: u32,
     /// Driver-entry mode: mixed into each open file's `struct file *` to make its `file_id` and
     /// file slot ([`NvFile`]), so no kernel address reaches user space. Random per agent start.
     pub file_salt: u64,
@@ -1094,11 +1098,11 @@ impl Default for TracerConfig {
             wakeup_every: 64,
             families: 0,
             diagnostics: 0,
-            _pad: 0,
+            wakeup_bytes: 0,
             dev_prefix: [0; DEV_PREFIX_MAX],
             device_check: DeviceCheck::default(),
             lifecycle: LifecycleLayout::default(),
-            _pad2: 0,
+            ioctl_durations: 0,
             file_salt: 0,
         }
     }

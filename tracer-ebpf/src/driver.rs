@@ -131,7 +131,11 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
             }
         }
         sysno::IOCTL if A::AT_EXIT => {
-            // Only the time: the exit program reads the arguments and the fd's device itself.
+            // Only the time, and only if asked for: the exit program reads the arguments and the
+            // fd's device itself.
+            if !durations() {
+                return;
+            }
             if let Some(slot) = IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) {
                 // SAFETY: a map value of this program's array; two plain stores.
                 unsafe {
@@ -194,6 +198,13 @@ pub fn on_enter<A: SyscallArgs>(nr: u32, a: &A) {
     }
 }
 
+/// Are NVIDIA ioctls timed (`TracerConfig::ioctl_durations`)? In the btf and raw modes this is
+/// all their entry program would do for them.
+#[inline(always)]
+fn durations() -> bool {
+    CONFIG.get(0).is_some_and(|c| c.ioctl_durations != 0)
+}
+
 /// `IOCTL_ENTRY` slot of a thread.
 #[inline(always)]
 fn ioctl_slot(pid_tgid: u64) -> u32 {
@@ -216,7 +227,9 @@ pub fn on_exit<A: SyscallArgs>(nr: u32, ret: i64, regs: Option<&A>) {
         let mut st = Inflight { sysno: nr, fd: fd as i32, dev, ..Default::default() };
         st.args[0] = a.arg(1);
         st.args[1] = a.arg(2);
-        if let Some(slot) = IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid)) {
+        if durations()
+            && let Some(slot) = IOCTL_ENTRY.get_ptr_mut(ioctl_slot(pid_tgid))
+        {
             // SAFETY: a map value of this program's array. The time counts only if this thread
             // wrote it (a missed entry or a thread sharing the slot leaves the duration 0).
             unsafe {

@@ -1,7 +1,7 @@
 //! The only module that writes to the ring buffers or touches the counters: every record that is
 //! not delivered is counted, so `seen == emitted + Σ dropped` holds per probe.
 use aya_ebpf::{
-    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     maps::ring_buf::RingBufEntry,
 };
@@ -107,22 +107,32 @@ pub fn reserve_at<R: Record + 'static>(
     Some(entry)
 }
 
-/// Submit a reserved record, waking user space only every `wakeup_every` records per CPU (user
-/// space also drains on a short timer), which saves a wake-up per event.
+/// Submit a reserved record. User space is woken only when a ring has filled up (checked every
+/// `wakeup_every` records per CPU: at least `wakeup_bytes` unread in either ring); otherwise it
+/// drains on its own timer (`drain_interval_ms`). A wake-up is an irq_work and a cross-CPU
+/// wake of the consumer, which cost ~180 ns per record at one wake-up per 64 records
+/// (docs/benchmarks.md, issue 15); the fill check is two helper calls per `wakeup_every` records.
 #[inline(always)]
 pub fn submit<R: Record>(probe: u32, entry: RingBufEntry<R>) {
-    let every = match CONFIG.get(0) {
-        Some(c) => c.wakeup_every as u64,
-        None => 1,
+    let (every, min_bytes) = match CONFIG.get(0) {
+        Some(c) => (c.wakeup_every as u64, c.wakeup_bytes as u64),
+        None => (1, 0),
     };
     let mut flags = BPF_RB_NO_WAKEUP as u64;
-    if let Some(seq) = WAKEUP_SEQ.get_ptr_mut(0) {
+    if every <= 1 {
+        flags = BPF_RB_FORCE_WAKEUP as u64;
+    } else if let Some(seq) = WAKEUP_SEQ.get_ptr_mut(0) {
         // SAFETY: per-CPU slot.
-        unsafe {
+        let due = unsafe {
             *seq += 1;
-            if every <= 1 || *seq % every == 0 {
-                flags = BPF_RB_FORCE_WAKEUP as u64;
-            }
+            *seq % every == 0
+        };
+        if due
+            && (min_bytes == 0
+                || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= min_bytes
+                || BULK_EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= min_bytes)
+        {
+            flags = BPF_RB_FORCE_WAKEUP as u64;
         }
     }
     entry.submit(flags);

@@ -40,6 +40,10 @@ mod regs {
     pub const NR_OFF: usize = 120;
     /// `orig_ax` is a u64 (the syscall number in its low half on little-endian).
     pub type Nr = u64;
+    /// The raw exit reads dx, si, di and orig_ax (the first three arguments and the number) in
+    /// one helper call.
+    pub const BLOCK_OFF: usize = 96;
+    pub const BLOCK_WORDS: usize = 4;
 }
 /// arm64: x0..x5, except that x0 holds the return value at exit, so the first argument comes from
 /// `orig_x0` (saved at entry, offset 272); the number is `syscallno` (an s32 at 280).
@@ -48,6 +52,50 @@ mod regs {
     pub const ARG_OFF: [usize; 6] = [272, 8, 16, 24, 32, 40];
     pub const NR_OFF: usize = 280;
     pub type Nr = u32;
+    /// The raw exit reads `orig_x0` and `syscallno` in one helper call.
+    pub const BLOCK_OFF: usize = 272;
+    pub const BLOCK_WORDS: usize = 2;
+}
+
+/// The word of the raw exit's register block holding the register at `off`, if it is in it.
+#[inline(always)]
+const fn block_word(off: usize) -> Option<usize> {
+    if off >= regs::BLOCK_OFF && off < regs::BLOCK_OFF + 8 * regs::BLOCK_WORDS {
+        Some((off - regs::BLOCK_OFF) / 8)
+    } else {
+        None
+    }
+}
+
+const _: () = assert!(block_word(regs::NR_OFF).is_some(), "the raw exit's register block holds the syscall number");
+
+/// The registers at a raw-tracepoint syscall exit: a block of them copied with one
+/// `bpf_probe_read_kernel` (the number and, on x86_64, the three arguments an ioctl needs), any
+/// other argument read on demand. Each helper call costs tens of ns on the hottest path.
+struct RawExitRegs {
+    regs: *const u8,
+    block: [u64; regs::BLOCK_WORDS],
+}
+impl RawExitRegs {
+    #[inline(always)]
+    fn nr(&self) -> u32 {
+        match block_word(regs::NR_OFF) {
+            Some(w) => self.block[w] as u32,
+            None => u32::MAX,
+        }
+    }
+}
+impl SyscallArgs for RawExitRegs {
+    const AT_EXIT: bool = true;
+    #[inline(always)]
+    fn arg(&self, i: usize) -> u64 {
+        let off = if i < 6 { regs::ARG_OFF[i] } else { return 0 };
+        match block_word(off) {
+            Some(w) => self.block[w],
+            // SAFETY: reads the saved user registers of the current syscall.
+            None => unsafe { bpf_probe_read_kernel(self.regs.add(off) as *const u64) }.unwrap_or(0),
+        }
+    }
 }
 
 struct RegsArgs(*const u8);
@@ -124,11 +172,17 @@ pub fn sys_enter_raw(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit_raw(ctx: RawTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
-    // SAFETY: the saved registers' syscall number (`orig_ax`; arm64: `syscallno`).
-    let nr = unsafe { bpf_probe_read_kernel(regs.add(regs::NR_OFF) as *const regs::Nr) }.map_or(u32::MAX, |n| n as u32);
+    // SAFETY: the saved registers' block holding the syscall number (`orig_ax`; arm64:
+    // `syscallno`); a failed read gives no syscall.
+    let Ok(block) = (unsafe { bpf_probe_read_kernel(regs.add(regs::BLOCK_OFF) as *const [u64; regs::BLOCK_WORDS]) })
+    else {
+        return 0;
+    };
+    let a = RawExitRegs { regs, block };
+    let nr = a.nr();
     if driver::interesting(nr) {
         let ret: i64 = ctx.arg(1);
-        driver::on_exit(nr, ret, Some(&RegsArgs(regs)));
+        driver::on_exit(nr, ret, Some(&a));
     }
     0
 }

@@ -570,11 +570,12 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
     }
     let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
     let mut cfg = cfg;
+    // Each NVIDIA ioctl event carries its duration here (the node agent leaves them untimed by
+    // default: `ioctl_durations`).
+    cfg.ioctl_durations = true;
     if !a.per_event_pids.is_empty() || !a.per_event_cgroups.is_empty() {
-        // Per-event mode also times synchronisation, copies and memsets: probe them; and NVIDIA
-        // ioctls in driver-entry mode on fentry.
+        // Per-event mode also times synchronisation, copies and memsets: probe them.
         cfg.cuda_timed_calls = true;
-        cfg.driver_entry_durations = true;
     }
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;

@@ -175,7 +175,9 @@ pub struct Config {
     /// ledger is built from, and the bulk ring, for count-only records): a power of two from the
     /// page size (4 KiB) to [`MAX_RING_BUFFER_BYTES`] (256 MiB). Default 8 MiB each.
     pub ring_buffer_bytes: u32,
-    /// Wake user space every N records per CPU; between wake-ups it drains on a timer. Default 64.
+    /// Every N records per CPU the kernel checks whether a ring holds a quarter of
+    /// `ring_buffer_bytes` unread, and only then wakes user space, which otherwise drains every
+    /// `drain_interval_ms`. 0 or 1: wake at every record (lowest latency, highest cost). Default 64.
     pub wakeup_every: u32,
     /// Kernel-side diagnostics (aya-log) in the agent's log: an ioctl copy that faulted, a UVM
     /// command or RM_ALLOC class no capture plan matched, as it happens. Default off; SIGUSR1
@@ -200,13 +202,16 @@ pub struct Config {
     pub lifecycle_attach: LifecycleAttach,
     /// Driver-entry mode's mechanism (fentry or kprobe). Default `auto`.
     pub driver_entry_probes: DriverEntryProbes,
-    /// Driver-entry mode on fentry/fexit: also time each NVIDIA ioctl (`duration_ns` of its events
-    /// and of `profile`'s calls), with an fentry on the driver's ioctl. The fexit alone has
-    /// everything else, so without it each NVIDIA ioctl runs one program instead of two (docs/
-    /// kernels.md measures the difference). The syscall modes and kprobes always time ioctls:
-    /// their entry programs run anyway. `profile` and `events --per-event-*` switch it on.
-    /// Default false.
-    pub driver_entry_durations: bool,
+    /// Time each NVIDIA ioctl from entry to exit (`duration_ns` of its events and of `profile`'s
+    /// calls). It costs an entry program's work per ioctl: in the btf and raw tracepoint modes the
+    /// clock and a slot store at `sys_enter` (the exit program reads everything else from the
+    /// registers), in driver-entry mode on fentry/fexit an fentry on the driver's ioctl. Off, those
+    /// entries return at once and `duration_ns` is 0 (docs/benchmarks.md and docs/kernels.md
+    /// measure the difference). The syscall-tracepoint mode and kprobes always time ioctls: their
+    /// entry programs keep the call's state anyway. `profile` and `events` switch it on. Default
+    /// false. (Was `driver_entry_durations`, still accepted.)
+    #[serde(alias = "driver_entry_durations")]
+    pub ioctl_durations: bool,
     /// NVML sampling (device and per-process readings).
     pub nvml: NvmlSettings,
     /// How each GPU's memory, compute, energy and cost are split between containers.
@@ -523,7 +528,7 @@ impl Default for Config {
             cuda_timed_calls: false,
             lifecycle_attach: LifecycleAttach::Auto,
             driver_entry_probes: DriverEntryProbes::Auto,
-            driver_entry_durations: false,
+            ioctl_durations: false,
             nvml: NvmlSettings::default(),
             attribution: AttributionSettings::default(),
             kubernetes: KubeSettings::default(),
@@ -592,11 +597,16 @@ impl ConfigError {
         if e.message().starts_with("unknown field `") {
             let quoted: Vec<&str> = e.message().split('`').skip(1).step_by(2).collect();
             let (unknown, known) = quoted.split_first().map_or(("", &[][..]), |(u, k)| (*u, k));
-            return ConfigError::UnknownKey { hint: unknown_key_hint(&key, unknown, known), key, line };
+            // Former names still read (serde aliases) but are not offered.
+            let known: Vec<&str> = known.iter().copied().filter(|k| !FORMER_KEYS.contains(k)).collect();
+            return ConfigError::UnknownKey { hint: unknown_key_hint(&key, unknown, &known), key, line };
         }
         ConfigError::Value { key, line, why: e.message().trim_end().to_string() }
     }
 }
+
+/// Keys renamed since they were introduced, accepted as aliases of the new names.
+const FORMER_KEYS: &[&str] = &["driver_entry_durations"];
 
 /// "did you mean `mode`?" for a near miss, else the keys the table has.
 fn unknown_key_hint(path: &str, unknown: &str, known: &[&str]) -> String {

@@ -19,6 +19,18 @@ fn validate_rejects_bad_ring_size_and_long_dir() {
     Config::default().validate().unwrap();
 }
 
+/// `ioctl_durations` was `driver_entry_durations` when only driver-entry mode could leave ioctls
+/// untimed: the old name still reads, and the default is off.
+#[test]
+fn ioctl_durations_accepts_its_former_name() {
+    assert!(!Config::default().ioctl_durations);
+    for key in ["ioctl_durations", "driver_entry_durations"] {
+        let (c, w) = Config::from_toml(&format!("{key} = true\n")).unwrap();
+        assert!(c.ioctl_durations, "{key}");
+        assert!(w.is_empty(), "{w:?}");
+    }
+}
+
 /// The error of `text`, as the user reads it.
 fn toml_err(text: &str) -> String {
     Config::from_toml(text).map(|(c, _)| c).unwrap_err().to_string()
@@ -37,7 +49,7 @@ fn unknown_keys_at_any_depth_are_errors_naming_the_dotted_path() {
         "invalid setting bogus: unknown key (line 1); the top-level keys are `dev_dir`, \
          `simulated_devices`, `proc_root`, `cgroup_root`, `driver_version`, `driver_version_file`, `attach_mode`, \
          `families`, `ring_buffer_bytes`, `wakeup_every`, `kernel_log`, `drain_interval_ms`, `snapshot_interval_ms`, \
-         `max_processes`, `cuda_libraries`, `cuda_attach`, `cuda_timed_calls`, `lifecycle_attach`, `driver_entry_probes`, `driver_entry_durations`, `nvml`, `attribution`, `kubernetes`, `api`, `otlp`, `metrics` (docs/configuration.md)"
+         `max_processes`, `cuda_libraries`, `cuda_attach`, `cuda_timed_calls`, `lifecycle_attach`, `driver_entry_probes`, `ioctl_durations`, `nvml`, `attribution`, `kubernetes`, `api`, `otlp`, `metrics` (docs/configuration.md)"
             .replace("         ", "")
     );
     assert_eq!(

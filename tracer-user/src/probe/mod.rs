@@ -277,8 +277,8 @@ pub struct Probes {
     pub kernel_log: Option<kernel_log::KernelLog>,
     /// Driver-entry mode's fentry/fexit links (empty with kprobes or another mode).
     trampolines: trampoline::Links,
-    /// `Config::driver_entry_durations`, for `nvidia-uvm`'s probes when it loads late.
-    driver_entry_durations: bool,
+    /// `Config::ioctl_durations`, for `nvidia-uvm`'s probes when it loads late.
+    ioctl_durations: bool,
 }
 
 impl Probes {
@@ -317,6 +317,9 @@ pub fn tracer_config(cfg: &Config) -> TracerConfig {
         agent_tgid: std::process::id(),
         dev_prefix_len: prefix.len() as u32,
         wakeup_every: cfg.wakeup_every,
+        // A quarter of a ring waiting: wake the consumer before it can fill, never for less.
+        wakeup_bytes: cfg.ring_buffer_bytes / 4,
+        ioctl_durations: cfg.ioctl_durations.into(),
         families: 0,
         diagnostics: cfg.kernel_log.into(),
         // Random per start (std's hasher keys are): driver-entry mode's file ids reveal no address.
@@ -424,7 +427,7 @@ impl Probes {
 
         let (mut mode, mut attach_reason) = (mode, attach_reason);
         let mut trampolines = trampoline::Links::default();
-        let entry_probes = (cfg.driver_entry_probes, cfg.driver_entry_durations);
+        let entry_probes = (cfg.driver_entry_probes, cfg.ioctl_durations);
         let driver = if cfg.families.driver {
             match attach_driver(&mut ebpf, mode, &features, &check, entry_probes, &mut trampolines) {
                 Ok(p) => FamilyStatus::Attached { programs: p },
@@ -517,7 +520,7 @@ impl Probes {
             cuda_backend,
             kernel_log,
             trampolines,
-            driver_entry_durations: cfg.driver_entry_durations,
+            ioctl_durations: cfg.ioctl_durations,
         })
     }
 
@@ -557,7 +560,7 @@ impl Probes {
         let Some(u) = points.uvm else { return Ok(false) };
         if !self.trampolines.is_empty() {
             // fentry on nvidia.ko: the same on nvidia-uvm if its BTF allows, else kprobes there.
-            let plan = untimed(&uvm_plan(&u, points.uvm_managed), self.driver_entry_durations);
+            let plan = untimed(&uvm_plan(&u, points.uvm_managed), self.ioctl_durations);
             match trampoline::attach(EBPF_OBJECT, &self.ebpf, UVM_MODULE, &plan, &mut self.trampolines) {
                 Ok(attached) => {
                     if let FamilyStatus::Attached { programs } = &mut self.report.driver {
@@ -757,9 +760,9 @@ fn attach_driver_entry(
         _ => match attach_trampolines(ebpf, &untimed(&nvidia, durations), &untimed(&uvm, durations), links) {
             Ok(mut attached) => {
                 let timed = if durations {
-                    "NVIDIA ioctls timed (driver_entry_durations)"
+                    "NVIDIA ioctls timed (ioctl_durations)"
                 } else {
-                    "NVIDIA ioctls untimed: no fentry on the ioctls (driver_entry_durations = false)"
+                    "NVIDIA ioctls untimed: no fentry on the ioctls (ioctl_durations = false)"
                 };
                 attached.push(format!("({}; fentry/fexit: the modules have BTF; {timed})", points.detail));
                 return Ok(attached);

@@ -73,7 +73,7 @@ pub fn prepare(cfg: &mut Config, target: &TargetSpec) -> Result<()> {
     // Synchronisation, events, copies and memsets: probed for this session's own probes only.
     cfg.cuda_timed_calls = true;
     // And the NVIDIA ioctls' durations (their spans), where driver-entry mode would leave them out.
-    cfg.driver_entry_durations = true;
+    cfg.ioctl_durations = true;
     if let TargetSpec::Pid(pid) = target {
         let dir = cfg.proc_root.join(pid.to_string());
         if !dir.exists() {
