@@ -15,6 +15,8 @@ pub mod attribution_table;
 pub mod cost;
 pub mod events;
 pub mod format;
+#[cfg(test)]
+mod golden;
 pub mod http;
 pub mod metrics;
 pub mod otlp;

@@ -30,4 +30,4 @@ pub use proto::{container_proto, event_kind, kind_of, launch_batch_to_proto, to_
 pub use writer::{EventFormat, EventStream, EventWriter};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

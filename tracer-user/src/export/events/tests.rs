@@ -172,7 +172,7 @@ fn abi() -> DriverAbi {
 }
 
 /// One of every `Event` variant (the ioctl ones from [`ops`]).
-fn events() -> Vec<Event> {
+pub(crate) fn events() -> Vec<Event> {
     let h = hdr();
     let ctl = encode::ctl(1);
     let uvm = encode::uvm_dev(3);
