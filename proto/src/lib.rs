@@ -40,6 +40,14 @@ impl EncodedSubscribeResponse {
         EncodedSubscribeResponse(response.encode_to_vec().into())
     }
 
+    /// The event it holds (`None` when it holds none, or the bytes do not decode).
+    pub fn event(&self) -> Option<v1::Event> {
+        match v1::SubscribeResponse::decode(&self.0[..]) {
+            Ok(v1::SubscribeResponse { response: Some(v1::subscribe_response::Response::Event(ev)) }) => Some(ev),
+            _ => None,
+        }
+    }
+
     /// The event it holds in the `events` stream's framing (a varint length, then the
     /// `gputracer.v1.Event`), as a view of the same bytes: `SubscribeResponse { event = 1 }` is the
     /// tag byte `0x0a` followed by exactly that. `None` when it holds no event (a `LostEvents`) or

@@ -13,11 +13,12 @@ use std::{
 
 use gpu_tracer_proto::{prost::Message as _, tonic, v1};
 use tracer_user::{
+    config::api::{ApiAddr, HubSettings},
     export::{
         api::{
             client::{self, ConnectSettings},
-            hub::{EventHub, HubSettings},
-            listen::{self, ApiAddr, ListenSettings},
+            hub::EventHub,
+            listen::{self, ListenSettings},
             service::ApiState,
         },
         http::{HealthSettings, ServeState},

@@ -37,12 +37,16 @@ use opentelemetry_proto::tonic::collector::{
     },
 };
 use tracer_user::{
+    config::{
+        api::{ApiAddr, HubSettings},
+        otlp::DEFAULT_EVENT_KINDS,
+    },
     export::{
         api::{
             client::{self, ConnectSettings},
             filter::EventKey,
-            hub::{EventHub, HubSettings},
-            listen::{self, ApiAddr, ListenSettings},
+            hub::EventHub,
+            listen::{self, ListenSettings},
             service::ApiState,
         },
         http::{HealthSettings, ServeState},
@@ -50,7 +54,6 @@ use tracer_user::{
         otlp::{
             OtlpExporter, OtlpProtocol, OtlpSettings, ResourceInfo,
             metrics::{MAX_POINTS_PER_REQUEST, MetricBuilder, point_count},
-            settings::DEFAULT_EVENT_KINDS,
         },
     },
     model::AgentSnapshot,

@@ -317,7 +317,7 @@ fn launches_after_end(rt: &tokio::runtime::Runtime, conn: &ConnectSettings, w: &
     let until = tokio::time::Instant::now() + Duration::from_secs(3);
     rt.block_on(async {
         while let Ok(Ok(Some(client::Received::Event(e)))) = tokio::time::timeout_at(until, sub.message()).await {
-            match tracer_user::export::api::hub::decode_event(&e).and_then(|ev| ev.payload) {
+            match e.event().and_then(|ev| ev.payload) {
                 Some(v1::event::Payload::CudaLaunch(_)) => events += 1,
                 Some(v1::event::Payload::CudaLaunchBatch(b)) => counted += b.launches,
                 _ => {}

@@ -661,7 +661,7 @@ fn check_against_driver(frame: &[String], driver_used: &[u64]) -> (String, bool)
     let truth: Vec<String> = driver_used
         .iter()
         .enumerate()
-        .map(|(i, b)| format!("gpu{i} {}", tracer_user::export::format::human_bytes(*b)))
+        .map(|(i, b)| format!("gpu{i} {}", tracer_user::format::human_bytes(*b)))
         .collect();
     let truth = truth.join(" | ");
     let Some(seen) = per_gpu(frame) else {
@@ -801,7 +801,7 @@ fn check_cuda(frame: &[String], pods: &[PodCuda]) -> (Vec<String>, bool) {
             cell(row.map(|r| r.launches.to_string())),
             p.graphs.upper,
             cell(row.map(|r| r.graphs.to_string())),
-            tracer_user::export::format::human_bytes(p.device_bytes),
+            tracer_user::format::human_bytes(p.device_bytes),
             cell(row.map(|r| r.mem_text.clone())),
         ));
         let Some(row) = row else {

@@ -9,13 +9,12 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gpu_tracer_proto::v1;
 use tracer_user::{
-    config::{Config, Overrides, parse_seconds},
+    config::{Config, Overrides, api::DEFAULT_LISTEN, parse_seconds},
     doctor,
     export::api::{
         client::{self as api_client, ConnectArgs, ConnectSettings, FilterArgs},
         filter::Filters,
         hub::EventHub,
-        listen::DEFAULT_LISTEN,
         snapshot::snapshot_from_proto,
     },
     export::{
@@ -934,9 +933,9 @@ async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
 /// gRPC API (events, snapshot, status) on `api.listen`.
 async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
     use std::sync::Arc;
+    use tracer_user::config::api::HubSettings;
     use tracer_user::export::{
         api::{
-            hub::HubSettings,
             listen::{self, ListenSettings},
             profile::ProfileDesk,
             service::ApiState,

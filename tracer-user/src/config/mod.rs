@@ -7,9 +7,14 @@
 //! NVML on `auto`), a value out of range ([`Config::validate`]), a host path that is not there
 //! ([`Config::check_host_paths`]). (STYLE.md suggests warning about unknown keys; issue 13 showed
 //! what a warning in a DaemonSet's log is worth: nobody reads it and the node runs misconfigured.)
+pub mod api;
+pub mod otlp;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+pub use self::api::ApiSettings;
 
 /// Where the driver-family syscall probes attach. See `docs/ARCHITECTURE.md` for the costs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -222,7 +227,7 @@ pub struct Config {
     pub api: ApiSettings,
     /// OTLP export of metrics and events (`[otlp]`; off unless an endpoint is set; the `OTEL_*`
     /// environment variables and `--otlp-*` flags override it, see docs/otlp.md).
-    pub otlp: crate::export::otlp::OtlpConfig,
+    pub otlp: otlp::OtlpConfig,
     /// What the Prometheus metrics (/metrics) carry (`[metrics]`).
     pub metrics: MetricsSettings,
 }
@@ -384,125 +389,6 @@ impl Default for KubeSettings {
             pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
             gpu_resource_names: vec!["nvidia.com/gpu".into()],
         }
-    }
-}
-
-/// The agent's gRPC API (`gputracer.v1.GpuTracer`, docs/api.md).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ApiSettings {
-    /// `unix:///PATH` (mode 0660), `tcp://IP:PORT`, or `off`. Default
-    /// `unix:///run/gpu-tracer/api.sock`.
-    pub listen: String,
-    /// PEM certificate chain and private key: TLS on a TCP listener (required off loopback).
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// File holding the bearer token every call must carry (`authorization: Bearer <token>`);
-    /// surrounding whitespace is ignored. Default: no token (the socket's mode is the guard).
-    pub token_file: Option<PathBuf>,
-    /// Recent events kept for `Subscribe` replays (`since`, `number`). Default 10000.
-    pub history: usize,
-    /// Event kinds the history keeps while no subscriber is connected (names as in
-    /// `events --json`; `["all"]` for every kind). Default: [`DEFAULT_HISTORY_KINDS`] — every kind
-    /// but the high-rate ones (RM controls, map-memory, other and UVM-other ioctls, per-event
-    /// launches), which are published only while someone subscribes.
-    pub history_kinds: Vec<String>,
-    /// Events a subscriber may fall behind before it loses the oldest (told by `LostEvents`).
-    /// Default 16384.
-    pub subscriber_buffer: usize,
-    /// Subscribers served at once. Default 128.
-    pub max_subscribers: usize,
-}
-
-impl Default for ApiSettings {
-    fn default() -> Self {
-        let hub = crate::export::api::hub::HubSettings::default();
-        Self {
-            listen: crate::export::api::listen::DEFAULT_LISTEN.into(),
-            tls_cert: None,
-            tls_key: None,
-            token_file: None,
-            history: hub.history,
-            history_kinds: DEFAULT_HISTORY_KINDS.iter().map(|k| (*k).to_string()).collect(),
-            subscriber_buffer: hub.subscriber_buffer,
-            max_subscribers: hub.max_subscribers,
-        }
-    }
-}
-
-/// The default `api.history_kinds`.
-pub const DEFAULT_HISTORY_KINDS: &[&str] = &[
-    "violation",
-    "bill",
-    "process_exec",
-    "process_exit",
-    "process_fork",
-    "cgroup_removed",
-    "fd_opened",
-    "fd_closed",
-    "fd_duped",
-    "rm_alloc",
-    "rm_free",
-    "vid_heap_alloc",
-    "vid_heap_free",
-    "alloc_memory",
-    "rm_dup_object",
-    "uvm_register_gpu",
-    "uvm_map_external",
-    "uvm_free",
-    "managed_map",
-    "managed_unmap",
-    "malformed",
-    "cuda_alloc",
-    "cuda_free",
-    "cuda_function",
-    "cuda_launch_batch",
-];
-
-impl ApiSettings {
-    /// `history_kinds` as `EventKind` numbers (`None`: every kind).
-    pub fn history_kinds(&self) -> Result<Option<std::collections::BTreeSet<i32>>, ConfigError> {
-        if self.history_kinds.iter().any(|k| k == "all") {
-            return Ok(None);
-        }
-        self.history_kinds
-            .iter()
-            .map(|k| crate::export::api::filter::parse_kind(k))
-            .collect::<Result<_, _>>()
-            .map(Some)
-            .map_err(|why| ConfigError::Invalid { key: "api.history_kinds", why })
-    }
-
-    /// Where to listen, or `None` for `off`.
-    pub fn addr(&self) -> Result<Option<crate::export::api::listen::ApiAddr>, ConfigError> {
-        if self.listen == "off" {
-            return Ok(None);
-        }
-        self.listen.parse().map(Some).map_err(|why| ConfigError::Invalid { key: "api.listen", why })
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        self.addr()?;
-        self.history_kinds()?;
-        if self.tls_cert.is_some() != self.tls_key.is_some() {
-            return Err(ConfigError::Invalid {
-                key: "api.tls_cert",
-                why: "TLS needs both api.tls_cert and api.tls_key".into(),
-            });
-        }
-        let bounded = |key, v: usize, max: usize| {
-            if v > max {
-                return Err(ConfigError::Invalid { key, why: format!("{v} is above the limit {max}") });
-            }
-            Ok(())
-        };
-        bounded("api.history", self.history, 1_000_000)?;
-        bounded("api.max_subscribers", self.max_subscribers, 10_000)?;
-        bounded("api.subscriber_buffer", self.subscriber_buffer, 1 << 20)?;
-        if self.subscriber_buffer == 0 {
-            return Err(ConfigError::Invalid { key: "api.subscriber_buffer", why: "must be at least 1".into() });
-        }
-        Ok(())
     }
 }
 
@@ -973,7 +859,7 @@ pub struct Overrides {
     /// OTLP transport: grpc or http/protobuf [default: grpc]; wins over OTEL_EXPORTER_OTLP_PROTOCOL,
     /// which wins over [otlp] protocol.
     #[arg(long, global = true, value_enum)]
-    pub otlp_protocol: Option<crate::export::otlp::OtlpProtocol>,
+    pub otlp_protocol: Option<otlp::OtlpProtocol>,
 }
 
 impl Overrides {

@@ -319,7 +319,7 @@ fn reach(endpoint: &str, default_port: u16) -> Result<std::net::SocketAddr, Stri
 
 /// `api`: the address the agent would serve its gRPC API on, and whether it is free.
 fn api_check(cfg: &Config) -> Check {
-    use crate::export::api::listen::ApiAddr;
+    use crate::config::api::ApiAddr;
     match cfg.api.addr() {
         Err(e) => Check::with("api", CheckStatus::Fail, e.to_string()),
         Ok(None) => Check::with("api", CheckStatus::Ok, "off (api.listen = \"off\")"),

@@ -8,16 +8,16 @@
 //!   length-delimited stream or as JSON lines (`gpu-tracer events`).
 //! - [`metrics`]: a snapshot as Prometheus / OpenMetrics text (`docs/metrics.md`).
 //! - [`otlp`]: metrics and events over OTLP (gRPC or HTTP/protobuf) to an OpenTelemetry collector.
-//! - [`format`]: sizes and the compact table style shared by the people-facing outputs.
+//! - [`table`]: the compact table style shared by the people-facing outputs.
 //! - [`http`]: the agent's `/metrics`, `/healthz` and `/readyz` server.
 pub mod api;
 pub mod attribution_table;
 pub mod cost;
 pub mod events;
-pub mod format;
 #[cfg(test)]
 mod golden;
 pub mod http;
 pub mod metrics;
 pub mod otlp;
+pub mod table;
 pub mod top;

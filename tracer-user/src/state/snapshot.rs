@@ -126,13 +126,13 @@ impl Completeness {
                 Some(b) => parts.push(format!(
                     "{} from before the agent (NVML: {})",
                     self.from_before_agent,
-                    crate::export::format::human_bytes(b)
+                    crate::format::human_bytes(b)
                 )),
                 None => parts.push(format!("{} from before the agent", self.from_before_agent)),
             }
         }
         if let Some(t) = self.records_lost_since_unix_ns {
-            parts.push(format!("records lost since {}", crate::export::format::unix_time(t)));
+            parts.push(format!("records lost since {}", crate::format::unix_time(t)));
         }
         if parts.is_empty() { "exact".into() } else { parts.join(", ") }
     }

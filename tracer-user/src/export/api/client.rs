@@ -13,7 +13,7 @@ use gpu_tracer_proto::{
 };
 use hyper_util::rt::TokioIo;
 
-use super::listen::ApiAddr;
+use crate::config::api::ApiAddr;
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -29,6 +29,7 @@ use std::{
     },
 };
 
+use crate::config::api::HubSettings;
 use gpu_tracer_proto::{EncodedSubscribeResponse, prost, v1};
 use tokio::sync::watch;
 
@@ -40,23 +41,6 @@ pub use crate::model::ApiStats as HubStats;
 /// Events published between two automatic wake-ups of the subscribers when the caller does not
 /// [`flush`](EventHub::flush) sooner.
 const FLUSH_EVERY: u64 = 256;
-
-/// How much the hub holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HubSettings {
-    /// Events kept for replay (`since`, `number`); 0 keeps none.
-    pub history: usize,
-    /// Events a subscriber may fall behind before it loses the oldest.
-    pub subscriber_buffer: usize,
-    /// Subscribers served at once; one more is refused (RESOURCE_EXHAUSTED).
-    pub max_subscribers: usize,
-}
-
-impl Default for HubSettings {
-    fn default() -> Self {
-        HubSettings { history: 10_000, subscriber_buffer: 16_384, max_subscribers: 128 }
-    }
-}
 
 /// One event as the hub holds it: its place in the agent's stream, what filters can check
 /// without the message, and its encoding as a `SubscribeResponse`, made once and sent as is to
@@ -76,15 +60,7 @@ impl Published {
     /// The event, decoded from its bytes; `None` if they do not hold a `SubscribeResponse` with
     /// an event (never for bytes the hub encoded).
     pub fn event(&self) -> Option<v1::Event> {
-        decode_event(&self.encoded)
-    }
-}
-
-/// The event of an [`EventHub::encode`]d `SubscribeResponse` (`None` if it holds none).
-pub fn decode_event(encoded: &EncodedSubscribeResponse) -> Option<v1::Event> {
-    match <v1::SubscribeResponse as prost::Message>::decode(&encoded.0[..]) {
-        Ok(v1::SubscribeResponse { response: Some(v1::subscribe_response::Response::Event(ev)) }) => Some(ev),
-        _ => None,
+        self.encoded.event()
     }
 }
 

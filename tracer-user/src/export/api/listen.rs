@@ -4,7 +4,6 @@ use std::{
     net::SocketAddr,
     os::unix::fs::{FileTypeExt, PermissionsExt},
     path::{Path, PathBuf},
-    str::FromStr,
     sync::Arc,
     time::Duration,
 };
@@ -20,47 +19,10 @@ use tokio::{sync::oneshot, task::JoinHandle};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 
 use super::service::{ApiService, ApiState, BearerToken};
+use crate::config::api::ApiAddr;
 
-/// The default: a Unix socket the chart shares with node-local consumers.
-pub const DEFAULT_LISTEN: &str = "unix:///run/gpu-tracer/api.sock";
 /// The largest request the agent decodes (requests are filters: small).
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
-
-/// An API address: `unix:///path/to/api.sock` or `tcp://host:port`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ApiAddr {
-    Unix(PathBuf),
-    Tcp(SocketAddr),
-}
-
-impl FromStr for ApiAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if let Some(path) = s.strip_prefix("unix://") {
-            let path = PathBuf::from(path);
-            if !path.is_absolute() {
-                return Err(format!("`{s}`: a unix socket path must be absolute (unix:///run/gpu-tracer/api.sock)"));
-            }
-            return Ok(ApiAddr::Unix(path));
-        }
-        if let Some(addr) = s.strip_prefix("tcp://") {
-            return addr
-                .parse()
-                .map(ApiAddr::Tcp)
-                .map_err(|e| format!("`{s}`: {e} (expected tcp://IP:PORT, e.g. tcp://127.0.0.1:9401)"));
-        }
-        Err(format!("`{s}`: expected unix:///PATH or tcp://IP:PORT"))
-    }
-}
-
-impl std::fmt::Display for ApiAddr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ApiAddr::Unix(p) => write!(f, "unix://{}", p.display()),
-            ApiAddr::Tcp(a) => write!(f, "tcp://{a}"),
-        }
-    }
-}
 
 /// How the API is served.
 #[derive(Clone, Debug)]

@@ -12,10 +12,11 @@ use proptest::prelude::*;
 use super::{
     client::{self, ConnectSettings},
     filter::{EventKey, FilterError, Filters},
-    hub::{EventHub, HubSettings, Published, Received},
-    listen::{self, ApiAddr, ApiServer, ListenSettings},
+    hub::{EventHub, Published, Received},
+    listen::{self, ApiServer, ListenSettings},
     service::ApiState,
 };
+use crate::config::api::{ApiAddr, HubSettings};
 use crate::{
     export::{
         http::{HealthSettings, ServeState},

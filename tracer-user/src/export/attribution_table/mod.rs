@@ -13,7 +13,10 @@ use crate::attribution::{
     rightsizing::Fit,
     split::split_exact,
 };
-use crate::export::format::{compact_table, human_bytes, human_bytes_parts};
+use crate::{
+    export::table::compact_table,
+    format::{human_bytes, human_bytes_parts},
+};
 
 /// Width of everything in a table row but the name (columns, padding, borders).
 const FIXED_COLUMNS: usize = 49;

@@ -262,8 +262,8 @@ pub fn from_bytes(data: &[u8], path: &str) -> Result<CostInput, EventsCostError>
             warnings.push(format!(
                 "{node}: the recording started after its agent (process started at {}): its bill counts from its \
                  first Bill in the file ({}), up to a minute after the recording began",
-                crate::export::format::unix_time(s.first.agent_start_unix_ns),
-                crate::export::format::unix_time(s.first.end_unix_ns),
+                crate::format::unix_time(s.first.agent_start_unix_ns),
+                crate::format::unix_time(s.first.end_unix_ns),
             ));
         }
     }
@@ -275,11 +275,7 @@ pub fn from_bytes(data: &[u8], path: &str) -> Result<CostInput, EventsCostError>
     }
     Ok(CostInput {
         source: format!("the recorded events in {path} ({} agent processes, {events} events)", spans.len()),
-        period: format!(
-            "from {} to {}",
-            crate::export::format::unix_time(start),
-            crate::export::format::unix_time(end)
-        ),
+        period: format!("from {} to {}", crate::format::unix_time(start), crate::format::unix_time(end)),
         start_unix_s: Some(start as f64 / 1e9),
         end_unix_s: Some(end as f64 / 1e9),
         prices_per_gpu_hour: prices,

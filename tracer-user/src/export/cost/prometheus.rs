@@ -361,7 +361,7 @@ pub async fn fetch(s: &PrometheusSource) -> Result<CostInput, PrometheusError> {
         period: format!(
             "for the {} to {}",
             human_duration(s.range_s),
-            crate::export::format::unix_time((t1.max(0.0) * 1e9) as u64)
+            crate::format::unix_time((t1.max(0.0) * 1e9) as u64)
         ),
         start_unix_s: Some(t0),
         end_unix_s: Some(t1),
@@ -492,8 +492,7 @@ impl Api {
         if !matches!(uri.scheme_str(), Some("http" | "https")) {
             return Err(req("not an http:// or https:// URL".into()));
         }
-        let tls = crate::export::otlp::http_client_tls(s.ca_pem.as_deref(), uri.scheme_str() == Some("https"))
-            .map_err(req)?;
+        let tls = crate::tls::http_client_tls(s.ca_pem.as_deref(), uri.scheme_str() == Some("https")).map_err(req)?;
         let https =
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
         let auth = match &s.token {

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Cents, GroupBy, Line, Report, Row};
-use crate::export::format::{compact_table, unix_time};
+use crate::{export::table::compact_table, format::unix_time};
 
 /// The share of the total, `12.3%` (`-` for a zero total).
 fn share(r: &Row, total: i128) -> String {

@@ -82,7 +82,7 @@ impl<W: Write> EventWriter<W> {
                 Ok(())
             }
             EventFormat::JsonLines => {
-                let event = crate::export::api::hub::decode_event(ev).ok_or_else(not_an_event)?;
+                let event = ev.event().ok_or_else(not_an_event)?;
                 self.write(&event)
             }
         }

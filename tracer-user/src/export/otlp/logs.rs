@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::{
 };
 use serde_json::Value;
 
-use super::settings::event_kind_name;
+use crate::config::otlp::event_kind_name;
 
 /// `gputracer.<kind>` for an `EventKind` value (`gputracer.unknown` for one this build does not
 /// know).

@@ -28,11 +28,10 @@
 //! collector does. The counts are [`OtlpExporter::stats`] (`model::OtlpStats`, in each snapshot
 //! and in `/metrics` as `gpu_tracer_otlp_*`).
 //!
-//! Files: `settings.rs` (config section, environment, flags), `transport.rs` (sending per
+//! Files: `transport.rs` (sending per
 //! protocol), `metrics.rs` (snapshot → metrics), `logs.rs` (events → log records).
 pub mod logs;
 pub mod metrics;
-pub mod settings;
 #[cfg(test)]
 mod tests;
 mod transport;
@@ -55,23 +54,15 @@ use opentelemetry_proto::tonic::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-pub use self::settings::{OtlpConfig, OtlpFlags, OtlpProtocol, OtlpSettingError, OtlpSettings};
 use self::{
-    super::api::hub::decode_event,
     metrics::{IdentityIndex, MAX_POINTS_PER_REQUEST, MetricBuilder, kv, point_count, split_off, unix_ns_now},
     transport::{Accepted, SendError, Transport},
 };
+pub use crate::config::otlp::{OtlpConfig, OtlpFlags, OtlpProtocol, OtlpSettingError, OtlpSettings};
 use crate::{
     export::metrics::MetricsRegistry,
     model::{AgentSnapshot, OtlpDrop, OtlpStats},
 };
-
-/// The rustls configuration of an HTTP client: for `https`, trusting the PEM CA certificate(s)
-/// `ca_pem`, else the system's roots (`gpu-tracer cost --prometheus` uses it too).
-pub(crate) fn http_client_tls(ca_pem: Option<&[u8]>, https: bool) -> Result<rustls::ClientConfig, String> {
-    let tls = https.then(|| settings::OtlpTls { ca_pem: ca_pem.map(<[u8]>::to_vec), identity: None });
-    transport::http_tls(tls.as_ref())
-}
 
 /// The signals, as the `signal` label.
 pub const SIGNALS: [&str; 2] = ["metrics", "logs"];
@@ -511,7 +502,7 @@ impl Worker {
         let now = unix_ns_now();
         let mut log_records = Vec::with_capacity(buf.len());
         let mut undecodable = 0;
-        buf.retain(|ev| match decode_event(ev) {
+        buf.retain(|ev| match ev.event() {
             Some(e) => {
                 log_records.push(logs::record(&e, now));
                 true

@@ -7,7 +7,8 @@ use opentelemetry_proto::tonic::{
     metrics::v1::{ResourceMetrics, ScopeMetrics, metric},
 };
 
-use super::{metrics::*, settings::*, *};
+use super::{metrics::*, *};
+use crate::config::otlp::*;
 use crate::export::metrics::tests::sample_snapshot;
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

@@ -21,7 +21,10 @@ use opentelemetry_proto::tonic::collector::{
 use prost::Message as _;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use super::settings::{OtlpProtocol, OtlpSettingError, OtlpSettings, OtlpTls};
+use crate::{
+    config::otlp::{OtlpProtocol, OtlpSettingError, OtlpSettings, OtlpTls},
+    tls::http_tls,
+};
 
 /// The largest answer body read from an HTTP collector (an answer is a few bytes; an error page
 /// is cut here).
@@ -247,50 +250,6 @@ fn grpc_tls(tls: &OtlpTls) -> ClientTlsConfig {
         c = c.identity(Identity::from_pem(cert, key));
     }
     c
-}
-
-/// The rustls client configuration of the HTTP transport (also used for `http://`, where it is
-/// never consulted).
-pub(super) fn http_tls(tls: Option<&OtlpTls>) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
-    let mut roots = rustls::RootCertStore::empty();
-    match tls.and_then(|t| t.ca_pem.as_deref()) {
-        Some(pem) => {
-            for c in CertificateDer::pem_slice_iter(pem) {
-                roots.add(c.map_err(|e| format!("the CA file: {e}"))?).map_err(|e| format!("the CA file: {e}"))?;
-            }
-            if roots.is_empty() {
-                return Err("the CA file holds no certificate".into());
-            }
-        }
-        None if tls.is_some() => {
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
-            if roots.is_empty() {
-                return Err(
-                    "this system has no CA certificates; set otlp.certificate (OTEL_EXPORTER_OTLP_CERTIFICATE) \
-                            to the PEM file of the CA that signed the collector's certificate"
-                        .into(),
-                );
-            }
-        }
-        None => {}
-    }
-    let builder =
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots);
-    match tls.and_then(|t| t.identity.as_ref()) {
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("the client certificate: {e}"))?;
-            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the client key: {e}"))?;
-            builder.with_client_auth_cert(chain, key).map_err(|e| format!("the client certificate and key: {e}"))
-        }
-        None => Ok(builder.with_no_client_auth()),
-    }
 }
 
 /// The headers as gRPC metadata; a name or value gRPC cannot carry is a setting error.

@@ -2,7 +2,8 @@
 use comfy_table::{Cell, CellAlignment};
 
 use crate::{
-    export::format::{compact_table, human_bytes},
+    export::table::compact_table,
+    format::human_bytes,
     identity::cgroup::short_name,
     model::{AgentSnapshot, KubernetesStatus, NvmlStatus},
     state::snapshot::{CgroupRow, Usage},

@@ -1,6 +1,5 @@
-//! Formatting shared by the people-facing outputs (`top`, the attribution tables): sizes in
-//! binary units and the one compact table style.
-use comfy_table::{ContentArrangement, Table, TableComponent, presets};
+//! Sizes and times as people read them, shared by every output that prints them (`top`, the
+//! attribution tables, `cost`, the ledger's completeness notes): sizes in binary units, UTC times.
 
 /// `1.5 GiB`-style sizes (binary units), `0` for zero.
 pub fn human_bytes(b: u64) -> String {
@@ -52,24 +51,6 @@ pub fn human_bytes_parts(total: u64, parts: &[Option<u64>]) -> (String, Vec<Opti
         .map(|(p, units)| p.map(|b| if b == 0 { "0".to_string() } else { fmt(units) }))
         .collect();
     (if total == 0 { "0".to_string() } else { fmt(shown_total) }, shown)
-}
-
-/// A table with `header` in the compact style every people-facing table uses: horizontal rules
-/// only, one line per row (a 30-pod node stays readable), columns sized to the content within
-/// `width`, one space of padding on the left.
-pub fn compact_table<T: Into<comfy_table::Row>>(width: u16, header: T) -> Table {
-    let mut table = Table::new();
-    table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
-    table.remove_style(TableComponent::HorizontalLines);
-    table.remove_style(TableComponent::MiddleIntersections);
-    table.remove_style(TableComponent::LeftBorderIntersections);
-    table.remove_style(TableComponent::RightBorderIntersections);
-    table.set_width(width);
-    table.set_header(header);
-    for col in table.column_iter_mut() {
-        col.set_padding((1, 0));
-    }
-    table
 }
 
 /// A Unix time in nanoseconds as UTC, `2026-12-02T02:10:05Z`.
