@@ -15,10 +15,8 @@ use anyhow::{Context, Result, anyhow};
 use tracer_user::{
     config::Config,
     decode::Event,
-    model::{Accounting, EventContext},
+    model::{Accounting, EventContext, counters::ProbeCounters, probes::FamilyStatus},
     pipeline::Agent,
-    probe::FamilyStatus,
-    source::counters::ProbeCounters,
 };
 
 use crate::sys;

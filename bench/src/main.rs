@@ -52,7 +52,8 @@ use tracer_common::nv::{DEFAULT_DRIVER_VERSION, DriverAbi};
 use tracer_user::{
     config::{AttachMode, Config, Families},
     decode::plan,
-    probe::{FamilyStatus, Probes},
+    model::probes::FamilyStatus,
+    probe::Probes,
 };
 
 use agent_run::Outcome;

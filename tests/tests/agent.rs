@@ -594,7 +594,7 @@ fn lifecycle_records(attach: LifecycleAttach, prefix: &str) {
     let driver = FakeDriver::start(1).unwrap();
     let mut t = Tracer::start(Config { lifecycle_attach: attach, ..config_for(&driver) });
     let programs = match &t.agent.report().lifecycle {
-        tracer_user::probe::FamilyStatus::Attached { programs } => programs.clone(),
+        tracer_user::model::probes::FamilyStatus::Attached { programs } => programs.clone(),
         other => panic!("lifecycle family not attached: {other:?}"),
     };
     assert_eq!(programs.iter().filter(|p| p.starts_with(prefix)).count(), 4, "{programs:?}");

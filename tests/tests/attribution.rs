@@ -28,9 +28,8 @@ use tracer_user::{
         gpu::{ComputeMethod, CostBasis, FULL, MemorySource},
     },
     config::{AttributionSettings, Config, Families, NvmlSettings, SourceMode},
-    model::{AgentSnapshot, NvmlStatus},
+    model::{AgentSnapshot, NvmlStatus, probes::ProbeMode},
     pipeline::Agent,
-    probe::ProbeMode,
 };
 
 const MIB: u64 = 1 << 20;

@@ -9,9 +9,11 @@ use gpu_tracer_tests::{
 };
 use tracer_user::{
     config::CudaAttach,
-    cuda::{attach::Method, ledger::CudaUsage},
-    model::AgentSnapshot,
-    probe::FamilyStatus,
+    cuda::ledger::CudaUsage,
+    model::{
+        AgentSnapshot,
+        probes::{FamilyStatus, Method},
+    },
 };
 
 const MIB: u64 = 1 << 20;

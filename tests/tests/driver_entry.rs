@@ -26,8 +26,10 @@ use gpu_tracer_tests::{
 use tracer_user::{
     config::{AttachMode, Config},
     decode::Event,
-    model::AgentSnapshot,
-    probe::{FamilyStatus, ProbeMode},
+    model::{
+        AgentSnapshot,
+        probes::{FamilyStatus, ProbeMode},
+    },
 };
 
 const MIB: u64 = 1 << 20;

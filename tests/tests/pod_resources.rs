@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use gpu_tracer_proto::podresources::v1 as api;
 use gpu_tracer_tests::FakePodResources;
 use tracer_user::allocation::{
-    AllocationSource, Allocator, ContainerRef, GpuDevice, PodResourcesClient, PodResourcesError,
+    Allocator, ContainerRef, GpuDevice,
+    pod_resources::{PodResourcesClient, PodResourcesError},
+    source::AllocationSource,
 };
 use tracer_user::config::{KubeSettings, SourceMode};
 

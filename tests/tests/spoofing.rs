@@ -18,8 +18,7 @@ use gpu_tracer_tests::{Tracer, require_root};
 use tracer_common::counter;
 use tracer_user::{
     config::{Config, Families},
-    model::AgentSnapshot,
-    source::counters::ProbeCounters,
+    model::{AgentSnapshot, counters::ProbeCounters},
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -19,6 +19,8 @@ pub mod decode;
 pub mod doctor;
 pub mod enrich;
 pub mod export;
+#[cfg(any(test, feature = "encode"))]
+pub mod fixtures;
 pub mod format;
 pub mod guardrails;
 pub mod identity;
@@ -33,3 +35,4 @@ pub mod runner;
 pub mod source;
 pub mod state;
 pub mod tls;
+pub mod wire;

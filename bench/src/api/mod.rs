@@ -24,7 +24,6 @@ use tracer_user::{
         http::{HealthSettings, ServeState},
         metrics::MetricsRegistry,
     },
-    probe::ProbeReport,
 };
 
 /// How a subscriber reads its stream.
@@ -246,7 +245,7 @@ fn deliver(n: u64, rate: Option<f64>, subscribers: usize, reader: Reader) -> Res
         max_subscribers: subscribers.max(128),
     }));
     let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
-    let state = Arc::new(ApiState::new(hub.clone(), serve, ProbeReport::nvml_only()));
+    let state = Arc::new(ApiState::new(hub.clone(), serve, tracer_user::probe::nvml_only_report()));
     let settings = ListenSettings { addr: ApiAddr::Unix(path.clone()), tls: None, token: None };
     let server = server_rt.block_on(listen::serve(&settings, state)).map_err(|e| e.to_string())?;
     let conn = ConnectSettings { addr: ApiAddr::Unix(path), token: None, tls_ca: None, tls_domain: None };

@@ -12,7 +12,8 @@ use anyhow::{Result, bail};
 use tracer_user::{
     config::{Config, CudaAttach, Families},
     decode,
-    probe::{FamilyStatus, Probes},
+    model::probes::FamilyStatus,
+    probe::Probes,
 };
 
 use super::LibInfo;

@@ -20,9 +20,11 @@ use tracer_user::{
     config::{AttachMode, Config, Families},
     cuda::placement::{self, ProbePlacement},
     decode::Event,
-    model::EventContext,
+    model::{
+        EventContext,
+        counters::{KernelCounters, ProbeCounters},
+    },
     pipeline::Agent,
-    source::counters::{KernelCounters, ProbeCounters},
 };
 
 use crate::{Ctx, agent_config, agent_run, progress, report::Timing, sys, values};

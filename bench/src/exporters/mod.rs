@@ -44,7 +44,6 @@ use tracer_user::{
     export::{
         api::{
             client::{self, ConnectSettings},
-            filter::EventKey,
             hub::EventHub,
             listen::{self, ListenSettings},
             service::ApiState,
@@ -57,7 +56,7 @@ use tracer_user::{
         },
     },
     model::AgentSnapshot,
-    probe::ProbeReport,
+    wire::filter::EventKey,
 };
 
 use crate::{
@@ -518,7 +517,7 @@ pub fn rss_main(args: &[String]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let hub = Arc::new(EventHub::new(HubSettings::default()));
     let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
-    let state = Arc::new(ApiState::new(hub.clone(), serve.clone(), ProbeReport::nvml_only()));
+    let state = Arc::new(ApiState::new(hub.clone(), serve.clone(), tracer_user::probe::nvml_only_report()));
     let listen = ListenSettings { addr: ApiAddr::Unix(PathBuf::from(socket)), tls: None, token: None };
     let server = rt.block_on(listen::serve(&listen, state)).context("starting the API server")?;
     let registry = MetricsRegistry::new();

@@ -11,10 +11,12 @@ use tracer_user::{
     config::AttachMode,
     cuda::ledger::{CudaCgroupRow, CudaSnapshot, CudaUsage},
     identity::{ContainerIdentity, KubeStatus},
-    model::{Accounting, AgentSnapshot, KubeView, KubernetesStatus, NvmlStatus, NvmlView, PipelineStats},
+    model::{
+        Accounting, AgentSnapshot, KubeView, KubernetesStatus, NvmlStatus, NvmlView, PipelineStats,
+        counters::{KernelCounters, ProbeCounters},
+        probes::ProbeMode,
+    },
     nvml::model::{Clocks, ComputeMode, DeviceSample, GpuProcess, NvmlSample, ProcessUtilization, Utilization},
-    probe::ProbeMode,
-    source::counters::{KernelCounters, ProbeCounters},
     state::snapshot::{CgroupRow, GpuRow, ProcessRow, Snapshot, Totals, Usage},
 };
 

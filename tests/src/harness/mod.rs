@@ -98,11 +98,11 @@ pub fn kernel_at_least(major: u32, minor: u32) -> bool {
 }
 
 /// How `cuda_attach = "auto"` attaches on the running kernel: multi-uprobe links from 6.6.
-pub fn auto_cuda_method() -> tracer_user::cuda::attach::Method {
+pub fn auto_cuda_method() -> tracer_user::model::probes::Method {
     if kernel_at_least(6, 6) {
-        tracer_user::cuda::attach::Method::UprobeMulti
+        tracer_user::model::probes::Method::UprobeMulti
     } else {
-        tracer_user::cuda::attach::Method::PerfEvent
+        tracer_user::model::probes::Method::PerfEvent
     }
 }
 

@@ -9,13 +9,10 @@
 pub mod pod_resources;
 pub mod source;
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, path::PathBuf};
 
 use gpu_tracer_proto::podresources::v1 as api;
 use serde::Serialize;
-
-pub use pod_resources::{PodResourcesClient, PodResourcesError};
-pub use source::{AllocationSource, AllocationStatus};
 
 /// A container of a pod, as the kubelet names it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -288,6 +285,25 @@ impl GpuAllocations {
             });
         }
     }
+}
+
+/// How the source is doing, for `doctor`, logs and a metric.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AllocationStatus {
+    /// The socket polled.
+    pub socket: PathBuf,
+    /// The last refresh succeeded (the answer in hand is current, not a kept old one).
+    pub available: bool,
+    /// Wall clock of the last successful refresh, ns since the epoch.
+    pub last_success_unix_ns: Option<u64>,
+    /// Why the last refresh failed; `None` after a success.
+    pub last_error: Option<String>,
+    /// Why `GetAllocatableResources` failed at the last refresh (the `List` answer is still used).
+    pub allocatable_error: Option<String>,
+    /// Successful refreshes.
+    pub refreshes: u64,
+    /// Failed refreshes.
+    pub failures: u64,
 }
 
 #[cfg(test)]

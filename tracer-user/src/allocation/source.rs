@@ -3,31 +3,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use super::pod_resources::{PodResourcesClient, PodResourcesError};
-use super::{GpuAllocations, GpuResourceNames};
+use super::{AllocationStatus, GpuAllocations, GpuResourceNames};
 use crate::config::{KubeSettings, SourceMode};
-
-/// How the source is doing, for `doctor`, logs and a metric.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct AllocationStatus {
-    /// The socket polled.
-    pub socket: PathBuf,
-    /// The last refresh succeeded (the answer in hand is current, not a kept old one).
-    pub available: bool,
-    /// Wall clock of the last successful refresh, ns since the epoch.
-    pub last_success_unix_ns: Option<u64>,
-    /// Why the last refresh failed; `None` after a success.
-    pub last_error: Option<String>,
-    /// Why `GetAllocatableResources` failed at the last refresh (the `List` answer is still used).
-    pub allocatable_error: Option<String>,
-    /// Successful refreshes.
-    pub refreshes: u64,
-    /// Failed refreshes.
-    pub failures: u64,
-}
 
 struct State {
     current: Option<Arc<GpuAllocations>>,

@@ -11,21 +11,23 @@ use gpu_tracer_proto::v1;
 use tracer_user::{
     config::{Config, Overrides, api::DEFAULT_LISTEN, parse_seconds},
     doctor,
-    export::api::{
-        client::{self as api_client, ConnectArgs, ConnectSettings, FilterArgs},
-        filter::Filters,
-        hub::EventHub,
-        snapshot::snapshot_from_proto,
-    },
     export::{
+        api::{
+            client::{self as api_client, ConnectArgs, ConnectSettings, FilterArgs},
+            hub::EventHub,
+        },
         cost,
-        events::{EventFormat, EventStream, EventWriter, kind_of, to_proto},
+        events::{EventFormat, EventStream, EventWriter},
         top,
     },
     model::EventContext,
     pipeline::Agent,
-    runner::Handler as _,
-    runner::{self, Flow, Schedule},
+    runner::{self, Flow, Handler as _, Schedule},
+    wire::{
+        events::{kind_of, to_proto},
+        filter::Filters,
+        snapshot::snapshot_from_proto,
+    },
 };
 
 /// A line for people on stderr. A stderr that cannot be written (full, closed) is no reason to stop
@@ -567,7 +569,7 @@ async fn run_events(cfg: Config, a: EventsArgs) -> Result<()> {
         };
         return run_events_remote(conn, request, stream, &a).await;
     }
-    let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
+    let bills = tracer_user::export::bill_writer_for_this_process(cfg.kubernetes.node_name.as_deref());
     let mut cfg = cfg;
     // Each NVIDIA ioctl event carries its duration here (the node agent leaves them untimed by
     // default: `ioctl_durations`).
@@ -627,9 +629,9 @@ const PROFILE_MAX_SECONDS: f64 = 3600.0;
 
 async fn run_profile(mut cfg: Config, a: ProfileArgs) -> Result<()> {
     use tracer_user::profile::{
-        Limits,
-        session::{self, Options, Progress, TargetSpec},
-        summary,
+        Limits, TargetSpec,
+        output::{self, Options, Progress},
+        session, summary,
     };
     if !(a.duration > 0.0 && a.duration <= PROFILE_MAX_SECONDS) {
         anyhow::bail!("--duration {}: give 0 < seconds <= {PROFILE_MAX_SECONDS}", a.duration);
@@ -660,7 +662,19 @@ async fn run_profile(mut cfg: Config, a: ProfileArgs) -> Result<()> {
     };
     let out = match &conn {
         Some(c) => tracer_user::profile::remote::run(c, opts).await?,
-        None => session::run(cfg, opts).await?,
+        None => {
+            let early = session::early_locks(&opts.target)?;
+            let file = output::create_output(&opts)?;
+            let mut shown = output::Shown::new(&opts);
+            let recorded =
+                session::record(cfg, &opts.target, opts.duration, opts.limits, early, &mut |rec, dropped| {
+                    shown.show(rec, dropped)
+                })
+                .await;
+            shown.finish();
+            let recorded = recorded?;
+            output::write_outputs(&recorded.recording, &recorded.target, &opts, file)?
+        }
     };
     let mut stdout = std::io::stdout();
     if a.json {
@@ -729,7 +743,7 @@ struct EventOut {
     filters: Filters,
     last_batch: Instant,
     /// The node's bill, once a minute.
-    bills: cost::events::BillWriter,
+    bills: cost::bill::BillWriter,
 }
 
 impl EventOut {
@@ -791,7 +805,7 @@ fn emit_launch_batches(out: &mut impl Emit, agent: &mut Agent, interval: Duratio
         if out.wants() {
             let (now, e) = agent.context_now(k.tgid, k.cgroup_id);
             let interval_ns = interval.as_nanos() as u64;
-            out.emit(tracer_user::export::events::launch_batch_to_proto(
+            out.emit(tracer_user::wire::events::launch_batch_to_proto(
                 k.tgid,
                 k.cgroup_id,
                 k.entry,
@@ -810,7 +824,7 @@ fn emit_violations(out: &mut impl Emit, agent: &mut Agent) {
         if out.wants() {
             let cgroup_id = agent.cgroup_of_container(&v.namespace, &v.pod, &v.container).unwrap_or(0);
             let (now, e) = agent.context_now(v.pid, cgroup_id);
-            out.emit(tracer_user::export::events::violation_to_proto(&v, cgroup_id, now, &e));
+            out.emit(tracer_user::wire::events::violation_to_proto(&v, cgroup_id, now, &e));
         }
     }
 }
@@ -952,7 +966,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         last_batch: Instant,
         otlp: Option<OtlpExporter>,
         /// The node's bill into the event stream, once a minute.
-        bills: cost::events::BillWriter,
+        bills: cost::bill::BillWriter,
         /// Profiling sessions (`profile --connect`).
         profiles: ProfileDesk,
     }
@@ -986,7 +1000,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
             if otlp.is_none() && !hub {
                 return;
             }
-            let key = tracer_user::export::api::filter::EventKey::of(&ev);
+            let key = tracer_user::wire::filter::EventKey::of(&ev);
             let encoded = EventHub::encode(&ev);
             drop(ev);
             match otlp {
@@ -1088,7 +1102,7 @@ async fn run_agent(mut cfg: Config, a: AgentArgs) -> Result<()> {
         PathBuf::from(tracer_user::profile::session::LOCK_DIR),
         cfg.families.cuda && cfg.cuda_timed_calls,
     );
-    let bills = cost::events::BillWriter::for_this_process(cfg.kubernetes.node_name.as_deref());
+    let bills = tracer_user::export::bill_writer_for_this_process(cfg.kubernetes.node_name.as_deref());
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     log_report(&agent);

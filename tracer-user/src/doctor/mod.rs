@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::{config::Config, probe::KernelFeatures};
+use crate::{config::Config, model::probes::KernelFeatures};
 
 mod live;
 pub mod privileges;
@@ -146,7 +146,7 @@ pub fn device_node_check(ctl: &str) -> Check {
 #[derive(Clone, Debug, Serialize)]
 pub struct DoctorReport {
     pub checks: Vec<Check>,
-    pub probes: Option<crate::probe::ProbeReport>,
+    pub probes: Option<crate::model::probes::ProbeReport>,
 }
 
 impl DoctorReport {
@@ -192,7 +192,7 @@ pub fn config_check(cfg: &Config) -> Check {
 
 /// Static checks (no programs loaded).
 pub fn static_checks(cfg: &Config) -> Vec<Check> {
-    let f = KernelFeatures::detect();
+    let f = crate::probe::detect_features();
     let mut out = vec![config_check(cfg), Check::new("kernel", true, false, format!("Linux {}", f.release))];
     out.push(Check::new(
         "btf",

@@ -14,12 +14,20 @@ use gpu_tracer_proto::v1;
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric::Data};
 
 use super::{
-    api::snapshot::{snapshot_from_proto, snapshot_to_proto, status_to_proto},
-    events::{tests::events, to_json, to_proto},
     metrics::{ExpositionFormat, MetricsRegistry, tests::sample_snapshot},
     otlp::{logs, metrics::MetricBuilder},
 };
-use crate::{model::EventContext, probe::ProbeReport};
+use crate::model::{
+    EventContext,
+    probes::{KernelFeatures, ProbeReport},
+};
+use crate::{
+    fixtures::events,
+    wire::{
+        events::{to_json, to_proto},
+        snapshot::{snapshot_from_proto, snapshot_to_proto, status_to_proto},
+    },
+};
 
 /// A `gputracer.v1` message as pretty JSON; its protobuf maps (hash maps) come out sorted.
 fn json(message: &impl serde::Serialize) -> String {
@@ -111,18 +119,15 @@ fn snapshot_and_status_messages_are_unchanged() {
     // What a client reads back from it.
     let back = snapshot_from_proto(message).unwrap();
     check("snapshot.read_back.json", &(serde_json::to_string_pretty(&back).unwrap() + "\n"));
-    let mut report = ProbeReport::nvml_only();
     // Detected from this machine's kernel: not the same everywhere.
-    report.features = crate::probe::KernelFeatures {
+    let report = ProbeReport::nvml_only(KernelFeatures {
         release: "6.1.0-golden".into(),
         btf: true,
         tracefs: true,
-        kprobes: false,
-        nvidia_module: false,
         syscall_tracepoints: true,
-        driver_entry: None,
         driver_entry_detail: "no nvidia module".into(),
-    };
+        ..Default::default()
+    });
     let status = status_to_proto(&snap, &report, "0.0.0-golden", 1_790_000_000_000_000_000);
     check("status.proto.json", &json(&status));
 }

@@ -21,3 +21,15 @@ pub mod metrics;
 pub mod otlp;
 pub mod table;
 pub mod top;
+
+/// A [`cost::bill::BillWriter`] for this process: the node from `kubernetes.node_name`,
+/// `$NODE_NAME` or the host name, and the process's start time (as `process_start_time_seconds`
+/// says it).
+pub fn bill_writer_for_this_process(configured_node: Option<&str>) -> cost::bill::BillWriter {
+    let info = otlp::ResourceInfo::detect(configured_node);
+    let node = info.node_name.or(info.host_name).unwrap_or_else(|| "(unknown node)".into());
+    let start = metrics::ProcessStats::of_self().map(|p| (p.start_time_seconds * 1e9) as u64).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    });
+    cost::bill::BillWriter::new(node, start)
+}

@@ -2,7 +2,7 @@
 //! GPUs each container used against what it was given.
 use serde::Serialize;
 
-use crate::{allocation::source::AllocationStatus, identity::KubeStatus};
+use crate::{allocation::AllocationStatus, identity::KubeStatus};
 
 /// Where Kubernetes identity stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -10,11 +10,12 @@ use serde::Serialize;
 
 mod accounting;
 mod api;
+pub mod counters;
 mod event;
 mod kubernetes;
 mod nvml;
 mod otlp;
-mod probes;
+pub mod probes;
 
 pub use accounting::{Accounting, LedgerCheck, PipelineStats};
 pub use api::{ApiStats, HttpStats};
@@ -29,8 +30,7 @@ use crate::{
     cuda::ledger::CudaSnapshot,
     guardrails::{Violation, ViolationCounts},
     identity::ContainerIdentity,
-    probe::ProbeMode,
-    source::counters::KernelCounters,
+    model::{counters::KernelCounters, probes::ProbeMode},
     state::Snapshot,
 };
 

@@ -18,9 +18,10 @@ use super::{PerEventSelection, StartError};
 use crate::{
     config::Config,
     decode,
-    probe::{ProbeReport, Probes},
+    model::{counters::KernelCounters, probes::ProbeReport},
+    probe::Probes,
     source::{
-        counters::{self, KernelCounters},
+        counters::{self},
         cuda_counts,
         ringbuf::{RingSource, SourceError},
         tracked::TrackedTgids,

@@ -9,8 +9,8 @@ use std::{
 };
 
 use crate::{
-    cuda::attach::{self, LibraryReport, Links},
-    model::PipelineStats,
+    cuda::attach::{self, Links},
+    model::{PipelineStats, probes::LibraryReport},
 };
 
 /// A library file, by (device, inode).

@@ -22,12 +22,16 @@ use tracer_common::nv::DriverAbi;
 use crate::{
     clock::{self, WallClock},
     config::{Config, ResolvedDriverVersion, resolve_driver_version},
-    cuda::{attach::LibraryReport, ledger::CudaLedger},
+    cuda::ledger::CudaLedger,
     enrich::Enricher,
     identity::{ContainerIdentity, PodCache},
-    model::{Accounting, AgentSnapshot, EventContext, LedgerCheck, PipelineStats},
-    probe::{ProbeError, ProbeReport},
-    source::{counters::KernelCounters, ringbuf::SourceError},
+    model::{
+        Accounting, AgentSnapshot, EventContext, LedgerCheck, PipelineStats,
+        counters::KernelCounters,
+        probes::{LibraryReport, ProbeReport},
+    },
+    probe::ProbeError,
+    source::ringbuf::SourceError,
     state::TracerState,
 };
 
@@ -100,7 +104,7 @@ impl Agent {
             let (k, report) = kernel::KernelSide::load(&cfg, &abi)?;
             (Some(k), report)
         } else {
-            (None, ProbeReport::nvml_only())
+            (None, crate::probe::nvml_only_report())
         };
         let late_libcuda = late_libcuda::LateLibcuda::new(
             report.cuda_libraries.iter().map(|l| std::path::Path::new(&l.path)),

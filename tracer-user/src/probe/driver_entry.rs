@@ -12,15 +12,7 @@
 //! names are the same there. A version this table does not know tries both sets.
 use std::path::Path;
 
-use serde::Serialize;
-
-/// One driver's three probed functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Functions {
-    pub open: &'static str,
-    pub release: &'static str,
-    pub ioctl: &'static str,
-}
+use crate::model::probes::{EntryPoints, Functions};
 
 /// `nvidia.ko` from 545 on.
 pub const NVIDIA_545: Functions =
@@ -38,21 +30,6 @@ pub const UVM: Functions =
 /// (`cudaMallocManaged`'s mapping) and the managed VMA's close (its munmap, or the process's exit).
 pub const UVM_MMAP: &str = "uvm_mmap_entry";
 pub const UVM_VM_CLOSE: &str = "uvm_vm_close_managed_entry";
-
-/// What driver-entry mode attaches to on this node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct EntryPoints {
-    /// `/sys/module/nvidia/version`, when the module says.
-    pub driver_version: Option<String>,
-    pub nvidia: Functions,
-    /// `None` while `nvidia-uvm` is not loaded (it is often loaded on demand, with the first CUDA
-    /// process): then UVM calls are not seen in this mode.
-    pub uvm: Option<Functions>,
-    /// Whether `nvidia-uvm` has [`UVM_MMAP`] and [`UVM_VM_CLOSE`] (managed mappings are seen).
-    pub uvm_managed: bool,
-    /// How the names were chosen, for `doctor`.
-    pub detail: String,
-}
 
 /// The functions of `module` in kallsyms text (`ADDR TYPE NAME\t[MODULE]` lines).
 fn module_functions<'a>(kallsyms: &'a str, module: &'a str) -> impl Iterator<Item = &'a str> + 'a {

@@ -7,13 +7,15 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData},
     programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint},
 };
-use serde::Serialize;
 use tracer_common::{
     CaptureKey, CapturePlan, ClassSize, DeviceCheck, PlanSlot, SimDeviceKey, TracerConfig, map_names, nv::DriverAbi,
     prog_names, sysno,
 };
 
-use crate::config::{AttachMode, Config, DriverEntryProbes, LifecycleAttach};
+use crate::{
+    config::{AttachMode, Config, DriverEntryProbes, LifecycleAttach},
+    model::probes::{DeviceCheckReport, FamilyStatus, KernelFeatures, ProbeMode, ProbeReport},
+};
 
 pub mod devcheck;
 pub mod driver_entry;
@@ -26,54 +28,32 @@ pub mod trampoline;
 /// The compiled kernel programs, embedded at build time.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
 
-/// What the kernel offers, read once at start-up.
-#[derive(Clone, Debug, Serialize)]
-pub struct KernelFeatures {
-    pub release: String,
-    /// `/sys/kernel/btf/vmlinux` exists (needed by the btf-tracepoint mode).
-    pub btf: bool,
-    /// tracefs is mounted at `/sys/kernel/tracing` (needed for tracepoint ids).
-    pub tracefs: bool,
-    /// kprobes are built in (`/sys/bus/event_source/devices/kprobe`).
-    pub kprobes: bool,
-    /// The nvidia kernel module is loaded (`/sys/module/nvidia`).
-    pub nvidia_module: bool,
-    /// The `syscalls:*` per-syscall tracepoints exist.
-    pub syscall_tracepoints: bool,
-    /// Driver-entry mode's attach points on this node (kprobes present, the nvidia module loaded
-    /// and its entry points found in kallsyms), or `None`.
-    pub driver_entry: Option<driver_entry::EntryPoints>,
-    /// How the entry points were chosen, or why driver-entry mode is unavailable.
-    pub driver_entry_detail: String,
-}
-
-impl KernelFeatures {
-    pub fn detect() -> Self {
-        let release = crate::proc::kernel_release();
-        let kprobes = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
-        // fentry needs no kprobes: the entry points are looked for either way.
-        let (driver_entry, driver_entry_detail) = match driver_entry::detect() {
-            Ok(e) if kprobes => {
-                let d = e.detail.clone();
-                (Some(e), d)
-            }
-            Ok(e) => {
-                let d = format!("{}; this kernel has no kprobes (only fentry, where the module has BTF)", e.detail);
-                (Some(e), d)
-            }
-            Err(e) if kprobes => (None, e),
-            Err(e) => (None, format!("{e}; this kernel has no kprobes (CONFIG_KPROBES, or no kprobe PMU)")),
-        };
-        Self {
-            driver_entry,
-            driver_entry_detail,
-            release,
-            btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
-            tracefs: Path::new("/sys/kernel/tracing/events").exists(),
-            kprobes,
-            nvidia_module: Path::new("/sys/module/nvidia").exists(),
-            syscall_tracepoints: Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_ioctl").exists(),
+/// What this kernel offers (read from `/sys` and `/proc`), once at start-up.
+pub fn detect_features() -> KernelFeatures {
+    let release = crate::proc::kernel_release();
+    let kprobes = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    // fentry needs no kprobes: the entry points are looked for either way.
+    let (driver_entry, driver_entry_detail) = match driver_entry::detect() {
+        Ok(e) if kprobes => {
+            let d = e.detail.clone();
+            (Some(e), d)
         }
+        Ok(e) => {
+            let d = format!("{}; this kernel has no kprobes (only fentry, where the module has BTF)", e.detail);
+            (Some(e), d)
+        }
+        Err(e) if kprobes => (None, e),
+        Err(e) => (None, format!("{e}; this kernel has no kprobes (CONFIG_KPROBES, or no kprobe PMU)")),
+    };
+    KernelFeatures {
+        driver_entry,
+        driver_entry_detail,
+        release,
+        btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
+        tracefs: Path::new("/sys/kernel/tracing/events").exists(),
+        kprobes,
+        nvidia_module: Path::new("/sys/module/nvidia").exists(),
+        syscall_tracepoints: Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_ioctl").exists(),
     }
 }
 
@@ -114,118 +94,9 @@ fn syscall_mode(f: &KernelFeatures) -> (AttachMode, &'static str) {
     }
 }
 
-/// How one probe family fared.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum FamilyStatus {
-    Attached {
-        programs: Vec<String>,
-    },
-    Disabled,
-    Failed {
-        error: String,
-    },
-    /// The family found nothing on this node to attach to (the cuda family without a libcuda):
-    /// not a fault of the probes, and the other families still account for memory. Serialized
-    /// like [`FamilyStatus::Failed`] (`"state": "failed"`, with the same `error`).
-    #[serde(rename = "failed")]
-    NothingToProbe {
-        error: String,
-    },
-}
-
-impl FamilyStatus {
-    /// The cuda family's status after [`crate::cuda::attach::attach_all`].
-    pub fn from_cuda_attach_error(e: &crate::cuda::attach::AttachError) -> Self {
-        if e.is_nothing_to_probe() {
-            FamilyStatus::NothingToProbe { error: e.to_string() }
-        } else {
-            FamilyStatus::Failed { error: e.to_string() }
-        }
-    }
-
-    /// Why the family is not attached, when it was meant to be (failed, or nothing to probe).
-    pub fn error(&self) -> Option<&str> {
-        match self {
-            FamilyStatus::Failed { error } | FamilyStatus::NothingToProbe { error } => Some(error),
-            FamilyStatus::Attached { .. } | FamilyStatus::Disabled => None,
-        }
-    }
-}
-
-/// Where the driver probes attached, or that no eBPF was loaded at all.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ProbeMode {
-    /// Probes loaded; the driver family uses this mechanism.
-    Attached(AttachMode),
-    /// Every probe family is off: numbers come from NVML and `/proc` only.
-    #[default]
-    NvmlOnly,
-}
-
-impl ProbeMode {
-    /// The name shown by `doctor`, `top`, `/readyz` and the `build_info` metric.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProbeMode::Attached(m) => m.as_str(),
-            ProbeMode::NvmlOnly => "none (nvml-only)",
-        }
-    }
-}
-
-impl std::fmt::Display for ProbeMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for ProbeMode {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-/// What loading and attaching did; shown by `doctor` and logged by every command.
-#[derive(Clone, Debug, Serialize)]
-pub struct ProbeReport {
-    pub features: KernelFeatures,
-    pub attach_mode: ProbeMode,
-    pub attach_reason: String,
-    pub driver_abi: String,
-    pub driver: FamilyStatus,
-    pub lifecycle: FamilyStatus,
-    pub cuda: FamilyStatus,
-    /// Per libcuda copy: which entry points are probed, and where.
-    pub cuda_libraries: Vec<crate::cuda::attach::LibraryReport>,
-    /// How opened files are recognised as NVIDIA devices (`devcheck`).
-    pub device_check: DeviceCheckReport,
-}
-
-/// How opened files are recognised as NVIDIA devices.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct DeviceCheckReport {
-    /// False without kernel BTF: the path alone decides.
-    pub enabled: bool,
-    /// Files accepted as simulated devices (`simulated_devices`).
-    pub simulated_files: u32,
-    pub detail: String,
-}
-
-impl ProbeReport {
-    /// The report of an agent that loads no eBPF (every family off: NVML-only mode).
-    pub fn nvml_only() -> Self {
-        ProbeReport {
-            features: KernelFeatures::detect(),
-            attach_mode: ProbeMode::NvmlOnly,
-            attach_reason: "every probe family is disabled: numbers come from NVML and /proc only".into(),
-            driver_abi: String::new(),
-            driver: FamilyStatus::Disabled,
-            lifecycle: FamilyStatus::Disabled,
-            cuda: FamilyStatus::Disabled,
-            cuda_libraries: Vec::new(),
-            device_check: DeviceCheckReport { detail: "no probes".into(), ..Default::default() },
-        }
-    }
+/// The report of an agent that loads no eBPF (every family off: NVML-only mode) on this kernel.
+pub fn nvml_only_report() -> ProbeReport {
+    ProbeReport::nvml_only(detect_features())
 }
 
 /// Errors that stop the agent from tracing at all.
@@ -375,7 +246,7 @@ impl Probes {
         plans: &[(CaptureKey, CapturePlan)],
         alloc_sizes: &[(u32, u32)],
     ) -> Result<Probes, ProbeError> {
-        let features = KernelFeatures::detect();
+        let features = detect_features();
         let (mode, attach_reason) = choose_mode(cfg.attach_mode, &features);
         let tracked_entries = crate::source::tracked::entries_for_pid_max();
         let mut ebpf = EbpfLoader::new()
@@ -471,7 +342,7 @@ impl Probes {
                             cuda_libraries = reports;
                             FamilyStatus::Attached { programs }
                         }
-                        Err(e) => FamilyStatus::from_cuda_attach_error(&e),
+                        Err(e) => e.family_status(),
                     }
                 }
             }
@@ -620,13 +491,13 @@ impl Probes {
 
 /// One library in the cuda family's status: `uprobe-multi:PATH (N entry points)`, or for perf
 /// events `uprobe:PATH (N entry points; perf events: WHY)`.
-pub fn library_summary(r: &crate::cuda::attach::LibraryReport) -> String {
+pub fn library_summary(r: &crate::model::probes::LibraryReport) -> String {
     match r.method {
-        crate::cuda::attach::Method::UprobeMulti => format!("uprobe-multi:{} ({} entry points)", r.path, r.attached()),
-        crate::cuda::attach::Method::PerfEvent => {
+        crate::model::probes::Method::UprobeMulti => format!("uprobe-multi:{} ({} entry points)", r.path, r.attached()),
+        crate::model::probes::Method::PerfEvent => {
             format!("uprobe:{} ({} entry points; perf events: {})", r.path, r.attached(), r.method_detail)
         }
-        crate::cuda::attach::Method::Tracefs => {
+        crate::model::probes::Method::Tracefs => {
             format!("uprobe:{} ({} entry points; tracefs: {})", r.path, r.attached(), r.method_detail)
         }
     }
@@ -837,7 +708,7 @@ const UVM_MODULE: &str = "nvidia_uvm";
 /// Driver-entry mode's probes in `nvidia-uvm` (program, function): open, release and ioctl, and with
 /// `managed` the mmap (its return through the ioctl return program, which handles both) and the
 /// managed VMA's close.
-fn uvm_plan(u: &driver_entry::Functions, managed: bool) -> Vec<(&'static str, &'static str)> {
+fn uvm_plan(u: &crate::model::probes::Functions, managed: bool) -> Vec<(&'static str, &'static str)> {
     let mut plan = vec![
         (prog_names::DE_UVM_OPEN, u.open),
         (prog_names::DE_OPEN_RET, u.open),

@@ -10,6 +10,7 @@ use gpu_tracer_proto::v1::{self, event::Payload};
 
 pub mod gpus;
 pub mod html;
+pub mod output;
 pub mod perfetto;
 pub mod remote;
 pub mod session;
@@ -49,6 +50,41 @@ impl Target {
             Target::Cgroups(ids) => {
                 format!("cgroups {}", ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
             }
+        }
+    }
+}
+
+/// The workload, as the user named it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// A host PID.
+    Pid(u32),
+    /// A cgroup path relative to the cgroup2 mount (as in `/proc/PID/cgroup`) or a cgroup id.
+    Cgroup(String),
+    /// A pod's containers: all of them, or the one named.
+    Pod { namespace: String, name: String, container: Option<String> },
+}
+
+impl TargetSpec {
+    /// `NS/NAME` (and `--container`) as a [`TargetSpec::Pod`].
+    pub fn pod(ns_name: &str, container: Option<&str>) -> Result<TargetSpec, String> {
+        match ns_name.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(TargetSpec::Pod {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                container: container.filter(|c| !c.is_empty()).map(str::to_string),
+            }),
+            _ => Err(format!("--pod {ns_name}: give NAMESPACE/NAME, e.g. --pod ml/trainer-0")),
+        }
+    }
+
+    /// How the user wrote it.
+    pub fn describe(&self) -> String {
+        match self {
+            TargetSpec::Pid(p) => format!("pid {p}"),
+            TargetSpec::Cgroup(c) => format!("cgroup {c}"),
+            TargetSpec::Pod { namespace, name, container: Some(c) } => format!("pod {namespace}/{name} container {c}"),
+            TargetSpec::Pod { namespace, name, container: None } => format!("pod {namespace}/{name}"),
         }
     }
 }

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use gpu_tracer_proto::{tonic::Code, v1};
 
 use super::{
-    Recorder, Target,
-    session::{Options, Outcome, Shown, TargetSpec, create_output, write_outputs},
+    Recorder, Target, TargetSpec,
+    output::{Options, Outcome, Shown, create_output, write_outputs},
 };
 use crate::export::api::client::{self, ConnectSettings};
 

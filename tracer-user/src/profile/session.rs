@@ -2,63 +2,20 @@
 //! on for the workload with a deadline the kernel checks, record until the duration, a signal,
 //! the workload's exit or a limit, switch it off, and write the trace and the summary.
 use std::{
-    io::{IsTerminal, Write},
-    path::PathBuf,
+    io::Write,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
 
-use super::{Limits, Recorder, Target, perfetto, summary};
+use super::{Limits, Recorder, Recording, Target, TargetSpec};
 use crate::{
     clock,
     config::Config,
-    export::events::to_proto,
     pipeline::Agent,
     runner::{self, Flow, Schedule, Stopped},
+    wire::events::to_proto,
 };
-
-pub use super::target::TargetSpec;
-
-/// How progress is shown while recording.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Progress {
-    /// Nothing (stderr is not a terminal and no `--json`).
-    Off,
-    /// A redrawn line on the terminal.
-    Bar,
-    /// One JSON object per second on stderr.
-    Json,
-}
-
-impl Progress {
-    /// `Bar` on a terminal, `Json` when asked, else `Off`.
-    pub fn choose(json: bool) -> Progress {
-        if json {
-            Progress::Json
-        } else if std::io::stderr().is_terminal() {
-            Progress::Bar
-        } else {
-            Progress::Off
-        }
-    }
-}
-
-/// What a session is asked to do.
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub target: TargetSpec,
-    pub duration: Duration,
-    pub output: PathBuf,
-    pub summary_json: Option<PathBuf>,
-    /// Also write the HTML report here.
-    pub html: Option<PathBuf>,
-    /// Gaps between launches at least this long are idle.
-    pub idle_gap: Duration,
-    pub limits: Limits,
-    pub max_trace_bytes: u64,
-    pub progress: Progress,
-}
 
 /// How long per-event mode stays on past the session's end if nothing switches it off (the
 /// profiler killed): the kernel programs stop sending launches one by one then.
@@ -148,89 +105,13 @@ impl SessionLock {
     }
 }
 
-/// The progress shown while recording (a bar on a terminal, JSON lines with `--json`).
-pub struct Shown {
-    progress: Progress,
-    bar: Option<indicatif::ProgressBar>,
-    started: Instant,
-    duration: Duration,
-    max_trace_bytes: u64,
-}
+/// Called every tick with what is recorded so far and the tracer's drops so far (progress).
+pub type OnProgress<'a> = dyn FnMut(&Recording, Option<u64>) + 'a;
 
-/// Bytes a kept event takes in the trace, about (for the progress line's estimate).
-const TRACE_BYTES_PER_EVENT: u64 = 120;
-
-impl Shown {
-    /// Progress for a session of `opts`, starting now.
-    pub fn new(opts: &Options) -> Shown {
-        let bar = (opts.progress == Progress::Bar).then(|| {
-            let b = indicatif::ProgressBar::new(opts.duration.as_millis() as u64);
-            b.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} recording [{bar:30}] {elapsed}/{duration_precise} {msg}",
-                )
-                .expect("a valid template")
-                .progress_chars("=> "),
-            );
-            b
-        });
-        Shown {
-            progress: opts.progress,
-            bar,
-            started: Instant::now(),
-            duration: opts.duration,
-            max_trace_bytes: opts.max_trace_bytes,
-        }
-    }
-
-    /// Show where `rec` stands; `dropped`: the tracer's drops so far, when known.
-    pub fn show(&self, rec: &super::Recording, dropped: Option<u64>) {
-        let elapsed = self.started.elapsed().as_secs_f64();
-        let kept = rec.events_seen - rec.events_over_limit;
-        let trace = kept * TRACE_BYTES_PER_EVENT;
-        match self.progress {
-            Progress::Off => {}
-            Progress::Json => {
-                let line = serde_json::json!({
-                    "elapsed_s": (elapsed * 10.0).round() / 10.0,
-                    "duration_s": self.duration.as_secs_f64(),
-                    "launches": rec.launches.len(),
-                    "memory_calls": rec.memory.len(),
-                    "calls": rec.calls.len(),
-                    "events_over_limit": rec.events_over_limit,
-                    "tracer_dropped": dropped,
-                    "trace_bytes_estimate": trace,
-                });
-                let _ = writeln!(std::io::stderr(), "{line}");
-            }
-            Progress::Bar => {
-                if let Some(b) = &self.bar {
-                    b.set_position((elapsed * 1000.0) as u64);
-                    b.set_message(format!(
-                        "{} launches, {} memory calls, {} other calls, {} dropped, trace ~{}",
-                        rec.launches.len(),
-                        rec.memory.len(),
-                        rec.calls.len(),
-                        dropped.unwrap_or(0) + rec.events_over_limit,
-                        indicatif::HumanBytes(trace.min(self.max_trace_bytes))
-                    ));
-                }
-            }
-        }
-    }
-
-    /// Clear the bar.
-    pub fn finish(&mut self) {
-        if let Some(b) = self.bar.take() {
-            b.finish_and_clear();
-        }
-    }
-}
-
-/// The recording loop's handler: every event to the recorder, a progress line every tick.
-struct Session {
+/// The recording loop's handler: every event to the recorder, the progress every tick.
+struct Session<'a> {
     recorder: Recorder,
-    shown: Shown,
+    progress: &'a mut OnProgress<'a>,
     stop: Option<&'static str>,
     /// When NVML was last sampled for the session (once a second).
     nvml_at: Instant,
@@ -239,7 +120,7 @@ struct Session {
 /// How often a standalone session samples NVML.
 const NVML_EVERY: Duration = Duration::from_secs(1);
 
-impl Session {
+impl Session<'_> {
     /// Sample NVML now and record the pass.
     fn sample_nvml(&mut self, agent: &mut Agent) {
         agent.sample_now();
@@ -250,7 +131,7 @@ impl Session {
     }
 }
 
-impl runner::Handler for Session {
+impl runner::Handler for Session<'_> {
     type Error = anyhow::Error;
     fn event(&mut self, ev: &crate::decode::Event, ctx: &crate::model::EventContext) {
         // Only the workload's events are converted: the node's others are dropped before that.
@@ -266,7 +147,7 @@ impl runner::Handler for Session {
         if self.nvml_at.elapsed() >= NVML_EVERY {
             self.sample_nvml(agent);
         }
-        self.shown.show(self.recorder.recording(), Some(agent.accounting().1.dropped));
+        (self.progress)(self.recorder.recording(), Some(agent.accounting().1.dropped));
         if self.recorder.target_exited() {
             self.stop = Some("workload exited");
         } else if self.recorder.limit_reached() {
@@ -276,49 +157,40 @@ impl runner::Handler for Session {
     }
 }
 
-/// What a finished session wrote.
-pub struct Outcome {
-    pub summary: summary::Summary,
+/// What a standalone session recorded, and the workload it selected.
+pub struct Recorded {
+    pub recording: Recording,
+    pub target: Target,
 }
 
-/// The trace file, created before anything is loaded or asked: a path that cannot be written
-/// fails first.
-pub fn create_output(opts: &Options) -> Result<std::fs::File> {
-    std::fs::File::create(&opts.output).with_context(|| format!("creating the trace file {}", opts.output.display()))
-}
-
-/// Write what `rec` holds: the trace into `file`, the summary and the HTML report where asked.
-pub fn write_outputs(rec: &super::Recording, target: &Target, opts: &Options, file: std::fs::File) -> Result<Outcome> {
-    let idle_ns = opts.idle_gap.as_nanos().min(u64::MAX as u128) as u64;
-    let stats = perfetto::write(rec, idle_ns, opts.max_trace_bytes, std::io::BufWriter::new(file))
-        .with_context(|| format!("writing the trace to {}", opts.output.display()))?;
-    let summary = summary::summarize(rec, target, idle_ns, stats);
-    if let Some(p) = &opts.summary_json {
-        let text = serde_json::to_string_pretty(&summary)? + "\n";
-        std::fs::write(p, text).with_context(|| format!("writing the summary to {}", p.display()))?;
+/// The locks a session can take before anything is loaded: a PID's (a second session on it is
+/// refused at once). Take them before creating the outputs.
+pub fn early_locks(spec: &TargetSpec) -> Result<Option<Vec<SessionLock>>> {
+    match spec {
+        TargetSpec::Pid(p) => Ok(Some(SessionLock::take(std::path::Path::new(LOCK_DIR), &[format!("pid-{p}")])?)),
+        _ => Ok(None),
     }
-    if let Some(p) = &opts.html {
-        std::fs::write(p, super::html::render(rec, &summary))
-            .with_context(|| format!("writing the HTML report to {}", p.display()))?;
-    }
-    Ok(Outcome { summary })
 }
 
-/// Run a standalone session with `cfg` (already [`prepare`]d).
-pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
-    // A PID's lock is known before anything loads: a second session is refused at once.
-    let early_lock = match &opts.target {
-        TargetSpec::Pid(p) => Some(SessionLock::take(std::path::Path::new(LOCK_DIR), &[format!("pid-{p}")])?),
-        _ => None,
-    };
-    let file = create_output(&opts)?;
+/// Record a standalone session on `spec` for `duration` with `cfg` (already [`prepare`]d): this
+/// process's own probes, per-event mode switched on for the workload with a deadline the kernel
+/// checks, until the duration, a signal, the workload's exit or `limits`. `early` is what
+/// [`early_locks`] took; `progress` is called every tick.
+pub async fn record(
+    cfg: Config,
+    spec: &TargetSpec,
+    duration: Duration,
+    limits: Limits,
+    early: Option<Vec<SessionLock>>,
+    progress: &mut OnProgress<'_>,
+) -> Result<Recorded> {
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     if let Some(e) = agent.report().cuda.error() {
         bail!("the cuda probes did not attach, so there is nothing to record: {e}");
     }
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
-    let resolved = super::target::resolve(&mut agent, &opts.target)?;
-    let _locks = match early_lock {
+    let resolved = super::target::resolve(&mut agent, spec)?;
+    let _locks = match early {
         Some(l) => l,
         None => SessionLock::take(std::path::Path::new(LOCK_DIR), &resolved.locks)?,
     };
@@ -327,19 +199,18 @@ pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
     let dropped_before = agent.accounting().1.dropped;
     let start = clock::monotonic_ns();
     agent
-        .set_per_event_for(&resolved.cgroups, &resolved.tgids, opts.duration + DEADLINE_GRACE)
+        .set_per_event_for(&resolved.cgroups, &resolved.tgids, duration + DEADLINE_GRACE)
         .context("switching on per-event mode for the workload")?;
-    tracing::info!(target = %resolved.description, duration_s = opts.duration.as_secs_f64(), "recording");
+    tracing::info!(target = %resolved.description, duration_s = duration.as_secs_f64(), "recording");
     let target = resolved.target.clone();
     let mut session = Session {
-        recorder: Recorder::new(target.clone(), opts.limits, start),
-        shown: Shown::new(&opts),
+        recorder: Recorder::new(target.clone(), limits, start),
+        progress,
         stop: None,
         nvml_at: Instant::now(),
     };
     session.sample_nvml(&mut agent);
-    let schedule =
-        Schedule { interval: Duration::from_millis(250), tick_at_start: false, duration: Some(opts.duration) };
+    let schedule = Schedule { interval: Duration::from_millis(250), tick_at_start: false, duration: Some(duration) };
     let stopped = runner::run(&mut agent, schedule, &mut session).await;
     // Off first, whatever happened; then what is left in the ring buffer.
     let off = agent.set_per_event(&[], &[]);
@@ -351,7 +222,6 @@ pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
     for (key, n) in agent.launch_batches() {
         session.recorder.counted(key.tgid, key.cgroup_id, n);
     }
-    session.shown.finish();
     let reason = match stopped {
         Stopped::Signal => "signal",
         Stopped::Duration => "duration",
@@ -361,5 +231,5 @@ pub async fn run(cfg: Config, opts: Options) -> Result<Outcome> {
     let mut rec = session.recorder.finish(end, reason, dropped);
     rec.source = "standalone (this command's own probes)".into();
     rec.workload = resolved.description;
-    write_outputs(&rec, &target, &opts, file)
+    Ok(Recorded { recording: rec, target })
 }

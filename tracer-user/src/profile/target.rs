@@ -1,45 +1,10 @@
-//! The workload a session records, as the user names it ([`TargetSpec`]: a PID, a cgroup, a pod)
-//! and as the probes select it ([`Resolved`]: processes and cgroups), resolved the same way by a
+//! The workload a session records, as the user named it ([`TargetSpec`]: a PID, a cgroup, a pod),
+//! resolved into what the probes select ([`Resolved`]: processes and cgroups) the same way by a
 //! standalone `profile` and by the agent serving `profile --connect`.
 use std::collections::BTreeSet;
 
-use super::Target;
+use super::{Target, TargetSpec};
 use crate::{identity::cgroup::CgroupKind, pipeline::Agent};
-
-/// The workload, as the user named it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TargetSpec {
-    /// A host PID.
-    Pid(u32),
-    /// A cgroup path relative to the cgroup2 mount (as in `/proc/PID/cgroup`) or a cgroup id.
-    Cgroup(String),
-    /// A pod's containers: all of them, or the one named.
-    Pod { namespace: String, name: String, container: Option<String> },
-}
-
-impl TargetSpec {
-    /// `NS/NAME` (and `--container`) as a [`TargetSpec::Pod`].
-    pub fn pod(ns_name: &str, container: Option<&str>) -> Result<TargetSpec, String> {
-        match ns_name.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(TargetSpec::Pod {
-                namespace: ns.to_string(),
-                name: name.to_string(),
-                container: container.filter(|c| !c.is_empty()).map(str::to_string),
-            }),
-            _ => Err(format!("--pod {ns_name}: give NAMESPACE/NAME, e.g. --pod ml/trainer-0")),
-        }
-    }
-
-    /// How the user wrote it.
-    pub fn describe(&self) -> String {
-        match self {
-            TargetSpec::Pid(p) => format!("pid {p}"),
-            TargetSpec::Cgroup(c) => format!("cgroup {c}"),
-            TargetSpec::Pod { namespace, name, container: Some(c) } => format!("pod {namespace}/{name} container {c}"),
-            TargetSpec::Pod { namespace, name, container: None } => format!("pod {namespace}/{name}"),
-        }
-    }
-}
 
 /// Why a target cannot be recorded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

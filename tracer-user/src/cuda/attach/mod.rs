@@ -20,11 +20,13 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope},
     },
 };
-use serde::Serialize;
 use tracer_common::{cuda_entry, prog_names};
 
 use super::placement;
-use crate::config::CudaAttach;
+use crate::{
+    config::CudaAttach,
+    model::probes::{EntryReport, FamilyStatus, LibraryReport, Method},
+};
 
 pub mod multi;
 pub mod tracefs;
@@ -82,39 +84,19 @@ impl AttachError {
         }
     }
 
+    /// The cuda family's status after this error: nothing to probe (no libcuda on this node) or
+    /// failed.
+    pub fn family_status(&self) -> FamilyStatus {
+        if self.is_nothing_to_probe() {
+            FamilyStatus::NothingToProbe { error: self.to_string() }
+        } else {
+            FamilyStatus::Failed { error: self.to_string() }
+        }
+    }
+
     /// True when there was nothing to probe (no library), as opposed to probes that failed.
     pub fn is_nothing_to_probe(&self) -> bool {
         matches!(self, AttachError::NoLibrary { .. })
-    }
-}
-
-/// How one entry point fared.
-#[derive(Clone, Debug, Serialize)]
-pub struct EntryReport {
-    pub symbol: &'static str,
-    /// `attached`, `missing` (the library lacks it) or `failed`.
-    pub status: &'static str,
-    pub detail: String,
-}
-
-/// How one library fared.
-#[derive(Clone, Debug, Serialize)]
-pub struct LibraryReport {
-    pub path: String,
-    pub inode: u64,
-    /// How its uprobes are attached.
-    pub method: Method,
-    /// Why not with multi links (the kernel refused them, or the configuration); empty with them.
-    pub method_detail: String,
-    /// Uprobes placed on it (entry and return probes), and the kernel links holding them.
-    pub uprobes: usize,
-    pub links: usize,
-    pub entries: Vec<EntryReport>,
-}
-
-impl LibraryReport {
-    pub fn attached(&self) -> usize {
-        self.entries.iter().filter(|e| e.status == "attached").count()
     }
 }
 
@@ -136,31 +118,6 @@ fn load<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, String> {
         p.load().map_err(|e| format!("loading {name}: {e:#}"))?;
     }
     Ok(p)
-}
-
-/// How a library's uprobes are attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Method {
-    /// One `uprobe_multi` link per program ([`multi`]): CAP_BPF + CAP_PERFMON, detached under one
-    /// RCU grace period.
-    UprobeMulti,
-    /// One perf event per probe (aya's `UProbe::attach`): needs CAP_SYS_ADMIN; each detaches
-    /// with a grace period of its own.
-    PerfEvent,
-    /// One perf event per probe on a trace event made through tracefs (`uprobe_events`), where the
-    /// kernel refused the uprobe PMU ([`tracefs`]): CAP_PERFMON and write access to tracefs.
-    Tracefs,
-}
-
-impl Method {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::UprobeMulti => "uprobe-multi",
-            Method::PerfEvent => "perf-event",
-            Method::Tracefs => "tracefs",
-        }
-    }
 }
 
 /// How [`attach_library`] attaches: the cuda programs loaded for multi links, or why not.

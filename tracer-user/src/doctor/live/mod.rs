@@ -3,9 +3,11 @@
 use super::{Check, CheckStatus, DoctorReport, static_checks};
 use crate::{
     config::Config,
-    model::{KubeView, KubernetesStatus, NvmlStatus, NvmlView},
+    model::{
+        KubeView, KubernetesStatus, NvmlStatus, NvmlView,
+        probes::{FamilyStatus, ProbeReport},
+    },
     pipeline::Agent,
-    probe::{FamilyStatus, ProbeReport},
 };
 
 /// The whole report: [`static_checks`], then start the agent (probes, NVML, Kubernetes) and check
@@ -82,7 +84,7 @@ pub fn kubernetes_checks(k: &KubeView) -> Vec<Check> {
 /// `attach mode`, then one check per probe family.
 pub fn probe_checks(r: &ProbeReport) -> Vec<Check> {
     let mut out = vec![Check::with("attach mode", CheckStatus::Ok, format!("{} ({})", r.attach_mode, r.attach_reason))];
-    if !matches!(r.attach_mode, crate::probe::ProbeMode::NvmlOnly) {
+    if !matches!(r.attach_mode, crate::model::probes::ProbeMode::NvmlOnly) {
         out.push(device_check(&r.device_check));
     }
     for (name, st) in [("driver family", &r.driver), ("lifecycle family", &r.lifecycle), ("cuda family", &r.cuda)] {
@@ -93,7 +95,7 @@ pub fn probe_checks(r: &ProbeReport) -> Vec<Check> {
 
 /// How NVIDIA fds are recognised: by the device (ok), with simulated files trusted (warn: never on
 /// a real node), or by path alone (warn: anyone can feed the tracer a file with an NVIDIA name).
-pub fn device_check(d: &crate::probe::DeviceCheckReport) -> Check {
+pub fn device_check(d: &crate::model::probes::DeviceCheckReport) -> Check {
     let status = if !d.enabled || d.simulated_files > 0 { CheckStatus::Warn } else { CheckStatus::Ok };
     let mut detail = d.detail.clone();
     if !d.enabled {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{allocation::source::AllocationStatus, config::AttachMode, probe::ProbeMode};
+use crate::{allocation::AllocationStatus, config::AttachMode, model::probes::ProbeMode};
 
 fn report(cuda: FamilyStatus) -> ProbeReport {
     ProbeReport {
@@ -8,19 +8,19 @@ fn report(cuda: FamilyStatus) -> ProbeReport {
         driver: FamilyStatus::Attached { programs: vec!["raw_tracepoint/sys_enter".into()] },
         lifecycle: FamilyStatus::Disabled,
         cuda,
-        device_check: crate::probe::DeviceCheckReport {
+        device_check: crate::model::probes::DeviceCheckReport {
             enabled: true,
             simulated_files: 0,
             detail: "character devices with an NVIDIA major".into(),
         },
-        ..ProbeReport::nvml_only()
+        ..crate::probe::nvml_only_report()
     }
 }
 
 #[test]
 fn families_map_to_statuses() {
     let no_lib = crate::cuda::attach::AttachError::NoLibrary { searched: crate::cuda::attach::SEARCH_PATHS };
-    let checks = probe_checks(&report(FamilyStatus::from_cuda_attach_error(&no_lib)));
+    let checks = probe_checks(&report(no_lib.family_status()));
     let got: Vec<(&str, CheckStatus, &str)> = checks.iter().map(|c| (c.name, c.status, c.detail.as_str())).collect();
     let no_lib = no_lib.to_string();
     assert_eq!(

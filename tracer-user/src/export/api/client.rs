@@ -269,7 +269,7 @@ pub struct FilterArgs {
     pub exclude_namespace: Vec<String>,
 }
 
-pub use super::filter::parse_kind;
+pub use crate::wire::filter::parse_kind;
 
 impl FilterArgs {
     /// The include and exclude filters of a `SubscribeRequest`.

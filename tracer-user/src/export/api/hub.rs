@@ -33,8 +33,8 @@ use crate::config::api::HubSettings;
 use gpu_tracer_proto::{EncodedSubscribeResponse, prost, v1};
 use tokio::sync::watch;
 
-pub use super::filter::EventKey;
-use super::filter::Filters;
+pub use crate::wire::filter::EventKey;
+use crate::wire::filter::Filters;
 
 pub use crate::model::ApiStats as HubStats;
 

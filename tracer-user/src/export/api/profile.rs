@@ -21,8 +21,9 @@ use super::hub::{EventHub, Received, Subscription};
 use crate::{
     pipeline::{Agent, PerEventSelection, deadline_after},
     profile::{
+        TargetSpec,
         session::{DEADLINE_GRACE, SessionLock},
-        target::{self, ResolveError, TargetSpec},
+        target::{self, ResolveError},
     },
 };
 

@@ -14,12 +14,14 @@ use gpu_tracer_proto::{
 use tokio_stream::Stream;
 
 use super::{
-    filter::Filters,
     hub::{EventHub, Published, Received, Subscription},
     profile::{ProfileControl, ProfileStream},
+};
+use crate::wire::{
+    filter::Filters,
     snapshot::{snapshot_to_proto, status_to_proto},
 };
-use crate::{export::http::ServeState, probe::ProbeReport};
+use crate::{export::http::ServeState, model::probes::ProbeReport};
 
 /// What the service reads: the agent loop writes it.
 #[derive(Debug)]

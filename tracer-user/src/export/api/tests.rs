@@ -11,19 +11,16 @@ use proptest::prelude::*;
 
 use super::{
     client::{self, ConnectSettings},
-    filter::{EventKey, FilterError, Filters},
     hub::{EventHub, Published, Received},
     listen::{self, ApiServer, ListenSettings},
     service::ApiState,
 };
 use crate::config::api::{ApiAddr, HubSettings};
-use crate::{
-    export::{
-        http::{HealthSettings, ServeState},
-        metrics::MetricsRegistry,
-    },
-    probe::ProbeReport,
+use crate::export::{
+    http::{HealthSettings, ServeState},
+    metrics::MetricsRegistry,
 };
+use crate::wire::filter::{EventKey, FilterError, Filters};
 
 /// An event of `kind` from cgroup `cgroup_id` in pod `ns/pod`, at wall time `wall`.
 fn event(kind: v1::EventKind, cgroup_id: u64, ns: &str, pod: &str, wall: u64) -> v1::Event {
@@ -391,7 +388,7 @@ impl Running {
         let path = dir.path().join("sub/api.sock");
         let hub = Arc::new(EventHub::new(hub));
         let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
-        let state = Arc::new(ApiState::new(hub.clone(), serve.clone(), ProbeReport::nvml_only()));
+        let state = Arc::new(ApiState::new(hub.clone(), serve.clone(), crate::probe::nvml_only_report()));
         let settings =
             ListenSettings { addr: ApiAddr::Unix(path.clone()), tls: None, token: token.map(str::to_string) };
         let server = listen::serve(&settings, state).await.unwrap();
@@ -647,7 +644,7 @@ async fn a_token_is_required_when_configured() {
 async fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
     let r = Running::start(HubSettings::default(), None).await;
     let ApiAddr::Unix(path) = r.conn.addr.clone() else { unreachable!() };
-    let state = Arc::new(ApiState::new(r.hub.clone(), r.serve.clone(), ProbeReport::nvml_only()));
+    let state = Arc::new(ApiState::new(r.hub.clone(), r.serve.clone(), crate::probe::nvml_only_report()));
     let settings = ListenSettings { addr: ApiAddr::Unix(path.clone()), tls: None, token: None };
     let err = listen::serve(&settings, state.clone()).await.unwrap_err();
     assert!(matches!(err, listen::ListenError::InUse(_)), "{err}");
@@ -671,7 +668,7 @@ async fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
 async fn tcp_off_loopback_needs_tls_and_tls_with_a_token_works() {
     let hub = Arc::new(EventHub::new(HubSettings::default()));
     let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
-    let state = Arc::new(ApiState::new(hub.clone(), serve, ProbeReport::nvml_only()));
+    let state = Arc::new(ApiState::new(hub.clone(), serve, crate::probe::nvml_only_report()));
     let plain = ListenSettings { addr: ApiAddr::Tcp("0.0.0.0:0".parse().unwrap()), tls: None, token: None };
     assert!(matches!(listen::serve(&plain, state.clone()).await.unwrap_err(), listen::ListenError::NeedsTls(_)));
 
@@ -745,7 +742,7 @@ mod profile_sessions {
     use crate::{
         export::api::profile::{request_to_spec, union},
         pipeline::PerEventSelection::{Cgroup, Process},
-        profile::target::TargetSpec,
+        profile::TargetSpec,
     };
 
     #[test]

@@ -1,6 +1,5 @@
-//! The bill in the event stream: `Bill` events (an agent process's bill so far, once a minute)
-//! written by the agent and by `gpu-tracer events`, and the bill over a recording read back from
-//! an `events` file (`gpu-tracer cost --events FILE`).
+//! The bill over a recording read back from an `events` file (`gpu-tracer cost --events FILE`):
+//! the `Bill` events the agent and `gpu-tracer events` write ([`super::bill::BillWriter`]).
 //!
 //! Per agent process (`node`, `agent_start_unix_ns`), the bill over the recording is its last
 //! `Bill` minus its first one, or its last one alone where the file holds the process's very first
@@ -9,106 +8,12 @@
 use std::{
     collections::BTreeMap,
     io::{self, Read},
-    time::Duration,
 };
 
 use gpu_tracer_proto::v1::{self, event::Payload};
 use prost::Message as _;
 
 use super::{Charge, CostInput, Line};
-use crate::model::AgentSnapshot;
-
-/// How often the agent writes its bill into the stream.
-pub const BILL_EVERY: Duration = Duration::from_secs(60);
-
-/// Builds `Bill` events for one agent process.
-#[derive(Clone, Debug)]
-pub struct BillWriter {
-    node: String,
-    agent_start_unix_ns: u64,
-    written: u64,
-    last_end_unix_ns: u64,
-}
-
-impl BillWriter {
-    /// `node` names this node in the bill; `agent_start_unix_ns` tells this process apart from
-    /// the node's other agent processes (its start time).
-    pub fn new(node: String, agent_start_unix_ns: u64) -> BillWriter {
-        BillWriter { node, agent_start_unix_ns, written: 0, last_end_unix_ns: 0 }
-    }
-
-    /// For this process: the node from `kubernetes.node_name`, `$NODE_NAME` or the host name, and
-    /// the process's start time (as `process_start_time_seconds` says it).
-    pub fn for_this_process(configured_node: Option<&str>) -> BillWriter {
-        let info = crate::export::otlp::ResourceInfo::detect(configured_node);
-        let node = info.node_name.or(info.host_name).unwrap_or_else(|| "(unknown node)".into());
-        let start = crate::export::metrics::ProcessStats::of_self()
-            .map(|p| (p.start_time_seconds * 1e9) as u64)
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-            });
-        BillWriter::new(node, start)
-    }
-
-    /// The bill in `snap` as an event, when it has one (a price, a complete interval) and
-    /// [`BILL_EVERY`] has passed (in attribution time) since the last one written; `None` otherwise.
-    pub fn due(&mut self, snap: &AgentSnapshot, wall_time_unix_ns: u64) -> Option<v1::Event> {
-        let a = snap.attribution.as_deref()?;
-        let end = a.start_unix_ns.saturating_add(a.interval_ns);
-        if a.interval_ns == 0 || (self.written > 0 && end < self.last_end_unix_ns + BILL_EVERY.as_nanos() as u64) {
-            return None;
-        }
-        let ev = self.event(snap, wall_time_unix_ns)?;
-        self.written += 1;
-        self.last_end_unix_ns = end;
-        Some(ev)
-    }
-
-    /// The bill in `snap` as an event, whenever it has one (the end of a recording).
-    pub fn event(&self, snap: &AgentSnapshot, wall_time_unix_ns: u64) -> Option<v1::Event> {
-        let a = snap.attribution.as_deref()?;
-        if a.interval_ns == 0 {
-            return None;
-        }
-        let input = super::from_snapshot(snap, &self.node).ok()?;
-        let mut bill = v1::NodeBill {
-            node: self.node.clone(),
-            agent_start_unix_ns: self.agent_start_unix_ns,
-            end_unix_ns: a.start_unix_ns.saturating_add(a.interval_ns),
-            price_per_gpu_hour: a.price_per_gpu_hour.unwrap_or_default(),
-            first: self.written == 0,
-            total_nano: a.bill.total,
-            ..Default::default()
-        };
-        for c in input.charges {
-            let nano = u64::try_from(c.nano).unwrap_or(0);
-            match c.line {
-                Line::Container => bill.containers.push(v1::BillCharge {
-                    namespace: c.namespace,
-                    pod: c.pod,
-                    container: c.container,
-                    labels: c.labels.into_iter().collect(),
-                    nano,
-                }),
-                Line::Idle => bill.idle_nano = nano,
-                Line::DriverReserved => bill.driver_reserved_nano = nano,
-                Line::Unattributed => bill.unattributed_nano = nano,
-                Line::Evicted => bill.evicted_nano = nano,
-            }
-        }
-        Some(v1::Event {
-            header: Some(v1::Header {
-                kind: v1::EventKind::Bill as i32,
-                wall_time_unix_ns,
-                tgid: std::process::id(),
-                pid: std::process::id(),
-                ..Default::default()
-            }),
-            payload: Some(Payload::Bill(bill)),
-            ..Default::default()
-        })
-    }
-}
 
 /// Why an events file could not be read as a bill.
 #[derive(Debug, thiserror::Error)]

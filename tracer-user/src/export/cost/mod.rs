@@ -14,6 +14,7 @@
 //! [`Report::build`] groups the charges, applies the policy in integers and rounds to cents by
 //! largest remainder, so that the rows add up to the total to the cent and the total is the sum of
 //! the charges (the bill) rounded once. [`render`] writes it as a table, CSV or JSON.
+pub mod bill;
 pub mod events;
 pub mod prometheus;
 pub mod render;

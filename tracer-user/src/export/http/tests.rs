@@ -33,7 +33,7 @@ const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0,text/plain
 /// family switched off are ready.
 #[tokio::test]
 async fn readiness_names_a_family_that_failed_to_attach() {
-    use crate::probe::FamilyStatus;
+    use crate::model::probes::FamilyStatus;
     let st = state(Duration::from_secs(30));
     let srv = serve("127.0.0.1:0".parse().unwrap(), st.clone()).await.unwrap();
     st.mark_attached("driver-entry");

@@ -42,7 +42,7 @@ pub fn probe_accounting(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
     }
     let probes = &s.snapshot.kernel.probes;
     let per_probe =
-        |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&crate::source::counters::ProbeCounters) -> u64| {
+        |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&crate::model::counters::ProbeCounters) -> u64| {
             counter_family(e, name, help, None, probes.iter().map(|(p, c)| ([("probe", p.as_str())], f(c))))
         };
     per_probe(e, "probe_events_seen", "Calls a probe saw (in the kernel).", |c| c.seen)?;

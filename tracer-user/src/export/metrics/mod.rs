@@ -114,7 +114,7 @@ impl Scrape<'_> {
     /// the probes, the ledgers and the pipeline are left out, not exported as zeros that read as
     /// "nothing happened".
     pub fn has_probes(&self) -> bool {
-        self.snapshot.attach_mode != crate::probe::ProbeMode::NvmlOnly
+        self.snapshot.attach_mode != crate::model::probes::ProbeMode::NvmlOnly
     }
 
     /// The labels of a cgroup known only by id (attribution lines): its path comes from the

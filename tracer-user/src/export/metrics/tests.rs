@@ -6,20 +6,21 @@ use prometheus_client::{encoding::DescriptorEncoder, registry::Unit};
 
 use super::*;
 use crate::{
-    allocation::source::AllocationStatus,
+    allocation::AllocationStatus,
     attribution::{
         AttributionInput, AttributionSnapshot, Attributor, ContainerInput, ContainerKey, GpuInput, ProcessInput,
         input::{EnergyInput, EnergySource},
     },
-    config::AttachMode,
-    config::AttributionSettings,
+    config::{AttachMode, AttributionSettings},
     cuda::ledger::{CudaCgroupRow, CudaSnapshot, CudaUsage},
     guardrails::{GpuRef, Violation, ViolationCounts, ViolationKind},
     identity::{ContainerIdentity, KubeStatus},
-    model::{Accounting, KubeView, KubernetesStatus, NvmlStatus, NvmlView, PipelineStats},
+    model::{
+        Accounting, KubeView, KubernetesStatus, NvmlStatus, NvmlView, PipelineStats,
+        counters::{KernelCounters, ProbeCounters},
+        probes::ProbeMode,
+    },
     nvml::model::{Clocks, DeviceSample, MemoryInfo, MigInstance, NvmlSample, Utilization},
-    probe::ProbeMode,
-    source::counters::{KernelCounters, ProbeCounters},
     state::snapshot::{CgroupRow, GpuRow, Snapshot, Totals, Usage},
 };
 
@@ -170,7 +171,7 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
 
 /// Driver attached, lifecycle switched off, cuda with no libcuda to probe: ready.
 pub(crate) fn sample_families() -> Vec<crate::model::ProbeFamilyState> {
-    use crate::{model::ProbeFamilyState, probe::FamilyStatus};
+    use crate::model::{ProbeFamilyState, probes::FamilyStatus};
     vec![
         ProbeFamilyState { family: "driver", status: FamilyStatus::Attached { programs: vec!["tp/x".into()] } },
         ProbeFamilyState { family: "lifecycle", status: FamilyStatus::Disabled },
@@ -604,7 +605,7 @@ fn ledger_exactness_is_exposed_per_cgroup_and_gpu() {
 /// absent for a family switched off (so `== 0` alerts only on what was meant to run).
 #[test]
 fn probe_family_up_and_info_say_each_familys_state() {
-    use crate::probe::FamilyStatus;
+    use crate::model::probes::FamilyStatus;
     let mut snap = sample_snapshot();
     let text = MetricsRegistry::new().encode(&Arc::new(snap.clone()), ExpositionFormat::OpenMetrics).unwrap();
     let p = parse(&text);

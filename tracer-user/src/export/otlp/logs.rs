@@ -47,7 +47,7 @@ pub fn record(ev: &v1::Event, observed_unix_ns: u64) -> LogRecord {
         event_name: name.to_owned(),
         ..Default::default()
     };
-    let Value::Object(fields) = crate::export::events::to_json(ev) else { return rec };
+    let Value::Object(fields) = crate::wire::events::to_json(ev) else { return rec };
     let attrs = &mut rec.attributes;
     for (k, v) in fields {
         match k.as_str() {

@@ -165,7 +165,7 @@ pub struct OtlpExporter {
     latest: Arc<Mutex<Option<Arc<AgentSnapshot>>>>,
     events: mpsc::Sender<EncodedSubscribeResponse>,
     kinds: std::collections::BTreeSet<i32>,
-    filters: crate::export::api::filter::Filters,
+    filters: crate::wire::filter::Filters,
     counters: Arc<Counters>,
     stop: Option<oneshot::Sender<Instant>>,
     done: std::sync::mpsc::Receiver<()>,

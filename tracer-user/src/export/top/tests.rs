@@ -1,7 +1,6 @@
 use super::*;
 use crate::{
-    model::{Accounting, PipelineStats},
-    source::counters::KernelCounters,
+    model::{Accounting, PipelineStats, counters::KernelCounters},
     state::snapshot::{CgroupRow, ProcessRow, Snapshot},
 };
 
@@ -53,7 +52,7 @@ fn snapshot(pods: usize) -> AgentSnapshot {
             in_flight: 0,
             exact: true,
         },
-        attach_mode: crate::probe::ProbeMode::Attached(crate::config::AttachMode::BtfTracepoint),
+        attach_mode: crate::model::probes::ProbeMode::Attached(crate::config::AttachMode::BtfTracepoint),
         driver_version: "535.261.03".into(),
         ..Default::default()
     }

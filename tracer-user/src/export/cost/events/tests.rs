@@ -1,8 +1,10 @@
+use crate::model::AgentSnapshot;
 use std::sync::Arc;
 
 use prost::Message as _;
 
 use super::*;
+use crate::export::cost::bill::BillWriter;
 use crate::{
     attribution::{AttributionInput, Attributor, ContainerInput, ContainerKey, GpuInput, ProcessInput},
     config::AttributionSettings,

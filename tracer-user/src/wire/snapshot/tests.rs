@@ -14,12 +14,12 @@ use crate::{
         input::{EnergyInput, EnergySource},
     },
     config::AttributionSettings,
-    cuda::attach::EntryReport,
     decode::{DecodeError, DeviceKind},
     export::{
         attribution_table::render_attribution,
         top::{RenderOptions, render},
     },
+    model::probes::EntryReport,
 };
 
 const GIB: u64 = 1 << 30;
@@ -658,7 +658,7 @@ fn report(cuda: FamilyStatus) -> ProbeReport {
         cuda_libraries: vec![LibraryReport {
             path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
             inode: 1234,
-            method: crate::cuda::attach::Method::UprobeMulti,
+            method: crate::model::probes::Method::UprobeMulti,
             method_detail: String::new(),
             uprobes: 1,
             links: 1,
@@ -704,7 +704,7 @@ fn the_status_names_each_family_state() {
         assert_eq!(st.snapshot_taken_at_unix_ns, T0);
         assert!(st.kernel.as_ref().is_some_and(|k| k.btf && !k.syscall_tracepoints));
     }
-    let nvml_only = status_to_proto(&AgentSnapshot::default(), &ProbeReport::nvml_only(), "0.1.0", 0);
+    let nvml_only = status_to_proto(&AgentSnapshot::default(), &ProbeReport::nvml_only(Default::default()), "0.1.0", 0);
     assert_eq!(nvml_only.attach_mode(), v1::AttachMode::NvmlOnly);
     assert_eq!(nvml_only.nvml_status(), v1::NvmlStatus::NotStarted);
 }

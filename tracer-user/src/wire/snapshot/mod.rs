@@ -42,24 +42,21 @@ use crate::{
         rightsizing::{Fit, Rightsizing},
     },
     config::{AttachMode, CostPolicy, UnusedCost},
-    cuda::{
-        attach::LibraryReport,
-        ledger::{CudaCgroupRow, CudaProcessRow, CudaSnapshot, CudaUsage},
-    },
+    cuda::ledger::{CudaCgroupRow, CudaProcessRow, CudaSnapshot, CudaUsage},
     decode::MalformedReason,
-    export::events::container_proto,
     guardrails::{Evidence, GpuRef, Violation, ViolationCounts, ViolationKind, VisibleDevices},
     identity::{ContainerIdentity, KubeStatus},
     model::{
         Accounting, AgentSnapshot, AllocationUse, KubeView, KubernetesStatus, LedgerCheck, NvmlStatus, NvmlView,
         PipelineStats,
+        counters::{KernelCounters, ProbeCounters, drop_reasons},
+        probes::{FamilyStatus, KernelFeatures, LibraryReport, ProbeMode, ProbeReport},
     },
     nvml::model::{DeviceSample, MemoryInfo, MigInstance, Missing, NvmlSample, Utilization},
-    probe::{FamilyStatus, KernelFeatures, ProbeMode, ProbeReport},
-    source::counters::{KernelCounters, ProbeCounters, drop_reasons},
     state::snapshot::{
         CgroupRow, Completeness, GpuRow, ProcessRow, Snapshot as DriverSnapshot, StateCounters, Totals, Usage,
     },
+    wire::events::container_proto,
 };
 
 /// Why a `gputracer.v1.Snapshot` could not be turned back into an [`AgentSnapshot`]. Each variant

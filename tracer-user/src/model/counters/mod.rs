@@ -1,10 +1,7 @@
-//! Reading the kernel's per-CPU counters (`COUNTERS`): seen, emitted and dropped by reason, per probe.
-use aya::{
-    Ebpf,
-    maps::{MapData, PerCpuArray},
-};
+//! The kernel's per-probe counters (`COUNTERS`) as plain data: seen, emitted, aggregated and
+//! dropped by reason, per probe (the agent's `source::counters` reads them each interval).
 use serde::{Serialize, Serializer, ser::SerializeMap};
-use tracer_common::{counter, map_names, probe};
+use tracer_common::counter;
 
 /// How many drop reasons there are: the slots `counter::DROP_FIRST..=counter::DROP_LAST`.
 pub const N_DROP_REASONS: usize = (counter::DROP_LAST - counter::DROP_FIRST + 1) as usize;
@@ -103,30 +100,6 @@ impl KernelCounters {
     pub fn get(&self, name: &str) -> ProbeCounters {
         self.probes.iter().find(|(n, _)| n == name).map(|(_, c)| *c).unwrap_or_default()
     }
-}
-
-/// Sum `COUNTERS` over CPUs.
-pub fn read(ebpf: &Ebpf) -> Result<KernelCounters, aya::maps::MapError> {
-    let map = ebpf
-        .map(map_names::COUNTERS)
-        .ok_or(aya::maps::MapError::InvalidName { name: map_names::COUNTERS.to_string() })?;
-    let arr: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
-    let mut out = KernelCounters::default();
-    for p in 0..probe::COUNT {
-        let slot = |s: u32| -> Result<u64, aya::maps::MapError> {
-            let v = arr.get(&(p * counter::SLOTS + s), 0)?;
-            Ok(v.iter().sum())
-        };
-        // Slot by slot in order: the kernel's `seen` is counted first, so it is read first.
-        let mut c =
-            ProbeCounters { seen: slot(counter::SEEN)?, emitted: slot(counter::EMITTED)?, ..Default::default() };
-        for s in counter::DROP_FIRST..=counter::DROP_LAST {
-            c.set_dropped(s, slot(s)?);
-        }
-        c.aggregated = slot(counter::AGGREGATED)?;
-        out.probes.push((probe::NAMES[p as usize].to_string(), c));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
