@@ -19,7 +19,12 @@ impl Identities {
     pub(super) fn resolve(&mut self, id: u64, cgroups: &mut CgroupResolver, kube: &KubeSide) -> Arc<ContainerIdentity> {
         let path = cgroups.resolve(id);
         let allocs = kube.allocations();
-        let ident = Arc::new(ContainerIdentity::resolve(id, path.as_deref(), kube.pods.as_ref(), allocs.as_deref()));
+        let ident = Arc::new(ContainerIdentity::resolve(
+            id,
+            path.as_deref(),
+            kube.pods.as_ref().map(|p| p as &dyn crate::identity::PodLookup),
+            allocs.as_deref(),
+        ));
         self.by_cgroup.insert(id, ident.clone());
         ident
     }

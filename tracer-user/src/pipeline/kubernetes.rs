@@ -6,7 +6,7 @@ use super::StartError;
 use crate::{
     allocation::{GpuAllocations, source::AllocationSource},
     config::KubeSettings,
-    identity::{KubeStart, PodCache, PodWatcher},
+    identity::kube::{KubeStart, PodCache, PodWatcher},
     model::{KubeView, KubernetesStatus},
 };
 

@@ -24,7 +24,7 @@ use crate::{
     config::{Config, ResolvedDriverVersion, resolve_driver_version},
     cuda::ledger::CudaLedger,
     enrich::Enricher,
-    identity::{ContainerIdentity, PodCache},
+    identity::{ContainerIdentity, kube::PodCache},
     model::{
         Accounting, AgentSnapshot, EventContext, LedgerCheck, PipelineStats,
         counters::KernelCounters,
@@ -61,7 +61,7 @@ pub enum StartError {
     #[error("NVML is required (nvml.mode = \"required\") but cannot be used: {0}")]
     Nvml(#[from] crate::nvml::sampler::NvmlOpenError),
     #[error("Kubernetes is required (kubernetes.mode = \"required\") but cannot be used: {0}")]
-    Kube(#[from] crate::identity::KubeError),
+    Kube(#[from] crate::identity::kube::KubeError),
     #[error("the kubelet pod-resources API is required (kubernetes.mode = \"required\") but cannot be used: {0}")]
     PodResources(#[from] crate::allocation::pod_resources::PodResourcesError),
 }

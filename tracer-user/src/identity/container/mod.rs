@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{CgroupIdentity, CgroupKind, PodCache, parse_cgroup_path};
+use super::{CgroupIdentity, CgroupKind, PodLookup, parse_cgroup_path};
 use crate::{
     allocation::{ContainerRef, GpuAllocations, GpuDevice},
     attribution::GpuRequest,
@@ -48,7 +48,7 @@ impl ContainerIdentity {
     pub fn resolve(
         cgroup_id: u64,
         path: Option<&str>,
-        pods: Option<&PodCache>,
+        pods: Option<&dyn PodLookup>,
         allocations: Option<&GpuAllocations>,
     ) -> ContainerIdentity {
         let parsed = path.map(parse_cgroup_path);
