@@ -12,11 +12,11 @@ use std::{
 };
 
 use anyhow::{Context, Result, anyhow};
-use tracer_user::{
+use tracer_agent::pipeline::Agent;
+use tracer_core::{
     config::Config,
     decode::Event,
     model::{Accounting, EventContext, counters::ProbeCounters, probes::FamilyStatus},
-    pipeline::Agent,
 };
 
 use crate::sys;

@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpu_tracer_tests::FakeDriver;
-use tracer_user::config::{AttachMode, Config, DriverEntryProbes, Families};
+use tracer_core::config::{AttachMode, Config, DriverEntryProbes, Families};
 
 use crate::{agent_run, sys};
 
@@ -120,7 +120,7 @@ fn run_once(conf: Conf, cpu: usize, calls: u64, warmup: u64) -> Result<([f64; 3]
     match conf {
         Conf::None => {}
         Conf::Floor(m @ (Mode::Kprobe | Mode::Fentry | Mode::FentryTimed)) => {
-            let entry = tracer_user::probe::driver_entry::detect()
+            let entry = tracer_agent::probe::driver_entry::detect()
                 .map_err(|e| anyhow::anyhow!("the driver's entry points: {e}"))?;
             _floor = Some(if m == Mode::Kprobe {
                 crate::floors::attach_kprobes(entry.nvidia.ioctl)?

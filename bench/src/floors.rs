@@ -8,11 +8,11 @@ use aya::{
     programs::{BtfTracePoint, KProbe, RawTracePoint, TracePoint},
 };
 use tracer_common::{map_names, prog_names};
-use tracer_user::config::AttachMode;
+use tracer_core::config::AttachMode;
 
 /// Attached empty programs; dropping this detaches them.
 pub struct Floor {
-    _links: tracer_user::probe::trampoline::Links,
+    _links: tracer_agent::probe::trampoline::Links,
     _objects: Vec<Ebpf>,
 }
 
@@ -21,7 +21,7 @@ fn load_object() -> Result<Ebpf> {
     EbpfLoader::new()
         .map_max_entries(map_names::EVENTS, 4096)
         .map_max_entries(map_names::BULK_EVENTS, 4096)
-        .load(tracer_user::probe::EBPF_OBJECT)
+        .load(tracer_agent::probe::EBPF_OBJECT)
         .context("loading the eBPF object")
 }
 
@@ -90,9 +90,9 @@ pub fn attach_kprobes(function: &str) -> Result<Floor> {
 /// needs the module's BTF (as driver-entry mode's fentry mechanism does).
 pub fn attach_trampolines(module: &str, function: &str) -> Result<Floor> {
     let ebpf = load_object()?;
-    let mut links = tracer_user::probe::trampoline::Links::default();
-    tracer_user::probe::trampoline::attach_programs(
-        tracer_user::probe::EBPF_OBJECT,
+    let mut links = tracer_agent::probe::trampoline::Links::default();
+    tracer_agent::probe::trampoline::attach_programs(
+        tracer_agent::probe::EBPF_OBJECT,
         &ebpf,
         module,
         &[(prog_names::NOOP_FENTRY, false, function), (prog_names::NOOP_FEXIT, true, function)],

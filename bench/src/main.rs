@@ -48,12 +48,12 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use tracer_agent::probe::Probes;
 use tracer_common::nv::{DEFAULT_DRIVER_VERSION, DriverAbi};
-use tracer_user::{
+use tracer_core::{
     config::{AttachMode, Config, Families},
     decode::plan,
     model::probes::FamilyStatus,
-    probe::Probes,
 };
 
 use agent_run::Outcome;

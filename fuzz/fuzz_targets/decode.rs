@@ -1,5 +1,5 @@
-//! Fuzz `tracer_user::decode::decode` on raw ring-buffer records. The input format and the oracles
-//! are `tracer_user::decode::fuzz` (shared with the unit test that replays the kept corpus in CI):
+//! Fuzz `tracer_core::decode::decode` on raw ring-buffer records. The input format and the oracles
+//! are `tracer_core::decode::fuzz` (shared with the unit test that replays the kept corpus in CI):
 //! decoding never panics, a malformed ioctl never counts as a success, and whatever decodes
 //! re-encodes to a record that decodes to the same event.
 #![no_main]
@@ -7,5 +7,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    tracer_user::decode::fuzz::check(data);
+    tracer_core::decode::fuzz::check(data);
 });

@@ -1,12 +1,9 @@
 //! Write a seed corpus for the `decode` target: one valid record per kind of operation, for every
-//! driver layout, built with `tracer_user::decode::encode`.
+//! driver layout, built with `tracer_core::decode::encode`.
 use std::{fs, path::PathBuf};
 
 use tracer_common::nv::{DriverAbi, esc, uvm};
-use tracer_user::decode::{
-    Device, DeviceKind, Event, Header, IoctlOp, Location, MalformedReason, MemoryAlloc, MemoryKind, RmAllocForm,
-    encode,
-};
+use tracer_core::{decode::{Device, DeviceKind, encode, Event, Header, IoctlOp, Location, MalformedReason, MemoryAlloc, MemoryKind, RmAllocForm}};
 
 fn ops() -> Vec<(Device, IoctlOp)> {
     let ctl = encode::ctl(1);

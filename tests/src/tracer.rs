@@ -2,10 +2,10 @@
 //! wait until every record the kernel emitted has been received and applied.
 use std::time::{Duration, Instant};
 
-use tracer_user::{
+use tracer_agent::pipeline::Agent;
+use tracer_core::{
     config::{Config, Families},
     model::AgentSnapshot,
-    pipeline::Agent,
     state::snapshot::Usage,
 };
 

@@ -9,7 +9,7 @@ use std::{sync::Mutex, time::Duration};
 use gpu_tracer_tests::{
     Answer, FakeDriver, PodCgroup, Tracer, Workload, assert_accounting, cg_usage, config_for, eventually, require_root,
 };
-use tracer_user::{
+use tracer_core::{
     config::{AttachMode, Config, LifecycleAttach},
     model::AgentSnapshot,
     state::snapshot::{CgroupRow, Usage},
@@ -159,7 +159,7 @@ fn ioctl_durations_are_measured_only_when_asked_in_the_register_modes() {
             let mut got = Vec::new();
             // Every record of a completed call is in the ring buffer before the workload answers.
             t.agent.drain(&mut |ev, _| {
-                if let tracer_user::decode::Event::Ioctl(io) = ev {
+                if let tracer_core::decode::Event::Ioctl(io) = ev {
                     got.push(io.duration_ns);
                 }
             });
@@ -205,8 +205,8 @@ fn workload_started_before_the_agent_is_found_by_the_proc_scan() {
     let gpu0 = s0.state.gpus.iter().find(|g| g.minor == Some(0)).expect("gpu0 row");
     assert_eq!(gpu0.completeness.from_before_agent, 1);
     assert_eq!(s0.state.totals.completeness.from_before_agent, 1);
-    let text = tracer_user::export::metrics::MetricsRegistry::new()
-        .encode(&std::sync::Arc::new(s0.clone()), tracer_user::export::metrics::ExpositionFormat::Prometheus)
+    let text = tracer_agent::export::metrics::MetricsRegistry::new()
+        .encode(&std::sync::Arc::new(s0.clone()), tracer_agent::export::metrics::ExpositionFormat::Prometheus)
         .unwrap();
     let line = text.lines().find(|l| l.starts_with("gpu_tracer_cgroup_processes_from_before_agent{")).unwrap_or("");
     assert!(line.ends_with(" 1"), "{text}");
@@ -588,13 +588,13 @@ fn a_flood_of_count_only_records_does_not_crowd_out_the_ledger() {
 /// with its id, level and path.
 fn lifecycle_records(attach: LifecycleAttach, prefix: &str) {
     use std::collections::BTreeSet;
-    use tracer_user::decode::Event;
+    use tracer_core::decode::Event;
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let driver = FakeDriver::start(1).unwrap();
     let mut t = Tracer::start(Config { lifecycle_attach: attach, ..config_for(&driver) });
     let programs = match &t.agent.report().lifecycle {
-        tracer_user::model::probes::FamilyStatus::Attached { programs } => programs.clone(),
+        tracer_core::model::probes::FamilyStatus::Attached { programs } => programs.clone(),
         other => panic!("lifecycle family not attached: {other:?}"),
     };
     assert_eq!(programs.iter().filter(|p| p.starts_with(prefix)).count(), 4, "{programs:?}");

@@ -22,14 +22,14 @@ use gpu_tracer_tests::{
     nvml_model::{Busy, MigSpec, NvmlModel, Process, Scenario, gpu_uuid},
     require_root,
 };
-use tracer_user::{
+use tracer_agent::pipeline::Agent;
+use tracer_core::{
     attribution::{
         AttributionSnapshot, GpuAttribution, SharingMode,
         gpu::{ComputeMethod, CostBasis, FULL, MemorySource},
     },
     config::{AttributionSettings, Config, Families, NvmlSettings, SourceMode},
     model::{AgentSnapshot, NvmlStatus, probes::ProbeMode},
-    pipeline::Agent,
 };
 
 const MIB: u64 = 1 << 20;
@@ -166,7 +166,7 @@ fn gpu<'a>(a: &'a AttributionSnapshot, uuid: &str) -> &'a GpuAttribution {
     a.gpus.iter().find(|g| g.uuid == uuid).unwrap_or_else(|| panic!("no GPU {uuid} in {:#?}", a.gpus))
 }
 
-fn line(g: &GpuAttribution, cgroup: u64) -> &tracer_user::attribution::gpu::ContainerLine {
+fn line(g: &GpuAttribution, cgroup: u64) -> &tracer_core::attribution::gpu::ContainerLine {
     g.containers.iter().find(|l| l.container.0 == cgroup).unwrap_or_else(|| panic!("no line for {cgroup}: {g:#?}"))
 }
 

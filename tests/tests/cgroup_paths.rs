@@ -10,7 +10,7 @@ use std::{
 };
 
 use gpu_tracer_tests::{FakeDriver, PodCgroup, Tracer, Workload, cgroup2_mount, config_for, require_root};
-use tracer_user::{
+use tracer_agent::{
     enrich::{CgroupResolver, cgroup_path_by_id, open_cgroup2_mount},
     export::metrics::{ExpositionFormat, MetricsRegistry},
 };

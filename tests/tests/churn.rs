@@ -30,7 +30,7 @@ use gpu_tracer_tests::{
     FakeDriver, PodCgroup, Qos, Runtime, Tracer, Workload, config_for, eventually, fake_libcuda, locate_binary,
     require_root,
 };
-use tracer_user::model::AgentSnapshot;
+use tracer_core::model::AgentSnapshot;
 
 /// The probes are global kernel objects and the machine is small: one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -279,8 +279,8 @@ fn cgroup_churn_leaves_no_rows_and_names_every_pod() {
     let uvm_after = bpf_maps::occupancy(me).get("UVM_MAPS").copied().unwrap_or(0);
     let cuda_rows_after = s.cuda.cgroups.iter().filter(|c| removed.contains(&c.cgroup_id)).count();
     let rows_after = s.state.cgroups.iter().filter(|c| removed.contains(&c.cgroup_id)).count();
-    let text = tracer_user::export::metrics::MetricsRegistry::new()
-        .encode(&Arc::new(s.clone()), tracer_user::export::metrics::ExpositionFormat::Prometheus)
+    let text = tracer_agent::export::metrics::MetricsRegistry::new()
+        .encode(&Arc::new(s.clone()), tracer_agent::export::metrics::ExpositionFormat::Prometheus)
         .unwrap();
     let series_of_removed = text
         .lines()
@@ -415,7 +415,7 @@ struct AgentProcess {
 impl AgentProcess {
     fn start(args: &[String]) -> AgentProcess {
         let bin = locate_binary("gpu-tracer").unwrap_or_else(|e| {
-            panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+            panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
         });
         let mut child = Command::new(bin)
             .args(args)

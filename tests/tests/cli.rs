@@ -18,7 +18,7 @@ fn secs(n: u64) -> String {
 
 fn gpu_tracer() -> PathBuf {
     locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
     })
 }
 
@@ -372,7 +372,7 @@ fn api_agrees_with_metrics(api: &str, metric_lines: &[(String, f64)], w: &mut Wo
     assert!(out.status.success(), "events --connect (protobuf): {}", String::from_utf8_lossy(&out.stderr));
     let back: Vec<_> = gpu_tracer_proto::read_stream(&out.stdout).collect::<Result<_, _>>().unwrap();
     assert_eq!(back.len(), 1, "{back:?}");
-    assert_eq!(tracer_user::wire::events::to_json(&back[0]), ev);
+    assert_eq!(tracer_core::wire::events::to_json(&back[0]), ev);
 }
 
 /// Series of `name` in classic text exposition: (labels text, value).

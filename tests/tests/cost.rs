@@ -83,7 +83,7 @@ fn nano_text(n: i128) -> String {
 fn the_fleet_bill_over_a_period_is_exact_across_restarts_and_agents_that_come_and_go() {
     let promtool = prometheus_tool("promtool");
     let prometheus = prometheus_tool("prometheus");
-    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p tracer-user)");
+    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p gpu-tracer)");
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
     // The period: the hour that ended 30 min ago, scrapes on a 15 s grid.
     let t1 = (now - 1800) / SCRAPE_S * SCRAPE_S;

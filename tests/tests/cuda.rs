@@ -7,7 +7,7 @@ use gpu_tracer_tests::{
     fake_libcuda::{PLAIN, PROTECTED},
     kernel_at_least, require_root,
 };
-use tracer_user::{
+use tracer_core::{
     config::CudaAttach,
     cuda::ledger::CudaUsage,
     model::{
@@ -247,11 +247,11 @@ fn a_cuda_process_running_before_the_agent_is_counted() {
 }
 
 /// Drain until quiescent, keeping the per-event launches (with the names the agent resolved).
-fn launches(t: &mut Tracer) -> Vec<(tracer_user::decode::Event, Option<String>)> {
+fn launches(t: &mut Tracer) -> Vec<(tracer_core::decode::Event, Option<String>)> {
     let mut out = Vec::new();
     eventually("tracer quiescent", Duration::from_secs(10), || {
         t.agent.drain(&mut |ev, id| {
-            if matches!(ev, tracer_user::decode::Event::CudaLaunch { .. }) {
+            if matches!(ev, tracer_core::decode::Event::CudaLaunch { .. }) {
                 out.push((ev.clone(), id.kernel_name.clone()));
             }
         });
@@ -280,7 +280,7 @@ fn per_event_mode_switches_on_and_off_while_the_workload_runs() {
     let got = launches(&mut t);
     assert_eq!(got.len(), 9, "{got:#?}");
     for (ev, name) in &got {
-        let tracer_user::decode::Event::CudaLaunch { function, grid, block, shared_mem_bytes, stream, .. } = ev else {
+        let tracer_core::decode::Event::CudaLaunch { function, grid, block, shared_mem_bytes, stream, .. } = ev else {
             unreachable!()
         };
         assert_eq!((*grid, *block, *shared_mem_bytes), ([128, 2, 1], [32, 4, 2], 4096), "{ev:?}");
@@ -354,7 +354,7 @@ fn timed_calls_are_counted_and_in_per_event_mode_timed() {
         let mut out = Vec::new();
         eventually("tracer quiescent", Duration::from_secs(10), || {
             t.agent.drain(&mut |ev, _| {
-                if let tracer_user::decode::Event::CudaTimed { entry, start_ktime_ns, header, args, result } = ev {
+                if let tracer_core::decode::Event::CudaTimed { entry, start_ktime_ns, header, args, result } = ev {
                     out.push((*entry, header.ktime_ns - start_ktime_ns, *args, *result));
                 }
             });

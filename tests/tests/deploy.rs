@@ -51,10 +51,10 @@ fn strings(v: &Value) -> BTreeSet<String> {
     v.as_array().map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect()).unwrap_or_default()
 }
 
-fn config_of(objs: &Value) -> tracer_user::config::Config {
+fn config_of(objs: &Value) -> tracer_core::config::Config {
     let text = find(objs, "ConfigMap")["data"]["config.toml"].as_str().unwrap();
     // An unknown key at any depth is an error naming its dotted path.
-    let (cfg, warnings) = tracer_user::config::Config::from_toml(text).unwrap_or_else(|e| panic!("config.toml: {e}"));
+    let (cfg, warnings) = tracer_core::config::Config::from_toml(text).unwrap_or_else(|e| panic!("config.toml: {e}"));
     assert!(warnings.is_empty(), "config.toml: {warnings:?}");
     cfg.validate().unwrap_or_else(|e| panic!("config.toml: {e}"));
     cfg
@@ -115,7 +115,7 @@ fn check_least_privilege(objs: &Value, what: &str) {
     let cfg = config_of(objs);
     // Multi-uprobe links (Linux 6.6+) need no capability beyond the four: the cuda family is on.
     assert!(cfg.families.cuda, "{what}: the cuda family is on by default");
-    assert_eq!(cfg.cuda_attach, tracer_user::config::CudaAttach::Auto, "{what}");
+    assert_eq!(cfg.cuda_attach, tracer_core::config::CudaAttach::Auto, "{what}");
 }
 
 /// Drops what only Helm adds: its labels and the config checksum annotation.

@@ -23,7 +23,7 @@ use gpu_tracer_tests::{
     Answer, FakeDriver, PodCgroup, Tracer, Workload, assert_accounting, cg_usage, config_for, locate_binary,
     require_root,
 };
-use tracer_user::{
+use tracer_core::{
     config::{AttachMode, Config},
     decode::Event,
     model::{

@@ -39,7 +39,7 @@ use std::{
 use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{FakeDriver, locate_binary, require_root};
 
-/// The server's limits (tracer-user/src/export/http, `ServeLimits::default()` and
+/// The server's limits (tracer-user/agent/src/export/http, `ServeLimits::default()` and
 /// `MAX_HEADER_BYTES`): the agent binary serves with these; nothing configures them.
 const MAX_CONNECTIONS: usize = 64;
 const MAX_CONNECTIONS_PER_PEER: usize = 16;
@@ -77,7 +77,7 @@ const ROUND_GROWTH: u64 = 2 * MIB;
 
 fn gpu_tracer() -> PathBuf {
     locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
     })
 }
 

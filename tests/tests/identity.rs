@@ -23,7 +23,7 @@ use gpu_tracer_tests::{
     require_root,
 };
 use k8s_openapi::api::core::v1::Pod;
-use tracer_user::{
+use tracer_core::{
     attribution::{ContainerKey, GpuRequest},
     config::{AttributionSettings, Config, CostPolicy, KubeSettings, NvmlSettings, SourceMode},
     guardrails::{Violation, ViolationKind},
@@ -524,7 +524,7 @@ fn time_slicing_replicas_are_allowed_and_requested_as_a_quarter() {
     // ...and the request-based cost gives each a quarter of the interval's price, the rest idle.
     let g0 = at.gpus.iter().find(|g| g.uuid == gpu_uuid(0)).expect("GPU 0");
     let cost = g0.cost.expect("a price is set");
-    assert_eq!(cost.basis, tracer_user::attribution::gpu::CostBasis::RequestBased, "{g0:#?}");
+    assert_eq!(cost.basis, tracer_core::attribution::gpu::CostBasis::RequestBased, "{g0:#?}");
     assert!(cost.price_nano > 0, "{cost:?}");
     for cg in [&a, &b] {
         let line = g0.containers.iter().find(|l| l.container == ContainerKey(cg.id())).expect("GPU 0 line");

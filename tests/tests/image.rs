@@ -64,7 +64,7 @@ fn buildah(dir: &Path) -> Command {
 fn image_builds_without_a_registry_and_runs_the_binary() {
     require_image_tools();
     let binary = locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
     });
     let host = Command::new(&binary).arg("--version").output().expect("run gpu-tracer --version here");
     let host_version = text(&host).0.trim().to_string();

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use gpu_tracer_tests::kube_api::{FakeApiServer, FakePod};
 use k8s_openapi::api::core::v1::Pod;
-use tracer_user::config::{KubeSettings, SourceMode};
-use tracer_user::identity::kube::{KubeEnv, KubeError, KubeStart, PodCache, PodWatcher, WatchOptions};
+use tracer_agent::identity::kube::{KubeEnv, KubeError, KubeStart, PodCache, PodWatcher, WatchOptions};
+use tracer_core::config::{KubeSettings, SourceMode};
 
 const NODE: &str = "node-a";
 const CID1: &str = "1111111111111111111111111111111111111111111111111111111111111111";

@@ -24,7 +24,7 @@ const NOT_INITIALISED: &str = "NVML not initialised: the NVIDIA driver is not lo
 
 fn gpu_tracer() -> PathBuf {
     locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
     })
 }
 

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use gpu_tracer_proto::podresources::v1 as api;
 use gpu_tracer_tests::FakePodResources;
-use tracer_user::allocation::{
-    Allocator, ContainerRef, GpuDevice,
+use tracer_agent::allocation::{
     pod_resources::{PodResourcesClient, PodResourcesError},
     source::AllocationSource,
 };
-use tracer_user::config::{KubeSettings, SourceMode};
+use tracer_core::allocation::{Allocator, ContainerRef, GpuDevice};
+use tracer_core::config::{KubeSettings, SourceMode};
 
 const GPU_A: &str = "GPU-5d5c6e0b-9a0c-4f35-8d7c-3a7f0f0a1b2c";
 const MIG_B: &str = "MIG-0e9c0f3a-1b2c-5d6e-8f90-a1b2c3d4e5f6";

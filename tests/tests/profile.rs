@@ -18,7 +18,7 @@ use serde_json::Value;
 
 fn gpu_tracer() -> PathBuf {
     locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p tracer-user`, or run `cargo xtask test`)")
+        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
     })
 }
 
@@ -254,7 +254,7 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     html_renders_in_chromium(&html, dir.path(), 4, &PLOT_COLOURS);
 }
 
-/// Every plot's series colour (tracer-user/src/profile/html.rs), without NVML's.
+/// Every plot's series colour (tracer-user/client/src/profile/html.rs), without NVML's.
 const PLOT_COLOURS: [&str; 4] = ["1f77b4", "d62728", "2ca02c", "9467bd"];
 /// The NVML plot's colours for GPU 0: utilization and this workload's SM %.
 const GPU_PLOT_COLOURS: [&str; 2] = ["8c564b", "e377c2"];

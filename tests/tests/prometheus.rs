@@ -310,7 +310,7 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
 
     // Two simulated nodes, each with its agent.
     let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
-    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p tracer-user)");
+    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p gpu-tracer)");
     let mut nodes = Vec::new();
     for node in NODES {
         let addr = format!("127.0.0.1:{}", free_port());
@@ -687,7 +687,7 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prometheus = prometheus_tool("prometheus");
     let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
-    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p tracer-user)");
+    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p gpu-tracer)");
     let tmp = tempfile::tempdir().unwrap();
     let (ca, cert, key) = tls_files(tmp.path());
     let token = format!("gpu-tracer-scrape-{:x}", SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos());

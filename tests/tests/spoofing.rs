@@ -16,7 +16,7 @@ use std::{
 
 use gpu_tracer_tests::{Tracer, require_root};
 use tracer_common::counter;
-use tracer_user::{
+use tracer_core::{
     config::{Config, Families},
     model::{AgentSnapshot, counters::ProbeCounters},
 };

@@ -2,7 +2,7 @@
 //!
 //! Everything here is `#[repr(C)]`, uses fixed-width integers and explicit padding, and has its size
 //! asserted at compile time, so the two sides cannot drift. Records are written to the ring buffer by
-//! the kernel side and decoded, without I/O, by `tracer_user::decode`.
+//! the kernel side and decoded, without I/O, by `tracer_core::decode`.
 #![no_std]
 
 pub mod nv;

@@ -2,7 +2,7 @@
 //!
 //! 1. The arm64 set-up ([`setup::arm64_setup`]): the Rust target, Debian's cross C toolchain and
 //!    libc, qemu-user and qemu-system-aarch64.
-//! 2. The user-space unit tests (tracer-common, tracer-user) cross-built for
+//! 2. The user-space unit tests (tracer-common, tracer-core, tracer-agent, tracer-client) cross-built for
 //!    `aarch64-unknown-linux-gnu` and run under qemu-user (`.cargo/config.toml` names the runner).
 //!    The kernel programs are built for it too: aya-build sets `bpf_target_arch = "aarch64"`, which
 //!    selects arm64's syscall numbers (`tracer_common::sysno`), `struct pt_regs` offsets
@@ -37,14 +37,18 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         "-p",
         "tracer-common",
         "-p",
-        "tracer-user",
+        "tracer-core",
+        "-p",
+        "tracer-agent",
+        "-p",
+        "tracer-client",
         "--lib",
         "--",
         "--skip",
         QEMU_USER_PROC_SELF,
     ]))?;
     println!(
-        "arm64: the unit tests of tracer-common and tracer-user passed under qemu-user ({:.0} s with the build); \
+        "arm64: the unit tests of tracer-common, tracer-core, tracer-agent and tracer-client passed under qemu-user ({:.0} s with the build); \
          not run there: {QEMU_USER_PROC_SELF} (qemu-user answers /proc/self/stat itself, with its own start \
          time; it runs natively in `cargo xtask test`)",
         started.elapsed().as_secs_f64()

@@ -12,7 +12,7 @@ use crate::{cmd, setup};
 pub fn run() -> anyhow::Result<()> {
     let env = setup::run_setup()?;
     let mut build = env.cargo();
-    build.args(["build", "--release", "-p", "tracer-user", "--bin", "gpu-tracer"]);
+    build.args(["build", "--release", "-p", "gpu-tracer", "--bin", "gpu-tracer"]);
     cmd::run(&mut build)?;
     std::fs::create_dir_all("target/gpu-check").context("creating target/gpu-check")?;
     let mut strip = std::process::Command::new("objcopy");

@@ -448,7 +448,7 @@ pub fn boot(opts: &Options) -> anyhow::Result<GuestRun> {
     let mut build = env.cargo();
     build.args(["build", "--release"]).args(target);
     if opts.arch == Arch::Arm64 {
-        build.args(["-p", "tracer-user", "-p", "gpu-tracer-tests", "-p", "fake-nvml"]);
+        build.args(["-p", "gpu-tracer", "-p", "gpu-tracer-tests", "-p", "fake-nvml"]);
     }
     cmd::run(&mut build)?;
     let exes: Vec<(String, PathBuf)> = if tests.is_empty() {
@@ -457,7 +457,7 @@ pub fn boot(opts: &Options) -> anyhow::Result<GuestRun> {
         let mut b = env.cargo();
         b.args(["test", "--release", "--no-run"]).args(target);
         // On x86-64 the whole workspace's features, as `cargo xtask test` builds them (`-p` alone
-        // unifies them differently and rebuilds tracer-user and the tests, two minutes here).
+        // unifies them differently and rebuilds the agent and the tests, two minutes here).
         if opts.arch == Arch::Arm64 {
             b.args(["-p", "gpu-tracer-tests"]);
         }

@@ -31,11 +31,11 @@ struct Cli {
 enum Command {
     /// Install what this machine lacks for building and testing (idempotent; fast when done).
     Setup,
-    /// `setup`, then `cargo build --release` (the eBPF programs are built by tracer-user's build.rs).
+    /// `setup`, then `cargo build --release` (the eBPF programs are built by tracer-agent's build.rs).
     Build,
     /// `setup`, then every test (`cargo test --release`), privileged tests included, with a summary.
     Test {
-        /// Extra arguments for `cargo test` (e.g. `-p tracer-user`, or `-- <filter>`).
+        /// Extra arguments for `cargo test` (e.g. `-p tracer-agent`, or `-- <filter>`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

@@ -228,23 +228,23 @@ const ROWS: &[Row] = &[
             cases: &[
                 root("http_abuse", "endpoint_abuse_leaves_rss_bounded"),
                 Case {
-                    target: Target::Lib("tracer-user"),
+                    target: Target::Lib("tracer-agent"),
                     name: "export::http::tests::a_slow_header_is_cut_off_at_the_header_timeout",
                 },
                 Case {
-                    target: Target::Lib("tracer-user"),
+                    target: Target::Lib("tracer-agent"),
                     name: "export::http::tests::an_oversized_header_is_refused",
                 },
                 Case {
-                    target: Target::Lib("tracer-user"),
+                    target: Target::Lib("tracer-agent"),
                     name: "export::http::tests::connections_past_the_limit_are_closed_and_counted",
                 },
                 Case {
-                    target: Target::Lib("tracer-user"),
+                    target: Target::Lib("tracer-agent"),
                     name: "export::http::tests::one_client_cannot_take_every_slot",
                 },
                 Case {
-                    target: Target::Lib("tracer-user"),
+                    target: Target::Lib("tracer-agent"),
                     name: "export::http::tests::shutdown_does_not_wait_for_an_unfinished_request",
                 },
             ],
@@ -399,7 +399,7 @@ struct Built {
 /// fails to build, that row fails and the others still run).
 ///
 /// The rows then run these executables themselves, not `cargo test`: each `cargo test -p ...`
-/// selection unifies features its own way, so alternating `-p tracer-user` and
+/// selection unifies features its own way, so alternating `-p tracer-agent` and
 /// `-p gpu-tracer-tests` rebuilds fake-nvml and the tests crate each time (over a minute here), and a
 /// cargo run elsewhere in the tree would hold the build lock in the middle of a row. A row's time is
 /// its tests' time.
@@ -625,7 +625,7 @@ pub(crate) fn tail(text: &str, n: usize) -> Vec<&str> {
 ///
 /// The corpus is not seeded here: fuzz/'s `seed-corpus` writer cannot be linked with the
 /// coverage flags (only libFuzzer defines the `__sanitizer_cov_*` hooks, and it brings its own
-/// `main`), so it needs a second, uninstrumented build of tracer-user; an empty corpus grows from
+/// `main`), so it needs a second, uninstrumented build of tracer-core; an empty corpus grows from
 /// libFuzzer's own inputs and is kept from run to run.
 fn fuzz(
     bin: Option<&Result<PathBuf, String>>,
@@ -1019,12 +1019,12 @@ mod tests {
 
     #[test]
     fn relative_manifest_paths_become_absolute() {
-        let m = "tracer-user = { path = \"../tracer-user\", features = [\"encode\"] }\n\
+        let m = "tracer-core = { path = \"../tracer-user/core\", features = [\"encode\"] }\n\
                  [[bin]]\nname = \"decode\"\npath = \"fuzz_targets/decode.rs\"\nx = { path = \"/abs\" }\n";
         let out = absolute_paths(m, Path::new("/w/fuzz"));
         assert_eq!(
             out,
-            "tracer-user = { path = \"/w/tracer-user\", features = [\"encode\"] }\n\
+            "tracer-core = { path = \"/w/tracer-user/core\", features = [\"encode\"] }\n\
              [[bin]]\nname = \"decode\"\npath = \"/w/fuzz/fuzz_targets/decode.rs\"\nx = { path = \"/abs\" }\n"
         );
     }
@@ -1046,8 +1046,8 @@ mod tests {
     #[test]
     fn test_executables_are_read_from_cargos_messages() {
         let json = r#"{"reason":"compiler-artifact","manifest_path":"/w/tests/Cargo.toml","target":{"kind":["test"],"name":"agent"},"profile":{"test":true},"executable":"/w/target/release/deps/agent-1"}
-{"reason":"compiler-artifact","manifest_path":"/w/tracer-user/Cargo.toml","target":{"kind":["lib"],"name":"tracer_user"},"profile":{"test":true},"executable":"/w/target/release/deps/tracer_user-2"}
-{"reason":"compiler-artifact","manifest_path":"/w/tracer-user/Cargo.toml","target":{"kind":["lib"],"name":"tracer_user"},"profile":{"test":false},"executable":null}
+{"reason":"compiler-artifact","manifest_path":"/w/tracer-user/agent/Cargo.toml","target":{"kind":["lib"],"name":"tracer_agent"},"profile":{"test":true},"executable":"/w/target/release/deps/tracer_agent-2"}
+{"reason":"compiler-artifact","manifest_path":"/w/tracer-user/agent/Cargo.toml","target":{"kind":["lib"],"name":"tracer_agent"},"profile":{"test":false},"executable":null}
 {"reason":"compiler-artifact","manifest_path":"/w/tests/Cargo.toml","target":{"kind":["bin"],"name":"nv-workload"},"profile":{"test":false},"executable":"/w/target/release/nv-workload"}
 {"reason":"build-finished","success":true}
 not json"#;
@@ -1057,7 +1057,7 @@ not json"#;
             got,
             [
                 want("test", "agent", "/w/target/release/deps/agent-1", "/w/tests"),
-                want("lib", "tracer_user", "/w/target/release/deps/tracer_user-2", "/w/tracer-user"),
+                want("lib", "tracer_agent", "/w/target/release/deps/tracer_agent-2", "/w/tracer-user/agent"),
             ]
         );
     }

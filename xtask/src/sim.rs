@@ -15,7 +15,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let env = setup::run_setup()?;
     let build_start = Instant::now();
     let mut build = env.cargo();
-    build.args(["build", "--release", "-p", "tracer-user", "-p", "gpu-tracer-tests"]);
+    build.args(["build", "--release", "-p", "gpu-tracer", "-p", "gpu-tracer-tests"]);
     cmd::run(&mut build)?;
     println!("xtask sim: build done in {:.1} s", build_start.elapsed().as_secs_f64());
 

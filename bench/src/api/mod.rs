@@ -12,26 +12,24 @@ use std::{
 };
 
 use gpu_tracer_proto::{prost::Message as _, tonic, v1};
-use tracer_user::{
-    config::api::{ApiAddr, HubSettings},
-    export::{
-        api::{
-            client::{self, ConnectSettings},
-            hub::EventHub,
-            listen::{self, ListenSettings},
-            service::ApiState,
-        },
-        http::{HealthSettings, ServeState},
-        metrics::MetricsRegistry,
+use tracer_agent::export::{
+    api::{
+        hub::EventHub,
+        listen::{self, ListenSettings},
+        service::ApiState,
     },
+    http::{HealthSettings, ServeState},
+    metrics::MetricsRegistry,
 };
+use tracer_client::api::{self, ConnectSettings};
+use tracer_core::config::api::{ApiAddr, HubSettings};
 
 /// How a subscriber reads its stream.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Reader {
     /// The generated client: every `SubscribeResponse` decoded into messages.
     Decoding,
-    /// The agent's bytes as received (`client::subscribe_raw`, as `events --connect` reads them):
+    /// The agent's bytes as received (`api::subscribe_raw`, as `events --connect` reads them):
     /// an event is kept as its encoded bytes, a `LostEvents` decoded. What the agent side
     /// delivers, without the client's decoding.
     Frames,
@@ -94,7 +92,7 @@ fn ns_per_event(events: usize, mut f: impl FnMut()) -> f64 {
 
 fn sharing(quick: bool) -> SharingMeasured {
     use std::hint::black_box;
-    use tracer_user::export::events::{EventFormat, EventWriter};
+    use tracer_client::events::{EventFormat, EventWriter};
     let events: Vec<v1::Event> = (0..if quick { 2_000 } else { 20_000 }).map(sample_event).collect();
     let subscribers = 100;
     let n = events.len();
@@ -216,14 +214,14 @@ async fn read_decoding(mut stream: tonic::Streaming<v1::SubscribeResponse>, n: u
 }
 
 /// [`read_decoding`] over the raw responses.
-async fn read_frames(mut stream: tonic::Streaming<client::Received>, n: u64) -> (u64, u64, f64) {
+async fn read_frames(mut stream: tonic::Streaming<api::Received>, n: u64) -> (u64, u64, f64) {
     let start = Instant::now();
     let (mut got, mut lost) = (0u64, 0u64);
     while got + lost < n {
         let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(30), stream.message()).await else { break };
         match m {
-            client::Received::Event(_) => got += 1,
-            client::Received::Lost(l) => lost += l.count.max(1),
+            api::Received::Event(_) => got += 1,
+            api::Received::Lost(l) => lost += l.count.max(1),
         }
     }
     (got, lost, start.elapsed().as_secs_f64())
@@ -245,7 +243,7 @@ fn deliver(n: u64, rate: Option<f64>, subscribers: usize, reader: Reader) -> Res
         max_subscribers: subscribers.max(128),
     }));
     let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
-    let state = Arc::new(ApiState::new(hub.clone(), serve, tracer_user::probe::nvml_only_report()));
+    let state = Arc::new(ApiState::new(hub.clone(), serve, tracer_agent::probe::nvml_only_report()));
     let settings = ListenSettings { addr: ApiAddr::Unix(path.clone()), tls: None, token: None };
     let server = server_rt.block_on(listen::serve(&settings, state)).map_err(|e| e.to_string())?;
     let conn = ConnectSettings { addr: ApiAddr::Unix(path), token: None, tls_ca: None, tls_domain: None };
@@ -259,12 +257,12 @@ fn deliver(n: u64, rate: Option<f64>, subscribers: usize, reader: Reader) -> Res
                 let req = v1::SubscribeRequest { follow: true, ..Default::default() };
                 tasks.push(match reader {
                     Reader::Decoding => {
-                        let mut c = client::connect(&conn).await.map_err(|e| e.to_string())?;
+                        let mut c = api::connect(&conn).await.map_err(|e| e.to_string())?;
                         let stream = c.subscribe(req).await.map_err(|e| e.to_string())?.into_inner();
                         tokio::spawn(read_decoding(stream, n))
                     }
                     Reader::Frames => {
-                        let stream = client::subscribe_raw(&conn, req).await.map_err(|e| e.to_string())?;
+                        let stream = api::subscribe_raw(&conn, req).await.map_err(|e| e.to_string())?;
                         tokio::spawn(read_frames(stream, n))
                     }
                 });
@@ -376,7 +374,7 @@ impl ApiSection {
             "\nOne event is {} bytes encoded. A *decoding* subscriber is the generated client, decoding every \
              `SubscribeResponse` into messages (as any consumer generated from the `.proto` does); a *frame-counting* \
              one reads the same \
-             stream keeping each event as the bytes received (`client::subscribe_raw`, as `events --connect` reads \
+             stream keeping each event as the bytes received (`api::subscribe_raw`, as `events --connect` reads \
              it; `LostEvents` are decoded): what the agent delivers, without the client's decoding. Both share this machine's CPUs with the \
              publisher and the server. \"Delivered rate\" is events received divided by the time from subscribing \
              to the stream's end (it includes the wait for the publisher; for the paced runs it is bounded by the \

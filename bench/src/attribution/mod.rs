@@ -3,13 +3,13 @@
 //! no root: pure user-space arithmetic, timed per call.
 use std::{collections::BTreeMap, fmt::Write, hint::black_box, time::Instant};
 
-use tracer_user::{
+use tracer_client::attribution_table::render_attribution;
+use tracer_core::{
     attribution::{
         AttributionInput, Attributor, ContainerInput, ContainerKey, GpuInput, GpuRequest, ProcessInput,
         input::{EnergyInput, EnergySource},
     },
     config::AttributionSettings,
-    export::attribution_table::render_attribution,
     nvml::model::MemoryInfo,
 };
 
@@ -105,11 +105,11 @@ pub(crate) fn settings() -> AttributionSettings {
 pub(crate) fn fill_history(
     a: &mut Attributor,
     settings: &AttributionSettings,
-) -> (u64, tracer_user::attribution::AttributionSnapshot) {
+) -> (u64, tracer_core::attribution::AttributionSnapshot) {
     let mut t0 = 1_700_000_000 * SEC;
     let mut last = None;
-    let bucket_s = settings.rightsizing_window_s / tracer_user::attribution::attributor::HISTORY_BUCKETS as u64;
-    for t in 0..tracer_user::attribution::attributor::HISTORY_BUCKETS as u64 {
+    let bucket_s = settings.rightsizing_window_s / tracer_core::attribution::attributor::HISTORY_BUCKETS as u64;
+    for t in 0..tracer_core::attribution::attributor::HISTORY_BUCKETS as u64 {
         let input = node(t, t0, bucket_s * SEC);
         last = Some(black_box(a.update(&input)));
         t0 += bucket_s * SEC;
@@ -163,7 +163,7 @@ fn measure(updates: usize) -> AttributionMeasured {
     }
 }
 
-fn serde_json_len(s: &tracer_user::attribution::AttributionSnapshot) -> usize {
+fn serde_json_len(s: &tracer_core::attribution::AttributionSnapshot) -> usize {
     serde_json::to_vec(s).map_or(0, |j| j.len())
 }
 
@@ -188,7 +188,7 @@ impl AttributionSection {
         let _ = writeln!(s, "## 6. Attribution engine per interval\n");
         let _ = writeln!(
             s,
-            "**Method.** `tracer_user::attribution::Attributor::update` on a synthetic node of {GPUS} H200 GPUs × \
+            "**Method.** `tracer_core::attribution::Attributor::update` on a synthetic node of {GPUS} H200 GPUs × \
              {CONTAINERS_PER_GPU} containers (one process each with NVML memory and SM samples, both ledgers and launch \
              counts, a request; one host process per GPU), price per node-hour set, default policy (memory-time, unused \
              cost as lines). The rightsizing history is filled first (one interval per history bucket over the whole \

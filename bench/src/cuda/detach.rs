@@ -9,11 +9,11 @@
 use std::{fmt::Write as _, path::Path, time::Instant};
 
 use anyhow::{Result, bail};
-use tracer_user::{
+use tracer_agent::probe::Probes;
+use tracer_core::{
     config::{Config, CudaAttach, Families},
     decode,
     model::probes::FamilyStatus,
-    probe::Probes,
 };
 
 use super::LibInfo;

@@ -15,16 +15,18 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use tracer_common::{TracerConfig, cuda_entry, map_names, probe, prog_names};
-use tracer_user::{
-    config::{AttachMode, Config, Families},
+use tracer_agent::{
     cuda::placement::{self, ProbePlacement},
+    pipeline::Agent,
+};
+use tracer_common::{TracerConfig, cuda_entry, map_names, probe, prog_names};
+use tracer_core::{
+    config::{AttachMode, Config, Families},
     decode::Event,
     model::{
         EventContext,
         counters::{KernelCounters, ProbeCounters},
     },
-    pipeline::Agent,
 };
 
 use crate::{Ctx, agent_config, agent_run, progress, report::Timing, sys, values};
@@ -286,13 +288,13 @@ fn symbol_probe(lib: &Path) -> Result<Ebpf> {
         // cuda_count writes no record: keep the ring buffer at its smallest.
         .map_max_entries(map_names::EVENTS, 4096)
         .map_max_entries(map_names::BULK_EVENTS, 4096)
-        .map_max_entries(map_names::TRACKED_TGIDS, tracer_user::source::tracked::entries_for_pid_max())
-        .load(tracer_user::probe::EBPF_OBJECT)
+        .map_max_entries(map_names::TRACKED_TGIDS, tracer_agent::source::tracked::entries_for_pid_max())
+        .load(tracer_agent::probe::EBPF_OBJECT)
         .context("loading the eBPF object")?;
     {
         let m = ebpf.map_mut(map_names::CONFIG).context("CONFIG map missing")?;
         let mut a: Array<&mut MapData, TracerConfig> = Array::try_from(m)?;
-        a.set(0, tracer_user::probe::tracer_config(&Config::default()), 0)?;
+        a.set(0, tracer_agent::probe::tracer_config(&Config::default()), 0)?;
     }
     let p: &mut UProbe =
         ebpf.program_mut(prog_names::CUDA_COUNT).context("cuda_count missing from the object")?.try_into()?;
@@ -307,12 +309,12 @@ fn symbol_probe(lib: &Path) -> Result<Ebpf> {
 
 /// `cuLaunchKernel` calls of `tgid` in the object's `CUDA_COUNTS`, and the `cuda_call` counters.
 fn kernel_counts(ebpf: &Ebpf, tgid: u32) -> Result<(u64, ProbeCounters)> {
-    let calls = tracer_user::source::cuda_counts::read(ebpf)
+    let calls = tracer_agent::source::cuda_counts::read(ebpf)
         .iter()
         .filter(|(k, _)| k.tgid == tgid && k.entry == cuda_entry::LAUNCH_KERNEL)
         .map(|(_, c)| c.calls)
         .sum();
-    let kc = tracer_user::source::counters::read(ebpf).context("reading COUNTERS")?;
+    let kc = tracer_agent::source::counters::read(ebpf).context("reading COUNTERS")?;
     Ok((calls, kc.get(counter_name())))
 }
 
@@ -403,7 +405,7 @@ fn sub_counters(a: &ProbeCounters, b: &ProbeCounters) -> ProbeCounters {
 /// The cgroup v2 id of this process (its children's, the workers', too).
 fn own_cgroup_id() -> Result<u64> {
     use std::os::unix::fs::MetadataExt as _;
-    use tracer_user::proc;
+    use tracer_agent::proc;
     let root = proc::cgroup2_mount(Path::new("/proc")).context("no cgroup2 mount")?;
     let rel = proc::cgroup2_path(Path::new("/proc"), std::process::id()).context("no cgroup v2 path")?;
     let dir = root.join(rel.trim_start_matches('/'));

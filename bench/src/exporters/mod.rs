@@ -36,24 +36,24 @@ use opentelemetry_proto::tonic::collector::{
         metrics_service_server::{MetricsService, MetricsServiceServer},
     },
 };
-use tracer_user::{
+use tracer_agent::export::{
+    api::{
+        hub::EventHub,
+        listen::{self, ListenSettings},
+        service::ApiState,
+    },
+    http::{HealthSettings, ServeState},
+    metrics::{ExpositionFormat, MetricsRegistry},
+    otlp::{
+        OtlpExporter, OtlpProtocol, OtlpSettings, ResourceInfo,
+        metrics::{MAX_POINTS_PER_REQUEST, MetricBuilder, point_count},
+    },
+};
+use tracer_client::api::{self, ConnectSettings};
+use tracer_core::{
     config::{
         api::{ApiAddr, HubSettings},
         otlp::DEFAULT_EVENT_KINDS,
-    },
-    export::{
-        api::{
-            client::{self, ConnectSettings},
-            hub::EventHub,
-            listen::{self, ListenSettings},
-            service::ApiState,
-        },
-        http::{HealthSettings, ServeState},
-        metrics::{ExpositionFormat, MetricsRegistry},
-        otlp::{
-            OtlpExporter, OtlpProtocol, OtlpSettings, ResourceInfo,
-            metrics::{MAX_POINTS_PER_REQUEST, MetricBuilder, point_count},
-        },
     },
     model::AgentSnapshot,
     wire::filter::EventKey,
@@ -184,7 +184,7 @@ impl Drop for Receiver {
 /// The exporter's settings: gRPC to `endpoint`, a metric export every `interval`, the default
 /// event kinds as log records when `logs`, everything else as the defaults.
 fn otlp_settings(endpoint: String, interval: Duration, logs: bool) -> Result<OtlpSettings> {
-    let cfg = tracer_user::export::otlp::OtlpConfig {
+    let cfg = tracer_agent::export::otlp::OtlpConfig {
         endpoint: Some(endpoint),
         protocol: OtlpProtocol::Grpc,
         metric_export_interval_ms: interval.as_millis() as u64,
@@ -384,7 +384,7 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         let text = black_box(registry.encode(s, ExpositionFormat::OpenMetrics)).context("encoding /metrics")?;
         prom.push((sys::thread_cpu_ns() - c0) as f64 / 1e6);
         let c0 = sys::thread_cpu_ns();
-        gzip_bytes = black_box(tracer_user::export::http::gzip(text.as_bytes())).context("gzip")?.len();
+        gzip_bytes = black_box(tracer_agent::export::http::gzip(text.as_bytes())).context("gzip")?.len();
         zip.push((sys::thread_cpu_ns() - c0) as f64 / 1e6);
         prometheus_bytes = text.len();
         prometheus_samples = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
@@ -410,7 +410,7 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         gzip_ms: sys::median(&zip),
         gzip_bytes,
         prometheus_bytes_cgroup_always: MetricsRegistry::new()
-            .with_cgroup_label(tracer_user::config::CgroupLabel::Always)
+            .with_cgroup_label(tracer_core::config::CgroupLabel::Always)
             .encode(&pool[0], ExpositionFormat::OpenMetrics)
             .context("encoding /metrics")?
             .len(),
@@ -464,7 +464,7 @@ fn node_events() -> Vec<v1::Event> {
     (0..1024u64)
         .map(|i| {
             let mut ev = crate::api::sample_event(i);
-            let key = tracer_user::attribution::ContainerKey(10_000 + (i * 37) % (GPUS * CONTAINERS_PER_GPU));
+            let key = tracer_core::attribution::ContainerKey(10_000 + (i * 37) % (GPUS * CONTAINERS_PER_GPU));
             let (pod_uid, container_id, path) = node::cgroup_of(key);
             if let Some(h) = ev.header.as_mut() {
                 h.cgroup_id = key.0;
@@ -502,7 +502,7 @@ fn node_events() -> Vec<v1::Event> {
 /// Prints `start`, `ready` and `end` readings (VmRSS, VmHWM, RssAnon kB) and a `stats` line.
 pub fn rss_main(args: &[String]) -> Result<()> {
     // As `gpu-tracer` does first thing.
-    tracer_user::memory::tune();
+    tracer_agent::memory::tune();
     let [endpoint, socket, subscribers, intervals, interval_ms, rate] = args else {
         bail!("usage: __exporters_rss <endpoint|-> <socket> <subscribers> <intervals> <interval ms> <events/s>")
     };
@@ -517,7 +517,7 @@ pub fn rss_main(args: &[String]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let hub = Arc::new(EventHub::new(HubSettings::default()));
     let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
-    let state = Arc::new(ApiState::new(hub.clone(), serve.clone(), tracer_user::probe::nvml_only_report()));
+    let state = Arc::new(ApiState::new(hub.clone(), serve.clone(), tracer_agent::probe::nvml_only_report()));
     let listen = ListenSettings { addr: ApiAddr::Unix(PathBuf::from(socket)), tls: None, token: None };
     let server = rt.block_on(listen::serve(&listen, state)).context("starting the API server")?;
     let registry = MetricsRegistry::new();
@@ -603,7 +603,7 @@ fn subscribe(socket: PathBuf, n: usize) -> std::thread::JoinHandle<Result<Vec<(u
             let conn = ConnectSettings { addr: ApiAddr::Unix(socket), token: None, tls_ca: None, tls_domain: None };
             let mut tasks = Vec::new();
             for _ in 0..n {
-                let mut c = client::connect(&conn).await.map_err(|e| e.to_string())?;
+                let mut c = api::connect(&conn).await.map_err(|e| e.to_string())?;
                 let req = v1::SubscribeRequest { follow: true, ..Default::default() };
                 let mut stream = c.subscribe(req).await.map_err(|e| e.to_string())?.into_inner();
                 tasks.push(tokio::spawn(async move {
@@ -886,7 +886,7 @@ fn render_rss(s: &mut String, runs: &[Result<RssRun, String>], interval_ms: u64)
         s,
         "**Agent-side memory with the exporters on.** A child process of the bench (`__exporters_rss`; no eBPF, \
          nothing else of the bench) does what the agent's export side does on this node (with the agent's allocator \
-         settings, `tracer_user::memory::tune`), every {interval_ms} ms (the agent's default snapshot interval) for {intervals} intervals: builds the next snapshot (the attributor \
+         settings, `tracer_agent::memory::tune`), every {interval_ms} ms (the agent's default snapshot interval) for {intervals} intervals: builds the next snapshot (the attributor \
          was fed the full rightsizing window first), encodes `/metrics` for it (a scrape every interval) and \
          publishes it; meanwhile it publishes {:.0} k events/s (one in {ALLOC_EVERY} an RM allocation, the \
          others RM control calls, each with a pod identity) to the real `EventHub` (default settings: 10 000 \

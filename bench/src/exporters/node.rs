@@ -6,7 +6,7 @@
 //! own counters. What it leaves out: violations, allocation-vs-use rows, the ledger cross-check.
 use std::{collections::BTreeMap, sync::Arc};
 
-use tracer_user::{
+use tracer_core::{
     attribution::{Attributor, ContainerKey, GpuInput},
     config::AttachMode,
     cuda::ledger::{CudaCgroupRow, CudaSnapshot, CudaUsage},

@@ -12,7 +12,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use fake_nvml::{ComputeMode, Device, Process, Scenario, UtilizationSample};
-use tracer_user::{attribution::Attributor, nvml::sampler::NvmlSource};
+use tracer_agent::nvml::sampler::NvmlSource;
+use tracer_core::attribution::Attributor;
 
 use crate::{
     attribution::{CONTAINERS_PER_GPU, GPUS},
@@ -114,7 +115,7 @@ pub fn scenario(processes: u64) -> Scenario {
     s
 }
 
-fn seen(sample: &tracer_user::nvml::model::NvmlSample) -> (usize, usize, usize, usize) {
+fn seen(sample: &tracer_core::nvml::model::NvmlSample) -> (usize, usize, usize, usize) {
     (
         sample.devices.len(),
         sample.devices.iter().map(|d| d.processes.len()).sum(),
@@ -242,7 +243,7 @@ impl NvmlSection {
         let _ = writeln!(s, "## 7. NVML sampling and agent memory at 8 GPUs × 100 containers\n");
         let _ = writeln!(
             s,
-            "**Method.** `tracer_user::nvml::sampler::NvmlSource::sample` (one pass over every device: identity, \
+            "**Method.** `tracer_agent::nvml::sampler::NvmlSource::sample` (one pass over every device: identity, \
              memory, utilization, power, energy, clocks, temperature, compute and MIG mode, the three process lists, \
              process utilization) against the fake `libnvidia-ml.so.1` of tests/fake-nvml with {GPUS} H200s, MIG off, \
              {CONTAINERS_PER_GPU} compute processes each; wall and thread CPU time per pass. **This measures the \

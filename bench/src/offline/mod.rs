@@ -1,10 +1,10 @@
 //! Ring-buffer ingest without the kernel: decode and state-apply throughput on one core, over a
-//! pre-built buffer of realistic records made with `tracer_user::decode::encode`.
+//! pre-built buffer of realistic records made with `tracer_core::decode::encode`.
 use std::hint::black_box;
 
 use anyhow::{Result, bail};
 use tracer_common::nv::{DriverAbi, DriverVersion, class};
-use tracer_user::{
+use tracer_core::{
     decode::{self, Event, Header, IoctlOp, Location, MemoryAlloc, MemoryKind, RmAllocForm, encode},
     state::TracerState,
 };

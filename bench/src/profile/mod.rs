@@ -10,7 +10,8 @@ use std::{
 };
 
 use gpu_tracer_proto::{prost::Message, v1};
-use tracer_user::profile::{Call, Launch, MemoryCall, MemoryKind, Process, Recording, Target, html, perfetto, summary};
+use tracer_client::profile::{html, perfetto, summary};
+use tracer_core::profile::{Call, Launch, MemoryCall, MemoryKind, Process, Recording, Target};
 
 /// Launches in the synthetic recording (a tenth with --quick).
 const LAUNCHES: u64 = 1_000_000;

@@ -1,7 +1,7 @@
 //! The measurements of one run, rendered as the Markdown report (stdout and `docs/benchmarks.md`).
 use std::{fmt::Write as _, time::Duration};
 
-use tracer_user::config::AttachMode;
+use tracer_core::config::AttachMode;
 
 use crate::{
     Ctx,
@@ -515,7 +515,7 @@ impl Report<'_> {
              by its CPU time, as in section 1; wall clock alongside): a \
              48-byte `NVOS64_PARAMETERS` with `hClass = 0x40` and `pAllocParms` pointing at a valid 128-byte \
              `NV_MEMORY_ALLOCATION_PARAMS`, so the kernel side copies the main window and follows the nested pointer (driver \
-             layouts of 550.54.15: 128 nested bytes). The agent is a real `tracer_user::pipeline::Agent` draining the ring \
+             layouts of 550.54.15: 128 nested bytes). The agent is a real `tracer_agent::pipeline::Agent` draining the ring \
              buffer in its own thread on the other CPU, decoding and applying every record as in production (driver and \
              lifecycle families; the cuda family is section 5's). bpftrace runs \
              `{}` (started, awaited until attached, then measured). {} rounds; in each, every configuration is started, \
@@ -646,7 +646,7 @@ impl Report<'_> {
         let _ = writeln!(s, "### 3a. Offline: decode and state apply on one core\n");
         let _ = writeln!(
             s,
-            "**Method.** A buffer of records built with `tracer_user::decode::encode` (checked to decode back to the same \
+            "**Method.** A buffer of records built with `tracer_core::decode::encode` (checked to decode back to the same \
              events), laid out 8-byte aligned as in the ring buffer, replayed 5 times on CPU {}; median pass. \"decode\" is \
              `decode::decode` alone; \"decode + state apply\" adds `TracerState::apply` (the ledger), as the pipeline does per \
              record before enrichment and export. **Goal:** ≥ 1 M events/s.\n",
@@ -972,8 +972,8 @@ impl Report<'_> {
              with such an instruction; the agent's placement moves past it. On the `push` variant all three probe the \
              same instruction, and what differs is the programs' own work. Per-event mode adds a ring-buffer record per \
              launch to the count.\n",
-            tracer_user::config::Config::default().wakeup_every,
-            tracer_user::config::Config::default().drain_interval_ms
+            tracer_core::config::Config::default().wakeup_every,
+            tracer_core::config::Config::default().drain_interval_ms
         );
     }
 }
@@ -1202,7 +1202,7 @@ impl Report<'_> {
              placement has to beat); **bpftrace** — `{}` (also at the symbol address; started, awaited until attached, \
              then measured). {} rounds; in each, every configuration of every library is attached, measured and \
              detached. Counts, read after the child exited: for the agent, the launches its CUDA snapshot holds for the \
-             child's tgid (its `CUDA_COUNTS` rows, read with `tracer_user::source::cuda_counts::read`), the per-event \
+             child's tgid (its `CUDA_COUNTS` rows, read with `tracer_agent::source::cuda_counts::read`), the per-event \
              records its sink received for that tgid, and the probes' kernel counters: `cuda_call` (every counted \
              entry point the child called, so the fakes' `cuDevicePrimaryCtxRetain` and `cuModuleGetFunction` too; seen \
              must equal aggregated + dropped) and `cuda_launch` (the records: seen must equal emitted + dropped); for \

@@ -13,12 +13,12 @@ use std::{
     time::Instant,
 };
 
-use tracer_common::NVIDIA_MAJOR;
-use tracer_user::{
+use tracer_agent::{
     enrich::Enricher,
     probe::devcheck::{Accepted, simulated_files},
     source::procscan,
 };
+use tracer_common::NVIDIA_MAJOR;
 
 use crate::sys;
 

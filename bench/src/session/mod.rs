@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use gpu_tracer_proto::v1;
 use gpu_tracer_tests::{FakeDriver, Workload, fake_libcuda, harness::locate_binary};
-use tracer_user::export::api::client::{self, ConnectSettings};
+use tracer_client::api::{self, ConnectSettings};
 
 use crate::progress;
 
@@ -126,7 +126,7 @@ fn measure(quick: bool) -> Result<Measured> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut grpc = loop {
         if sock.exists()
-            && let Ok(c) = rt.block_on(client::connect(&conn))
+            && let Ok(c) = rt.block_on(api::connect(&conn))
         {
             break c;
         }
@@ -237,7 +237,7 @@ fn measure(quick: bool) -> Result<Measured> {
         tls_domain: None,
     };
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !(sock2.exists() && rt.block_on(client::connect(&conn2)).is_ok()) {
+    while !(sock2.exists() && rt.block_on(api::connect(&conn2)).is_ok()) {
         if Instant::now() > deadline {
             bail!("the agent did not serve {api2} within 120 s");
         }
@@ -252,7 +252,7 @@ fn measure(quick: bool) -> Result<Measured> {
         std::thread::spawn(move || -> Result<(u64, u64)> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async {
-                let mut grpc = client::connect(&conn2).await?;
+                let mut grpc = api::connect(&conn2).await?;
                 let mut stream = grpc
                     .profile(v1::ProfileRequest {
                         target: Some(v1::profile_request::Target::Pid(pid)),
@@ -281,7 +281,7 @@ fn measure(quick: bool) -> Result<Measured> {
     let session = rx.recv_timeout(Duration::from_secs(30)).context("the timed session did not start")?;
     progress("13: timed calls in a profiling session (per-event)");
     measure_calls(&mut w, TimedConfig::PerEvent)?;
-    let mut grpc2 = rt.block_on(client::connect(&conn2))?;
+    let mut grpc2 = rt.block_on(api::connect(&conn2))?;
     rt.block_on(grpc2.end_profile(v1::EndProfileRequest { session_id: session }))?;
     let (calls, lost) = reader.join().map_err(|_| anyhow::anyhow!("the session reader panicked"))??;
     m.timed_events = (calls, lost, n * (LOOPS * CALLS.len()) as u64);
@@ -310,13 +310,12 @@ fn measure(quick: bool) -> Result<Measured> {
 /// For 5 launches made after every session ended: the launch events a plain subscriber receives
 /// (0 when per-event mode is off), and the launches the kernel's counts report (launch batches).
 fn launches_after_end(rt: &tokio::runtime::Runtime, conn: &ConnectSettings, w: &mut Workload) -> Result<(u64, u64)> {
-    let mut sub =
-        rt.block_on(client::subscribe_raw(conn, v1::SubscribeRequest { follow: true, ..Default::default() }))?;
+    let mut sub = rt.block_on(api::subscribe_raw(conn, v1::SubscribeRequest { follow: true, ..Default::default() }))?;
     w.ok("cuda-launch 5")?;
     let (mut events, mut counted) = (0, 0);
     let until = tokio::time::Instant::now() + Duration::from_secs(3);
     rt.block_on(async {
-        while let Ok(Ok(Some(client::Received::Event(e)))) = tokio::time::timeout_at(until, sub.message()).await {
+        while let Ok(Ok(Some(api::Received::Event(e)))) = tokio::time::timeout_at(until, sub.message()).await {
             match e.event().and_then(|ev| ev.payload) {
                 Some(v1::event::Payload::CudaLaunch(_)) => events += 1,
                 Some(v1::event::Payload::CudaLaunchBatch(b)) => counted += b.launches,

@@ -661,7 +661,7 @@ fn check_against_driver(frame: &[String], driver_used: &[u64]) -> (String, bool)
     let truth: Vec<String> = driver_used
         .iter()
         .enumerate()
-        .map(|(i, b)| format!("gpu{i} {}", tracer_user::format::human_bytes(*b)))
+        .map(|(i, b)| format!("gpu{i} {}", tracer_core::format::human_bytes(*b)))
         .collect();
     let truth = truth.join(" | ");
     let Some(seen) = per_gpu(frame) else {
@@ -801,7 +801,7 @@ fn check_cuda(frame: &[String], pods: &[PodCuda]) -> (Vec<String>, bool) {
             cell(row.map(|r| r.launches.to_string())),
             p.graphs.upper,
             cell(row.map(|r| r.graphs.to_string())),
-            tracer_user::format::human_bytes(p.device_bytes),
+            tracer_core::format::human_bytes(p.device_bytes),
             cell(row.map(|r| r.mem_text.clone())),
         ));
         let Some(row) = row else {
@@ -1100,7 +1100,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let tracer = match &args.tracer {
         Some(t) => t.clone(),
         None => locate_binary("gpu-tracer")
-            .context("`cargo build --release -p tracer-user` builds gpu-tracer (or pass --tracer)")?,
+            .context("`cargo build --release -p gpu-tracer` builds gpu-tracer (or pass --tracer)")?,
     };
     let libcuda = PathBuf::from(FAKE_LIBCUDA_DIR).join(LIBCUDA_VARIANT).join("libcuda.so.1");
     if !libcuda.is_file() {

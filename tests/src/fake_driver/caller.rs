@@ -47,7 +47,7 @@ impl ProcessCaller {
 
 /// The thread-group id of thread `tid`, from `/proc/TID/status`.
 pub fn tgid_of(tid: u32) -> Option<u32> {
-    u32::try_from(tracer_user::proc::status(std::path::Path::new("/proc"), tid).ok()?.tgid).ok()
+    u32::try_from(tracer_agent::proc::status(std::path::Path::new("/proc"), tid).ok()?.tgid).ok()
 }
 
 impl Caller for ProcessCaller {

@@ -111,7 +111,7 @@ pub struct MountEntry {
 
 /// The current mount table, from `/proc/self/mountinfo` (read as the agent reads it).
 pub fn mount_table() -> Vec<MountEntry> {
-    tracer_user::proc::mounts(Path::new("/proc"))
+    tracer_agent::proc::mounts(Path::new("/proc"))
         .into_iter()
         .map(|m| MountEntry { point: m.point, fstype: m.fs_type, source: m.source.unwrap_or_default() })
         .collect()

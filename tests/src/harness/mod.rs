@@ -92,17 +92,17 @@ pub fn require_root() {
 /// Whether the running kernel is `major.minor` or newer (`/proc/sys/kernel/osrelease`); what a
 /// test expects where kernels differ (multi-uprobe links: 6.6).
 pub fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = tracer_user::proc::kernel_release();
+    let release = tracer_agent::proc::kernel_release();
     let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
     matches!((it.next(), it.next()), (Some(a), Some(b)) if (a, b) >= (major, minor))
 }
 
 /// How `cuda_attach = "auto"` attaches on the running kernel: multi-uprobe links from 6.6.
-pub fn auto_cuda_method() -> tracer_user::model::probes::Method {
+pub fn auto_cuda_method() -> tracer_core::model::probes::Method {
     if kernel_at_least(6, 6) {
-        tracer_user::model::probes::Method::UprobeMulti
+        tracer_core::model::probes::Method::UprobeMulti
     } else {
-        tracer_user::model::probes::Method::PerfEvent
+        tracer_core::model::probes::Method::PerfEvent
     }
 }
 

@@ -478,7 +478,7 @@ fn kubectl() -> anyhow::Result<Outcome> {
     Ok(Outcome::Installed)
 }
 
-/// The real arm64 libcuda for the arm64 placement tests (tracer-user `cuda::placement::aarch64`):
+/// The real arm64 libcuda for the arm64 placement tests (tracer-agent `cuda::placement::aarch64`):
 /// `libcuda1:arm64` downloaded with a private apt configuration ([`Arm64Apt`]) and unpacked, never
 /// installed (on this machine, it runs only inside the arm64 guest of `cargo xtask arm64`).
 fn arm64_libcuda() -> anyhow::Result<Outcome> {

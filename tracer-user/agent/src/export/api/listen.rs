@@ -1,0 +1,175 @@
+//! Where the API listens: a Unix socket (the default, mode 0660) or TCP (TLS required off
+//! loopback), with an optional bearer token; and the server's start and bounded stop.
+use std::{
+    net::SocketAddr,
+    os::unix::fs::{FileTypeExt, PermissionsExt},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use gpu_tracer_proto::{
+    tonic::{
+        self,
+        transport::{Identity, Server, ServerTlsConfig},
+    },
+    v1::gpu_tracer_server::GpuTracerServer,
+};
+use tokio::{sync::oneshot, task::JoinHandle};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+
+use super::service::{ApiService, ApiState, BearerToken};
+use tracer_core::config::api::ApiAddr;
+
+/// The largest request the agent decodes (requests are filters: small).
+const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// How the API is served.
+#[derive(Clone, Debug)]
+pub struct ListenSettings {
+    pub addr: ApiAddr,
+    /// PEM certificate chain and key for TLS (TCP only).
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// The bearer token every call must carry.
+    pub token: Option<String>,
+}
+
+/// Why the API could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("cannot listen on {addr}: {source}\n  hint: {hint}")]
+    Bind { addr: ApiAddr, source: std::io::Error, hint: String },
+    #[error(
+        "{0}: another process is serving on this socket (a second gpu-tracer agent?)\n  hint: stop it, or give this one another --grpc-listen"
+    )]
+    InUse(PathBuf),
+    #[error("{0} exists and is not a socket; remove it or choose another --grpc-listen path")]
+    NotASocket(PathBuf),
+    #[error(
+        "{0}: plain TCP off loopback would carry events and tokens in clear\n  hint: set api.tls_cert and api.tls_key, or listen on 127.0.0.1 / a unix socket"
+    )]
+    NeedsTls(SocketAddr),
+    #[error("reading the TLS {what} {path}: {source}")]
+    TlsFile { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("TLS setup: {0}")]
+    Tls(String),
+}
+
+/// The running API server.
+#[derive(Debug)]
+pub struct ApiServer {
+    /// Where it listens (the bound port for `tcp://…:0`).
+    pub addr: ApiAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), String>>,
+    socket: Option<PathBuf>,
+}
+
+impl ApiServer {
+    /// Stops accepting, ends open streams (the hub must be closed by the caller), waits at most
+    /// `deadline` for calls in flight, and removes the socket file.
+    pub async fn shutdown(self, deadline: Duration) {
+        let _ = self.stop.send(());
+        let mut task = self.task;
+        if tokio::time::timeout(deadline, &mut task).await.is_err() {
+            tracing::warn!(?deadline, "API calls still open at the shutdown deadline: dropped");
+            task.abort();
+        }
+        if let Some(p) = self.socket {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Binds `settings.addr` and serves the API over `state` until [`ApiServer::shutdown`].
+pub async fn serve(settings: &ListenSettings, state: Arc<ApiState>) -> Result<ApiServer, ListenError> {
+    let token = settings.token.as_deref().map(BearerToken::new);
+    let server = GpuTracerServer::new(ApiService::new(state)).max_decoding_message_size(MAX_REQUEST_BYTES);
+    let service = tonic::service::interceptor::InterceptedService::new(server, move |req| match &token {
+        Some(t) => t.check(req),
+        None => Ok(req),
+    });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let signal = async {
+        let _ = stopped.await;
+    };
+    let mut builder = Server::builder().http2_keepalive_interval(Some(Duration::from_secs(30)));
+    match &settings.addr {
+        ApiAddr::Unix(path) => {
+            let listener = bind_unix(path)?;
+            let router = builder.add_service(service);
+            let task = tokio::spawn(async move {
+                router
+                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+            Ok(ApiServer { addr: settings.addr.clone(), stop, task, socket: Some(path.clone()) })
+        }
+        ApiAddr::Tcp(addr) => {
+            if let Some((cert, key)) = &settings.tls {
+                builder = builder.tls_config(tls_config(cert, key)?).map_err(|e| ListenError::Tls(e.to_string()))?;
+            } else if !addr.ip().is_loopback() {
+                return Err(ListenError::NeedsTls(*addr));
+            }
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ListenError::Bind {
+                addr: settings.addr.clone(),
+                hint: "choose a free port, or an address of this host".into(),
+                source,
+            })?;
+            let bound = listener.local_addr().unwrap_or(*addr);
+            let router = builder.add_service(service);
+            let task = tokio::spawn(async move {
+                router
+                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+            Ok(ApiServer { addr: ApiAddr::Tcp(bound), stop, task, socket: None })
+        }
+    }
+}
+
+fn tls_config(cert: &Path, key: &Path) -> Result<ServerTlsConfig, ListenError> {
+    let read = |what, path: &Path| {
+        std::fs::read(path).map_err(|source| ListenError::TlsFile { what, path: path.into(), source })
+    };
+    Ok(ServerTlsConfig::new().identity(Identity::from_pem(read("certificate", cert)?, read("key", key)?)))
+}
+
+/// Binds the socket with mode 0660 from the start: bound under a temporary name, made 0660, then
+/// renamed into place, so it is never reachable with the umask's mode. A stale socket (no one
+/// listening) is replaced; a live one is an error.
+fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ListenError> {
+    let addr = ApiAddr::Unix(path.into());
+    let bind_err = |source: std::io::Error, hint: String| ListenError::Bind { addr: addr.clone(), source, hint };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            bind_err(
+                e,
+                format!("create {} (the agent runs as root on a node), or choose another --grpc-listen", dir.display()),
+            )
+        })?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Err(ListenError::InUse(path.into())),
+            Err(_) => {
+                let _ = std::fs::remove_file(path);
+            }
+        },
+        Ok(_) => return Err(ListenError::NotASocket(path.into())),
+        Err(_) => {}
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener =
+        tokio::net::UnixListener::bind(&tmp).map_err(|e| bind_err(e, "check the directory's permissions".into()))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o660))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(bind_err(e, "check the directory's permissions".into()));
+    }
+    Ok(listener)
+}

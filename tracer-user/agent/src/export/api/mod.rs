@@ -1,0 +1,12 @@
+//! The agent's gRPC API (`proto/gputracer/v1/api.proto`, service `gputracer.v1.GpuTracer`).
+//!
+//! - [`hub`]: every event the agent emits, fanned out to subscribers with a bounded history;
+//!   a subscriber that falls behind is told how many events it lost, the agent never waits.
+//!
+//! The subscription filters and the snapshot and status as messages are `tracer_core::wire`'s.
+pub mod hub;
+pub mod listen;
+pub mod service;
+
+#[cfg(test)]
+mod tests;

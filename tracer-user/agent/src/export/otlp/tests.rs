@@ -1,0 +1,684 @@
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use gpu_tracer_proto::v1;
+use opentelemetry_proto::tonic::{
+    collector::metrics::v1::ExportMetricsServiceRequest,
+    common::v1::any_value::Value as AnyV,
+    metrics::v1::{ResourceMetrics, ScopeMetrics, metric},
+};
+
+use super::{metrics::*, *};
+use crate::export::metrics::tests::sample_snapshot;
+use tracer_core::config::otlp::*;
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+    move |k| m.get(k).cloned()
+}
+
+#[test]
+fn off_unless_an_endpoint_is_set() {
+    assert_eq!(OtlpSettings::resolve(&OtlpConfig::default(), env(&[])).unwrap(), None);
+    // A protocol alone does not turn it on.
+    assert_eq!(OtlpSettings::resolve(&OtlpConfig::default(), env(&[(ENV_PROTOCOL, "grpc")])).unwrap(), None);
+    let cfg = OtlpConfig { endpoint: Some("http://c:4317".into()), ..Default::default() };
+    assert_eq!(OtlpSettings::resolve(&cfg, env(&[(ENV_SDK_DISABLED, "true")])).unwrap(), None);
+}
+
+#[test]
+fn flag_beats_environment_beats_file() {
+    let mut cfg = OtlpConfig {
+        endpoint: Some("http://file:4317".into()),
+        protocol: OtlpProtocol::Grpc,
+        headers: [("a".to_owned(), "file".to_owned()), ("b".to_owned(), "file".to_owned())].into(),
+        metric_export_interval_ms: 30_000,
+        ..Default::default()
+    };
+    let s = OtlpSettings::resolve(&cfg, env(&[])).unwrap().unwrap();
+    assert_eq!(
+        (s.endpoint.as_str(), s.endpoint_source, s.protocol),
+        ("http://file:4317", "otlp.endpoint", OtlpProtocol::Grpc)
+    );
+    assert_eq!(s.metric_export_interval, Duration::from_secs(30));
+
+    let e = env(&[
+        (ENV_ENDPOINT, "http://env:4318/"),
+        (ENV_PROTOCOL, "http/protobuf"),
+        (ENV_HEADERS, "b=env,c=x%20y"),
+        (ENV_RESOURCE_ATTRIBUTES, "deployment.environment=prod"),
+        (ENV_METRIC_EXPORT_INTERVAL, "5000"),
+    ]);
+    let s = OtlpSettings::resolve(&cfg, &e).unwrap().unwrap();
+    assert_eq!(s.endpoint, "http://env:4318");
+    assert_eq!(s.endpoint_source, ENV_ENDPOINT);
+    assert_eq!(s.protocol, OtlpProtocol::HttpProtobuf);
+    assert_eq!(s.headers.get("a").map(String::as_str), Some("file"));
+    assert_eq!(s.headers.get("b").map(String::as_str), Some("env"));
+    assert_eq!(s.headers.get("c").map(String::as_str), Some("x y"));
+    assert_eq!(s.resource_attributes.get("deployment.environment").map(String::as_str), Some("prod"));
+    assert_eq!(s.metric_export_interval, Duration::from_secs(5));
+
+    cfg.flags = OtlpFlags { endpoint: Some("http://flag:4317".into()), protocol: Some(OtlpProtocol::Grpc) };
+    let s = OtlpSettings::resolve(&cfg, &e).unwrap().unwrap();
+    assert_eq!(
+        (s.endpoint.as_str(), s.endpoint_source, s.protocol),
+        ("http://flag:4317", "--otlp-endpoint", OtlpProtocol::Grpc)
+    );
+}
+
+#[test]
+fn the_config_file_section_parses_with_defaults() {
+    let (cfg, warnings) = tracer_core::config::Config::from_toml(
+        "[otlp]\nendpoint = \"http://collector:4318\"\nprotocol = \"http/protobuf\"\nevents = [\"violation\"]\n",
+    )
+    .unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    cfg.validate().unwrap();
+    assert_eq!(cfg.otlp.protocol, OtlpProtocol::HttpProtobuf);
+    assert_eq!(cfg.otlp.timeout_ms, 10_000);
+    let s = OtlpSettings::resolve(&cfg.otlp, env(&[])).unwrap().unwrap();
+    assert_eq!(s.event_kinds.iter().copied().collect::<Vec<_>>(), vec![v1::EventKind::Violation as i32]);
+    // A typo in the section is an error, not an exporter silently off.
+    assert!(tracer_core::config::Config::from_toml("[otlp]\nendpiont = \"http://c:4317\"\n").is_err());
+    assert!(tracer_core::config::Config::from_toml("[otlp]\nprotocol = \"http\"\n").is_err());
+}
+
+/// The `Subscribe` filters, in TOML: the kinds kept are further narrowed by `include` / `exclude`.
+#[test]
+fn event_filters_from_the_config_narrow_what_is_exported() {
+    let (cfg, _) = tracer_core::config::Config::from_toml(
+        "[otlp]\nendpoint = \"http://c:4317\"\nevents = [\"violation\", \"rm_alloc\"]\n\
+         [[otlp.exclude]]\nnamespace = [\"kube-system\"]\n[[otlp.exclude]]\nkind = [\"rm_alloc\"]\ngpu = [\"1\"]\n",
+    )
+    .unwrap();
+    cfg.validate().unwrap();
+    let s = OtlpSettings::resolve(&cfg.otlp, env(&[])).unwrap().unwrap();
+    let violation = |ns: &str| v1::Event {
+        payload: Some(v1::event::Payload::Violation(v1::Violation { namespace: ns.into(), ..Default::default() })),
+        ..violation_event()
+    };
+    assert!(s.filters.matches(&violation("ml")));
+    assert!(!s.filters.matches(&violation("kube-system")), "excluded by namespace");
+    // A kind name that does not exist, or a field that does not, is refused with the reason.
+    let bad = tracer_core::config::Config::from_toml("[otlp]\n[[otlp.include]]\nkind = [\"rm_alocc\"]\n").unwrap().0;
+    let e = bad.otlp.validate().unwrap_err();
+    assert!(e.why.contains("rm_alocc") && e.why.contains("rm_alloc"), "{e}");
+    assert!(tracer_core::config::Config::from_toml("[otlp]\n[[otlp.include]]\nnamespaces = [\"x\"]\n").is_err());
+}
+
+#[test]
+fn bad_values_name_the_key_and_the_fix() {
+    let on = OtlpConfig { endpoint: Some("http://c:4317".into()), ..Default::default() };
+    /// (file section, environment, the key the error names, what the message says)
+    type Case<'a> = (OtlpConfig, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (on.clone(), vec![(ENV_PROTOCOL, "http/json")], ENV_PROTOCOL, "grpc` or `http/protobuf"),
+        (on.clone(), vec![(ENV_METRIC_EXPORT_INTERVAL, "10s")], ENV_METRIC_EXPORT_INTERVAL, "milliseconds"),
+        (on.clone(), vec![(ENV_METRIC_EXPORT_INTERVAL, "5")], ENV_METRIC_EXPORT_INTERVAL, "between"),
+        (on.clone(), vec![(ENV_HEADERS, "api-key")], ENV_HEADERS, "key=value"),
+        (on.clone(), vec![(ENV_RESOURCE_ATTRIBUTES, "a=%zz")], ENV_RESOURCE_ATTRIBUTES, "%XX"),
+        (OtlpConfig::default(), vec![(ENV_ENDPOINT, "collector:4317")], ENV_ENDPOINT, "http://HOST:PORT"),
+        (on.clone(), vec![(ENV_CERTIFICATE, "/etc/ca.pem")], ENV_CERTIFICATE, "https://"),
+        (
+            OtlpConfig { endpoint: Some("https://c:4317".into()), ..Default::default() },
+            vec![(ENV_CERTIFICATE, "/nonexistent/ca.pem")],
+            ENV_CERTIFICATE,
+            "cannot read it",
+        ),
+        (
+            OtlpConfig {
+                endpoint: Some("https://c:4317".into()),
+                client_certificate: Some("/etc/hostname".into()),
+                ..Default::default()
+            },
+            vec![],
+            "otlp.client_certificate",
+            "both or neither",
+        ),
+        (OtlpConfig { endpoint: Some("ftp://c".into()), ..Default::default() }, vec![], "otlp.endpoint", "http://"),
+        (OtlpConfig { events: vec!["ioctl".into()], ..on.clone() }, vec![], "otlp.events", "rm_alloc"),
+        (OtlpConfig { log_queue: 0, ..on.clone() }, vec![], "otlp.log_queue", "between"),
+    ];
+    for (cfg, e, key, fix) in cases {
+        let err = OtlpSettings::resolve(&cfg, env(&e)).unwrap_err();
+        assert_eq!(err.key, key, "{err}");
+        assert!(err.to_string().contains(fix), "{err} should say {fix:?}");
+    }
+    let mut flagged = OtlpConfig::default();
+    flagged.flags.endpoint = Some("localhost:4317".into());
+    assert_eq!(OtlpSettings::resolve(&flagged, env(&[])).unwrap_err().key, "--otlp-endpoint");
+}
+
+#[test]
+fn exposition_names_and_units_map_to_otel() {
+    assert_eq!(
+        otel_name("gpu_tracer_attribution_memory_bytes", "bytes"),
+        ("gpu_tracer.attribution.memory".into(), "By")
+    );
+    assert_eq!(otel_name("gpu_tracer_container_energy_joules", "joules"), ("gpu_tracer.container.energy".into(), "J"));
+    assert_eq!(otel_name("gpu_tracer_bill", ""), ("gpu_tracer.bill".into(), ""));
+    let f = parse_exposition(
+        "# HELP gpu_tracer_x_bytes X.\n# TYPE gpu_tracer_x_bytes gauge\n# UNIT gpu_tracer_x_bytes bytes\n\
+         gpu_tracer_x_bytes{a=\"q\\\"uo,te\",b=\"\"} 12\n# TYPE gpu_tracer_c counter\ngpu_tracer_c_total 3.5\n# EOF\n",
+    );
+    assert_eq!(f.len(), 2);
+    assert_eq!(f[0].samples, vec![(vec![("a", "q\"uo,te".into()), ("b", "".into())], "12")]);
+    assert_eq!((f[0].unit, &*f[0].help), ("bytes", "X."));
+    assert_eq!(f[1].samples, vec![(vec![], "3.5")]);
+}
+
+/// The sample snapshot of the Prometheus tests as the one request the exporter's parts make.
+fn collected() -> ExportMetricsServiceRequest {
+    let mut snap = sample_snapshot();
+    // The identity the agent resolves from a real container's cgroup.
+    let id = snap.containers.get_mut(&12).unwrap();
+    id.container_id = Some("b".repeat(64));
+    id.pod_uid = Some("22222222-3333-4444-5555-666666666666".into());
+    let snap = Arc::new(snap);
+    let metrics = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics { metrics, ..Default::default() }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn attr(a: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str) -> Option<String> {
+    a.iter().find(|kv| kv.key == k).and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+        AnyV::StringValue(s) => Some(s.clone()),
+        other => Some(format!("{other:?}")),
+    })
+}
+
+/// (attributes, value as f64) of every point of `name`.
+fn points(
+    req: &ExportMetricsServiceRequest,
+    name: &str,
+) -> Vec<(Vec<opentelemetry_proto::tonic::common::v1::KeyValue>, f64)> {
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
+    let mut out = Vec::new();
+    for rm in &req.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for m in sm.metrics.iter().filter(|m| m.name == name) {
+                let dps = match &m.data {
+                    Some(metric::Data::Gauge(g)) => &g.data_points,
+                    Some(metric::Data::Sum(s)) => &s.data_points,
+                    _ => continue,
+                };
+                for dp in dps {
+                    let v = match dp.value {
+                        Some(Value::AsInt(i)) => i as f64,
+                        Some(Value::AsDouble(d)) => d,
+                        None => f64::NAN,
+                    };
+                    out.push((dp.attributes.clone(), v));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_exported() {
+    let req = collected();
+    let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0].metrics.iter().map(|m| m.name.as_str()).collect();
+    let lines = points(&req, "gpu_tracer.attribution.memory");
+    let totals = points(&req, "gpu_tracer.attribution.memory_total");
+    assert!(!totals.is_empty() && !lines.is_empty());
+    for (a, total) in &totals {
+        let gpu = attr(a, "hw.id").unwrap();
+        let sum: f64 = lines.iter().filter(|(l, _)| attr(l, "hw.id").as_deref() == Some(&gpu)).map(|(_, v)| v).sum();
+        assert_eq!(sum, *total, "{gpu}: lines {lines:#?}");
+    }
+    // Every line kind is there, container lines carry the pod's identity.
+    let kinds: std::collections::BTreeSet<String> = lines.iter().filter_map(|(a, _)| attr(a, "line")).collect();
+    assert!(kinds.contains("container") && kinds.contains("free") && kinds.contains("driver_reserved"), "{kinds:?}");
+    let c = lines
+        .iter()
+        .find(|(a, _)| attr(a, "line").as_deref() == Some("container") && attr(a, "k8s.pod.name").is_some())
+        .unwrap_or_else(|| panic!("no named container line: {lines:#?}"));
+    for (k, v) in [
+        ("k8s.namespace.name", "team-b"),
+        ("k8s.pod.name", "serve-1"),
+        ("k8s.container.name", "server"),
+        ("container.id", "b".repeat(64).as_str()),
+        ("k8s.pod.uid", "22222222-3333-4444-5555-666666666666"),
+    ] {
+        assert_eq!(attr(&c.0, k).as_deref(), Some(v), "{k} on {:?}", c.0);
+    }
+    assert_eq!(c.1, (10u64 << 30) as f64);
+    for rm in &req.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let dps: Vec<_> = match &m.data {
+                    Some(metric::Data::Gauge(g)) => g.data_points.iter().map(|d| &d.attributes).collect(),
+                    Some(metric::Data::Sum(s)) => s.data_points.iter().map(|d| &d.attributes).collect(),
+                    _ => vec![],
+                };
+                for a in dps {
+                    for kv in a {
+                        assert!(!FORBIDDEN_KEYS.contains(&kv.key.as_str()), "{}: {}", m.name, kv.key);
+                        assert!(
+                            !matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(AnyV::StringValue(s)) if s.starts_with("/kubepods")),
+                            "{}: a cgroup path in {}",
+                            m.name,
+                            kv.key
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The hardware semantic conventions are there, with hw.type=gpu.
+    for name in ["hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.utilization", "hw.power", "hw.energy"] {
+        let p = points(&req, name);
+        assert!(!p.is_empty(), "{name} missing; have {names:?}");
+        assert!(p.iter().all(|(a, _)| attr(a, "hw.type").as_deref() == Some("gpu")));
+    }
+    // The bill is a monotonic sum.
+    let bill = req.resource_metrics[0].scope_metrics[0].metrics.iter().find(|m| m.name == "gpu_tracer.bill").unwrap();
+    assert!(matches!(&bill.data, Some(metric::Data::Sum(s)) if s.is_monotonic));
+}
+
+#[test]
+fn every_metrics_family_has_an_otlp_metric() {
+    let snap = Arc::new(sample_snapshot());
+    let text = MetricsRegistry::new().encode(&snap, crate::export::metrics::ExpositionFormat::OpenMetrics).unwrap();
+    let metrics = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    let names: std::collections::BTreeSet<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names.len(), metrics.len(), "one metric per name");
+    for f in parse_exposition(&text) {
+        let (name, _) = otel_name(f.name, f.unit);
+        assert!(names.contains(name.as_str()), "{} has no OTLP metric {name}", f.name);
+    }
+}
+
+/// Past `max_series_per_metric` the rest of a metric's series are summed under
+/// `otel.metric.overflow=true`: the total is kept, the series count is bounded.
+#[test]
+fn series_past_the_limit_are_summed_into_one_overflow_series() {
+    let snap = Arc::new(sample_snapshot());
+    let all = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    let capped = MetricBuilder::new(MetricsRegistry::new(), 2).all(&snap);
+    let total = |ms: &[Metric], name: &str| -> (usize, f64) {
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics { metrics: ms.to_vec(), ..Default::default() }],
+                ..Default::default()
+            }],
+        };
+        let p = points(&req, name);
+        (p.len(), p.iter().map(|(_, v)| v).sum())
+    };
+    let (n, sum) = total(&all, "gpu_tracer.attribution.memory");
+    assert!(n > 2, "the sample has several lines: {n}");
+    let (capped_n, capped_sum) = total(&capped, "gpu_tracer.attribution.memory");
+    assert_eq!((capped_n, capped_sum), (2, sum));
+    let m = capped.iter().find(|m| m.name == "gpu_tracer.attribution.memory").unwrap();
+    let Some(metric::Data::Gauge(g)) = &m.data else { panic!("a gauge") };
+    assert!(g.data_points[1].attributes.iter().any(|kv| kv.key == OVERFLOW_KEY));
+}
+
+/// A metric with more points than a request carries is split across requests with its name,
+/// unit and kind on every part.
+#[test]
+fn a_large_metric_splits_across_requests() {
+    let snap = Arc::new(sample_snapshot());
+    let all = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
+    let mut m = all.into_iter().find(|m| point_count(m) >= 3).unwrap();
+    let n = point_count(&m);
+    let rest = split_off(&mut m, 2);
+    assert_eq!((point_count(&m), point_count(&rest)), (2, n - 2));
+    assert_eq!((&rest.name, &rest.unit, &rest.description), (&m.name, &m.unit, &m.description));
+    assert_eq!(std::mem::discriminant(rest.data.as_ref().unwrap()), std::mem::discriminant(m.data.as_ref().unwrap()));
+}
+
+fn violation_event() -> v1::Event {
+    v1::Event {
+        header: Some(v1::Header { kind: v1::EventKind::Violation as i32, wall_time_unix_ns: 1, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_unreachable_collector_costs_counted_drops_and_bounded_memory() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cfg = OtlpConfig {
+        endpoint: Some(format!("http://127.0.0.1:{port}")),
+        metric_export_interval_ms: 100,
+        log_export_interval_ms: 50,
+        timeout_ms: 300,
+        log_queue: 8,
+        log_batch: 4,
+        ..Default::default()
+    };
+    for protocol in [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf] {
+        let settings = OtlpSettings::resolve(&OtlpConfig { protocol, ..cfg.clone() }, env(&[])).unwrap();
+        let x = OtlpExporter::start(settings, &ResourceInfo::default()).unwrap().unwrap();
+        x.publish(Arc::new(sample_snapshot()));
+        // Not exported by default: never queued, never counted.
+        x.offer_event(&v1::Event {
+            header: Some(v1::Header { kind: v1::EventKind::RmControl as i32, ..Default::default() }),
+            ..Default::default()
+        });
+        let t = Instant::now();
+        for _ in 0..1000 {
+            x.offer_event(&violation_event());
+        }
+        assert!(t.elapsed() < Duration::from_millis(200), "offering never waits: {:?}", t.elapsed());
+        let s = x.stats();
+        assert_eq!(s.events_offered, 1000);
+        assert!(s.log_queue_len <= 8);
+        assert!(s.dropped_for("logs") >= 1000 - 8 - 4, "{s:?}");
+        std::thread::sleep(Duration::from_millis(1500));
+        let s = x.stats();
+        let metric_drops: u64 =
+            s.dropped.iter().filter(|d| d.signal == "metrics" && d.reason != "queue_full").map(|d| d.count).sum();
+        assert!(metric_drops > 0, "failed metric exports are counted with their points: {s:?}");
+        assert_eq!(s.metric_points_exported, 0);
+        assert!(s.last_error.is_some());
+        let s = x.shutdown(Duration::from_millis(300));
+        // Everything offered is accounted for: exported (nothing here) or dropped for a reason.
+        assert_eq!(s.log_records_exported + s.dropped_for("logs"), 1000, "{protocol:?}: {s:?}");
+    }
+}
+
+/// A collector over TLS: counts the points and log records it takes.
+mod tls_collector {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    };
+
+    use opentelemetry_proto::tonic::collector::{
+        logs::v1::{
+            ExportLogsServiceRequest, ExportLogsServiceResponse,
+            logs_service_server::{LogsService, LogsServiceServer},
+        },
+        metrics::v1::{
+            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+            metrics_service_server::{MetricsService, MetricsServiceServer},
+        },
+    };
+    use prost::Message as _;
+
+    use super::super::metrics::point_count;
+
+    #[derive(Clone, Default)]
+    pub struct Got(pub Arc<AtomicU64>);
+
+    fn points(r: &ExportMetricsServiceRequest) -> u64 {
+        r.resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+            .map(point_count)
+            .sum::<usize>() as u64
+    }
+
+    #[tonic::async_trait]
+    impl MetricsService for Got {
+        async fn export(
+            &self,
+            r: tonic::Request<ExportMetricsServiceRequest>,
+        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+            self.0.fetch_add(points(r.get_ref()), Ordering::Relaxed);
+            Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+        }
+    }
+
+    #[tonic::async_trait]
+    impl LogsService for Got {
+        async fn export(
+            &self,
+            _: tonic::Request<ExportLogsServiceRequest>,
+        ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+            Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
+        }
+    }
+
+    /// OTLP/gRPC over TLS with `cert`/`key`; with `client_ca`, client certificates signed by it
+    /// are required.
+    pub async fn grpc(cert: &str, key: &str, client_ca: Option<&str>, got: Got) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut tls =
+            tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key));
+        if let Some(ca) = client_ca {
+            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        let server = tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(MetricsServiceServer::new(got.clone()))
+            .add_service(LogsServiceServer::new(got))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        tokio::spawn(server);
+        addr
+    }
+
+    /// OTLP/HTTP (protobuf) over TLS with `cert`/`key`: `POST /v1/metrics` answers an empty
+    /// `ExportMetricsServiceResponse`.
+    pub async fn https(cert: &str, key: &str, got: Got) -> std::net::SocketAddr {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>().unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let (acceptor, got) = (acceptor.clone(), got.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let got = got.clone();
+                        async move {
+                            use http_body_util::BodyExt as _;
+                            let path = req.uri().path().to_owned();
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let answer = if path == "/v1/metrics" {
+                                let r = ExportMetricsServiceRequest::decode(body).unwrap_or_default();
+                                got.0.fetch_add(points(&r), Ordering::Relaxed);
+                                ExportMetricsServiceResponse::default().encode_to_vec()
+                            } else {
+                                ExportLogsServiceResponse::default().encode_to_vec()
+                            };
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from(answer),
+                            )))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+}
+
+/// A self-signed certificate for `localhost` in `dir`: (cert PEM, key PEM, cert path, key path).
+fn self_signed(dir: &std::path::Path, name: &str) -> (String, String, std::path::PathBuf, std::path::PathBuf) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (c.cert.pem(), c.signing_key.serialize_pem());
+    let (cp, kp) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    std::fs::write(&cp, &cert).unwrap();
+    std::fs::write(&kp, &key).unwrap();
+    (cert, key, cp, kp)
+}
+
+/// Wait until the exporter has exported a whole snapshot (or 10 s pass); its stats.
+fn await_round(x: &OtlpExporter) -> OtlpStats {
+    let t = Instant::now();
+    while x.stats().metric_rounds == 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    x.stats()
+}
+
+/// OTLP over TLS, both protocols: with the collector's CA configured the export goes through and
+/// every point arrives; with a client certificate a collector that requires one takes it; with the
+/// system's roots instead (which do not hold our CA) the handshake fails and the points are
+/// counted as dropped with a reason that names the certificate.
+#[test]
+fn tls_to_the_collector_checks_the_certificate_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, cert_path, _) = self_signed(dir.path(), "collector");
+    let (client_cert, _, client_cert_path, client_key_path) = self_signed(dir.path(), "agent");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let grpc = tls_collector::Got::default();
+    let grpc_addr = rt.block_on(tls_collector::grpc(&cert, &key, None, grpc.clone()));
+    let mtls = tls_collector::Got::default();
+    let mtls_addr = rt.block_on(tls_collector::grpc(&cert, &key, Some(&client_cert), mtls.clone()));
+    let https = tls_collector::Got::default();
+    let https_addr = rt.block_on(tls_collector::https(&cert, &key, https.clone()));
+    let snap = Arc::new(sample_snapshot());
+    let points = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap).iter().map(point_count).sum::<usize>();
+    let cfg = |addr: std::net::SocketAddr, protocol, ca: bool, client: bool| OtlpConfig {
+        endpoint: Some(format!("https://localhost:{}", addr.port())),
+        protocol,
+        certificate: ca.then(|| cert_path.clone()),
+        client_certificate: client.then(|| client_cert_path.clone()),
+        client_key: client.then(|| client_key_path.clone()),
+        metric_export_interval_ms: 100,
+        timeout_ms: 2000,
+        ..Default::default()
+    };
+    for (what, cfg, got) in [
+        ("gRPC", cfg(grpc_addr, OtlpProtocol::Grpc, true, false), &grpc),
+        ("gRPC with a client certificate", cfg(mtls_addr, OtlpProtocol::Grpc, true, true), &mtls),
+        ("HTTP", cfg(https_addr, OtlpProtocol::HttpProtobuf, true, false), &https),
+    ] {
+        let settings = OtlpSettings::resolve(&cfg, env(&[])).unwrap();
+        let x = OtlpExporter::start(settings, &ResourceInfo::default()).unwrap().unwrap();
+        x.publish(snap.clone());
+        let s = await_round(&x);
+        assert!(s.metric_rounds >= 1, "{what}: {s:?}");
+        assert_eq!(s.dropped_for("metrics"), 0, "{what}: {s:?}");
+        assert!(got.0.load(Ordering::Relaxed) >= points as u64, "{what}");
+        x.shutdown(Duration::from_millis(500));
+    }
+    // The mTLS collector refuses an agent without a client certificate; the system's roots do not
+    // vouch for a self-signed collector. Either way: counted drops and a reason, no panic.
+    for (what, cfg) in [
+        ("no client certificate", cfg(mtls_addr, OtlpProtocol::Grpc, true, false)),
+        ("gRPC, system roots", cfg(grpc_addr, OtlpProtocol::Grpc, false, false)),
+        ("HTTP, system roots", cfg(https_addr, OtlpProtocol::HttpProtobuf, false, false)),
+    ] {
+        let x = match OtlpExporter::start(OtlpSettings::resolve(&cfg, env(&[])).unwrap(), &ResourceInfo::default()) {
+            Ok(x) => x.unwrap(),
+            // A machine without CA certificates says so at start.
+            Err(e) => {
+                assert!(e.to_string().contains("no CA certificates"), "{what}: {e}");
+                continue;
+            }
+        };
+        x.publish(snap.clone());
+        let t = Instant::now();
+        while x.stats().dropped_for("metrics") == 0 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s = x.shutdown(Duration::from_millis(300));
+        assert!(s.dropped_for("metrics") > 0 && s.metric_rounds == 0, "{what}: {s:?}");
+        let e = s.last_error.unwrap_or_default().to_lowercase();
+        assert!(!e.is_empty(), "{what}: the reason is kept");
+        if what.contains("roots") {
+            assert!(e.contains("certificate") || e.contains("issuer") || e.contains("tls"), "{what}: {e}");
+        }
+    }
+}
+
+/// A gRPC logs collector that answers `code` to its first `fail` requests, then takes them.
+#[derive(Clone)]
+struct FlakyLogs {
+    fail: Arc<AtomicU64>,
+    code: tonic::Code,
+    records: Arc<AtomicU64>,
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService for FlakyLogs {
+    async fn export(
+        &self,
+        r: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<
+        tonic::Response<opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse>,
+        tonic::Status,
+    > {
+        if self.fail.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+            return Err(tonic::Status::new(self.code, "not now"));
+        }
+        let n: usize = r.get_ref().resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum();
+        self.records.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+/// A collector that is briefly unavailable loses nothing: the batch is sent again at the next log
+/// tick. One that stays unavailable costs the batch after 3 attempts, counted; a refusal that will
+/// not pass (INVALID_ARGUMENT) drops it at once. Every record is accounted for either way.
+#[test]
+fn log_batches_are_sent_again_when_the_failure_may_pass_and_only_then() {
+    use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    // (what, failures before success, code, records exported, retries, dropped)
+    let cases = [
+        ("unavailable twice", 2, tonic::Code::Unavailable, 10, 2, 0),
+        ("unavailable for good", 1000, tonic::Code::Unavailable, 0, 2, 10),
+        ("invalid argument", 1, tonic::Code::InvalidArgument, 0, 0, 10),
+    ];
+    for (what, fail, code, exported, retries, dropped) in cases {
+        let c = FlakyLogs { fail: Arc::new(fail.into()), code, records: Arc::default() };
+        let addr = rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(LogsServiceServer::new(c.clone()))
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+            );
+            addr
+        });
+        let cfg = OtlpConfig {
+            endpoint: Some(format!("http://{addr}")),
+            metric_export_interval_ms: 3_600_000,
+            log_export_interval_ms: 100,
+            ..Default::default()
+        };
+        let x = OtlpExporter::start(OtlpSettings::resolve(&cfg, env(&[])).unwrap(), &ResourceInfo::default())
+            .unwrap()
+            .unwrap();
+        for _ in 0..10 {
+            x.offer_event(&violation_event());
+        }
+        let t = Instant::now();
+        while x.stats().log_records_exported + x.stats().dropped_for("logs") < 10
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s = x.shutdown(Duration::from_millis(300));
+        assert_eq!(
+            (s.log_records_exported, s.log_retries, s.dropped_for("logs")),
+            (exported, retries, dropped),
+            "{what}: {s:?}"
+        );
+        assert_eq!(c.records.load(Ordering::Relaxed), exported, "{what}");
+        if dropped > 0 {
+            assert!(s.last_error.is_some_and(|e| e.contains("not now")), "{what}: the reason is kept");
+        }
+    }
+}
