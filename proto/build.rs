@@ -1,8 +1,8 @@
 //! Generates the Rust types for `gputracer/v1/*.proto` with protox (a pure-Rust protobuf compiler,
 //! so no `protoc` is needed on the build machine) and prost-build; with the `api` feature the same
 //! package with the tonic client and server of the agent's API (`gputracer.v1.GpuTracer`); with the
-//! `kubelet` feature also the kubelet pod-resources API (`podresources/v1/api.proto`) with its
-//! tonic client and server.
+//! kubelet pod-resources API's messages (`podresources/v1/api.proto`), and with the `kubelet`
+//! feature its tonic client and server.
 
 use std::path::PathBuf;
 
@@ -49,17 +49,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         config.type_attribute(".", SERDE);
         config.compile_fds(fds)?;
     }
-    #[cfg(feature = "kubelet")]
     kubelet(&root)?;
     prost_build::Config::new().compile_fds(protox::compile(PERFETTO_PROTOS, [&root])?)?;
     Ok(())
 }
 
-/// `v1.rs`: messages, `pod_resources_lister_client` and `pod_resources_lister_server`. The
-/// transport-free codegen: the caller picks the channel (tracer-user connects over a Unix socket).
-#[cfg(feature = "kubelet")]
+/// `v1.rs`: the messages; with the `kubelet` feature, `kubelet/v1.rs`: `pod_resources_lister_client`
+/// and `pod_resources_lister_server` over them. The transport-free codegen: the caller picks the
+/// channel (tracer-agent connects over a Unix socket).
 fn kubelet(root: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(KUBELET_PROTOS, [root])?;
-    tonic_prost_build::configure().build_client(true).build_server(true).build_transport(false).compile_fds(fds)?;
+    prost_build::Config::new().compile_fds(fds.clone())?;
+    #[cfg(feature = "kubelet")]
+    {
+        let services = PathBuf::from(std::env::var("OUT_DIR")?).join("kubelet");
+        std::fs::create_dir_all(&services)?;
+        tonic_prost_build::configure()
+            .build_client(true)
+            .build_server(true)
+            .build_transport(false)
+            .extern_path(".v1", "crate::podresources::v1")
+            .out_dir(&services)
+            .compile_fds(fds)?;
+    }
     Ok(())
 }

@@ -88,10 +88,9 @@ impl Message for EncodedSubscribeResponse {
 }
 
 /// The kubelet pod-resources API (`k8s.io/kubelet/pkg/apis/podresources/v1`, proto package `v1`),
-/// generated from `proto/podresources/v1/api.proto` with its tonic client
-/// ([`podresources::v1::pod_resources_lister_client`]) and server
-/// ([`podresources::v1::pod_resources_lister_server`]). Only with the `kubelet` feature.
-#[cfg(feature = "kubelet")]
+/// generated from `proto/podresources/v1/api.proto`: its messages, and with the `kubelet` feature
+/// its tonic client (`podresources::v1::pod_resources_lister_client`) and server
+/// (`podresources::v1::pod_resources_lister_server`).
 pub mod podresources {
     /// Generated types of package `v1`.
     pub mod v1 {
@@ -99,6 +98,8 @@ pub mod podresources {
         // their output compiles wherever it is included; that is not ours to trim.
         #![allow(missing_docs, clippy::all, unused_qualifications)]
         include!(concat!(env!("OUT_DIR"), "/v1.rs"));
+        #[cfg(feature = "kubelet")]
+        include!(concat!(env!("OUT_DIR"), "/kubelet/v1.rs"));
     }
 }
 
