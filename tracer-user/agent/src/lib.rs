@@ -10,6 +10,8 @@
 //!   pod-resources socket);
 //! - [`pipeline`] (the `Agent`: the stages, driven once per step and per snapshot), [`runner`]
 //!   (the loop the long-running commands share);
+//! - [`node`] (the node agent: the pipeline with everything `gpu-tracer agent` serves, as a
+//!   library: `NodeAgent::start(cfg, options)`, then `run()`);
 //! - [`export`] (Prometheus `/metrics` and the HTTP server, OTLP, the gRPC API server), [`profile`]
 //!   (profiling sessions on these probes), [`doctor`] (what works on this node), [`memory`] (the
 //!   allocator's limits).
@@ -22,6 +24,7 @@ pub mod enrich;
 pub mod export;
 pub mod identity;
 pub mod memory;
+pub mod node;
 pub mod nvml;
 pub mod pipeline;
 pub mod probe;

@@ -4,12 +4,14 @@
 //! - [`metrics`]: a snapshot as Prometheus / OpenMetrics text (`docs/metrics.md`).
 //! - [`otlp`]: metrics and events over OTLP (gRPC or HTTP/protobuf) to an OpenTelemetry collector.
 //! - [`http`]: the agent's `/metrics`, `/healthz` and `/readyz` server.
+//! - [`stream`]: launch batches and violations as events, for the hub, OTLP and `events`.
 pub mod api;
 #[cfg(test)]
 mod golden;
 pub mod http;
 pub mod metrics;
 pub mod otlp;
+pub mod stream;
 
 /// A [`BillWriter`](tracer_core::cost::bill::BillWriter) for this process: the node from `kubernetes.node_name`,
 /// `$NODE_NAME` or the host name, and the process's start time (as `process_start_time_seconds`

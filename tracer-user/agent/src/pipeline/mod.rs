@@ -136,6 +136,18 @@ impl Agent {
         self.kube.start(&self.cfg.kubernetes).await
     }
 
+    /// Log how loading and attaching went: the attach mode and why, the driver version, and each
+    /// probe family that failed (the others keep running).
+    pub fn log_report(&self) {
+        let r = self.report();
+        tracing::info!(mode = %r.attach_mode, reason = %r.attach_reason, driver = %self.driver_version.version_string(), "probes loaded");
+        for (name, st) in [("driver", &r.driver), ("lifecycle", &r.lifecycle), ("cuda", &r.cuda)] {
+            if let Some(error) = st.error() {
+                tracing::warn!(family = name, %error, "probe family failed; the others keep running");
+            }
+        }
+    }
+
     /// What loading and attaching did.
     pub fn report(&self) -> &ProbeReport {
         &self.report

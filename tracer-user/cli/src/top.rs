@@ -1,0 +1,152 @@
+//! `gpu-tracer top`: each GPU's memory, SM share, energy and cost per container, from this node's
+//! own probes or from a running agent's snapshots (`--connect`).
+use std::{
+    io::Write,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use gpu_tracer_proto::v1;
+use tracer_agent::{
+    pipeline::Agent,
+    runner::{self, Flow, Schedule},
+};
+use tracer_client::{
+    api::{self as api_client, ConnectArgs, ConnectSettings},
+    top,
+};
+use tracer_core::{
+    config::{Config, parse_seconds},
+    wire::snapshot::snapshot_from_proto,
+};
+
+#[derive(Args)]
+pub(crate) struct TopArgs {
+    /// Print one snapshot and exit (for scripts): the first after --interval-ms whose attribution
+    /// interval is complete (with NVML on, the shares, energy and bill are then real numbers, not
+    /// zeros; waits at most 15 s).
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Also list processes under each cgroup.
+    #[arg(long)]
+    pub(crate) per_process: bool,
+    /// Refresh interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) interval_ms: u64,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_parser = parse_seconds)]
+    pub(crate) duration: Option<f64>,
+    #[command(flatten)]
+    pub(crate) connect: ConnectArgs,
+}
+
+pub(crate) async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
+    if let Some(conn) = a.connect.settings()? {
+        return run_top_remote(conn, a).await;
+    }
+    let mut agent = Agent::start(cfg).context("starting the tracer")?;
+    agent.start_kubernetes().await.context("starting Kubernetes identity")?;
+    agent.log_report();
+    // `top` stops at a tick (after printing), never between two: its duration is checked there.
+    let schedule =
+        Schedule { interval: Duration::from_millis(a.interval_ms.max(50)), tick_at_start: false, duration: None };
+    runner::run(&mut agent, schedule, &mut TopOut::new(a)).await?;
+    Ok(())
+}
+
+/// `top --connect`: the same tables from a running agent's snapshots (no probes loaded here).
+pub(crate) async fn run_top_remote(conn: ConnectSettings, a: TopArgs) -> Result<()> {
+    if a.json {
+        anyhow::bail!(
+            "--json with --connect: use `gpu-tracer api get-snapshot --json --connect {}` (the API's message as JSON)",
+            conn.addr
+        );
+    }
+    let mut client = api_client::connect(&conn).await?;
+    let mut out = TopOut::new(a);
+    let mut tick = tokio::time::interval(Duration::from_millis(out.args.interval_ms.max(50)));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+        }
+        let response = client
+            .get_snapshot(v1::GetSnapshotRequest {})
+            .await
+            .with_context(|| format!("GetSnapshot from the agent at {}", conn.addr))?;
+        let proto = response.into_inner().snapshot.context("the agent's GetSnapshot response has no snapshot")?;
+        let snap = snapshot_from_proto(proto).context("reading the agent's snapshot")?;
+        if out.print(&snap)? == Flow::Stop {
+            return Ok(());
+        }
+    }
+}
+
+/// How long `top --once` waits for the first complete attribution interval.
+const ONCE_WAIT: Duration = Duration::from_secs(15);
+
+/// The `top` command's output side: a snapshot printed (or redrawn) every tick.
+struct TopOut {
+    pub(crate) args: TopArgs,
+    pub(crate) tty: bool,
+    pub(crate) start: Instant,
+    pub(crate) duration: Option<Duration>,
+}
+
+impl TopOut {
+    fn new(args: TopArgs) -> Self {
+        let tty = !args.once && !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+        TopOut { duration: args.duration.and_then(Schedule::duration_from_secs), args, tty, start: Instant::now() }
+    }
+
+    /// Prints one frame; `Stop` once `--once` or `--duration` says so. `--once` prints the first
+    /// snapshot with a complete attribution interval (NVML on: the first needs two samples), not
+    /// one whose shares and bill are still zeros; after [`ONCE_WAIT`] it prints what there is and
+    /// says so.
+    fn print(&mut self, snap: &tracer_core::model::AgentSnapshot) -> Result<Flow> {
+        let a = &self.args;
+        if a.once && snap.first_interval_pending() {
+            if self.start.elapsed() < ONCE_WAIT {
+                return Ok(Flow::Continue);
+            }
+            note!(
+                "warning: no attribution interval completed within {} s (NVML sampled too rarely?); \
+                 printing the snapshot without shares, energy or cost",
+                ONCE_WAIT.as_secs()
+            );
+        }
+        let out = if a.json {
+            serde_json::to_string(snap)? + "\n"
+        } else {
+            top::render(snap, &top::RenderOptions { per_process: a.per_process, width: top::terminal_width() })
+        };
+        let mut stdout = std::io::stdout();
+        if self.tty {
+            // Redraw in place.
+            write!(stdout, "\x1b[H\x1b[2J{out}")?;
+        } else {
+            write!(stdout, "{out}")?;
+            if !a.once && !a.json {
+                writeln!(stdout)?;
+            }
+        }
+        stdout.flush()?;
+        let done = a.once || self.duration.is_some_and(|d| self.start.elapsed() >= d);
+        Ok(if done { Flow::Stop } else { Flow::Continue })
+    }
+}
+
+impl runner::Handler for TopOut {
+    type Error = anyhow::Error;
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+        agent.drain(&mut |_, _| {});
+        let snap = agent.snapshot();
+        self.print(&snap)
+    }
+}
