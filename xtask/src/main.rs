@@ -8,6 +8,8 @@ mod arm64;
 mod bench;
 mod build;
 mod cmd;
+#[cfg(test)]
+mod crate_graph;
 mod gpu_check;
 mod image;
 mod kernel_matrix;
