@@ -3,6 +3,7 @@
 //! session recorded by a running agent ([`remote`], `profile --connect`). The recording itself is
 //! `tracer_core::profile`'s.
 pub mod html;
+pub mod intervals;
 pub mod output;
 pub mod perfetto;
 pub mod remote;

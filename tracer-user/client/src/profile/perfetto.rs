@@ -19,7 +19,7 @@ use gpu_tracer_proto::perfetto::{
 };
 use prost::Message;
 
-use super::summary::{bounded_intervals, idle_gaps};
+use super::intervals::{bounded_intervals, idle_gaps};
 use tracer_core::profile::{MemoryCall, MemoryKind, Recording};
 
 /// The one packet sequence every packet is written on.
@@ -312,7 +312,7 @@ enum Item<'a> {
         end: bool,
     },
     Bounded {
-        b: &'a super::summary::Bounded,
+        b: &'a super::intervals::Bounded,
         end: bool,
     },
     Gpu(&'a gpu_tracer_proto::v1::GpuSample),

@@ -325,7 +325,7 @@ fn synchronisations_bound_the_kernels_before_them_and_are_slices_on_their_thread
     // A failed synchronisation bounds nothing.
     r.event(&timed(10, 12, T0 + 700 * MS, MS, sync_call("cuStreamSynchronize", Some(0x6), 999)));
     let rec = r.finish(T0 + 2000 * MS, "duration", 0);
-    let (b, not) = summary::bounded_intervals(&rec);
+    let (b, not) = super::intervals::bounded_intervals(&rec);
     assert_eq!(not, 1, "the late launch: {b:#?}");
     let got: Vec<(u64, u64, u64, u64)> =
         b.iter().map(|b| (b.stream, (b.start_ktime_ns - T0) / MS, (b.end_ktime_ns - T0) / MS, b.kernels)).collect();
@@ -373,7 +373,7 @@ fn overlapping_bounds_on_one_stream_merge() {
     r.event(&timed(10, 10, T0 + 10 * MS, 8 * MS, sync_call("cuStreamSynchronize", Some(0x5), 0)));
     r.event(&timed(10, 11, T0 + 20 * MS, 11 * MS, sync_call("cuStreamSynchronize", Some(0x5), 0)));
     let rec = r.finish(T0 + 100 * MS, "duration", 0);
-    let (b, not) = summary::bounded_intervals(&rec);
+    let (b, not) = super::intervals::bounded_intervals(&rec);
     assert_eq!(not, 0);
     assert_eq!(b.len(), 1, "{b:#?}");
     assert_eq!(((b[0].start_ktime_ns - T0) / MS, (b[0].end_ktime_ns - T0) / MS, b[0].kernels), (1, 20, 2));
@@ -414,7 +414,7 @@ fn an_event_seen_complete_bounds_the_launches_before_its_record() {
     // An event synchronised that was never recorded in the window bounds nothing.
     r.event(&timed(10, 11, T0 + 80 * MS, MS, event_call("cuEventSynchronize", "synchronize", 0x99, None, 0)));
     let rec = r.finish(T0 + 100 * MS, "duration", 0);
-    let (b, not) = summary::bounded_intervals(&rec);
+    let (b, not) = super::intervals::bounded_intervals(&rec);
     let got: Vec<(u64, u64, u64, u64, &str)> = b
         .iter()
         .map(|b| (b.stream, (b.start_ktime_ns - T0) / MS, (b.end_ktime_ns - T0) / MS, b.kernels, b.by.as_str()))
