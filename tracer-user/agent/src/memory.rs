@@ -24,7 +24,7 @@ pub fn tune() {
 }
 
 /// Return the free pages of the allocator's arenas to the system (a few hundred µs).
-pub fn release_free() {
+pub(crate) fn release_free() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free pages of the allocator's own arenas.
     unsafe {

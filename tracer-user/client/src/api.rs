@@ -107,7 +107,7 @@ pub enum SubscribeError {
 
 /// `SubscribeRequest` out, [`Received`] in.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RawCodec;
+pub(crate) struct RawCodec;
 
 impl tonic::codec::Codec for RawCodec {
     type Encode = v1::SubscribeRequest;

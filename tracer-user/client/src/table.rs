@@ -4,7 +4,7 @@ use comfy_table::{ContentArrangement, Table, TableComponent, presets};
 /// A table with `header` in the compact style every people-facing table uses: horizontal rules
 /// only, one line per row (a 30-pod node stays readable), columns sized to the content within
 /// `width`, one space of padding on the left.
-pub fn compact_table<T: Into<comfy_table::Row>>(width: u16, header: T) -> Table {
+pub(crate) fn compact_table<T: Into<comfy_table::Row>>(width: u16, header: T) -> Table {
     let mut table = Table::new();
     table.load_preset(presets::UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Dynamic);
     table.remove_style(TableComponent::HorizontalLines);

@@ -12,10 +12,10 @@ use api::pod_resources_lister_client::PodResourcesListerClient;
 
 /// Largest answer accepted. tonic's default (4 MiB) is too small for a big node: every pod's CPU
 /// ids and devices are in one `List` answer.
-pub const MAX_DECODING_MESSAGE_BYTES: usize = 64 << 20;
+pub(crate) const MAX_DECODING_MESSAGE_BYTES: usize = 64 << 20;
 
 /// How long one call may take before it is abandoned (the kubelet answers from memory).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors talking to the kubelet pod-resources API.
 #[derive(Debug, thiserror::Error)]

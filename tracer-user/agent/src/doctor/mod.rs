@@ -12,7 +12,7 @@ use tracer_core::{config::Config, model::probes::KernelFeatures};
 mod live;
 pub mod privileges;
 
-pub use live::{family_check, kubernetes_checks, nvml_check, probe_checks, run};
+pub use live::run;
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -101,7 +101,7 @@ fn module_btf_check(f: &KernelFeatures) -> Check {
 /// `device nodes`: is `ctl` the NVIDIA driver's control device? A character device is; anything
 /// else at that path (a regular file left by some tool, a test double) means the driver is not
 /// there, and says what the path is instead.
-pub fn device_node_check(ctl: &str) -> Check {
+pub(crate) fn device_node_check(ctl: &str) -> Check {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let Ok(md) = std::fs::metadata(ctl) else {
         return Check::with(
@@ -173,13 +173,13 @@ impl DoctorReport {
 }
 
 /// Effective capabilities of this process (`CapEff` in /proc/self/status).
-pub fn effective_caps() -> u64 {
+pub(crate) fn effective_caps() -> u64 {
     crate::proc::status(std::path::Path::new("/proc"), "self").map_or(0, |s| s.capeff)
 }
 
 /// `config`: the values and host paths the other commands refuse to start with
 /// ([`Config::validate`], [`Config::check_host_paths`]); `doctor` reports them and looks further.
-pub fn config_check(cfg: &Config) -> Check {
+pub(crate) fn config_check(cfg: &Config) -> Check {
     match cfg.validate().and_then(|()| cfg.check_host_paths()) {
         Ok(()) => Check::with(
             "config",
@@ -191,7 +191,7 @@ pub fn config_check(cfg: &Config) -> Check {
 }
 
 /// Static checks (no programs loaded).
-pub fn static_checks(cfg: &Config) -> Vec<Check> {
+pub(crate) fn static_checks(cfg: &Config) -> Vec<Check> {
     let f = crate::probe::detect_features();
     let mut out = vec![config_check(cfg), Check::new("kernel", true, false, format!("Linux {}", f.release))];
     out.push(Check::new(
@@ -261,7 +261,7 @@ pub fn static_checks(cfg: &Config) -> Vec<Check> {
 /// `otlp` and `api`: where the agent would send and serve its data, and whether that works from
 /// here — the collector answers a TCP connection (else every export would be a counted drop), the
 /// API's socket path is free (or which agent already serves on it).
-pub fn exporter_checks(cfg: &Config, env: impl Fn(&str) -> Option<String>) -> Vec<Check> {
+pub(crate) fn exporter_checks(cfg: &Config, env: impl Fn(&str) -> Option<String>) -> Vec<Check> {
     use crate::export::otlp::OtlpSettings;
     let otlp = match OtlpSettings::resolve(&cfg.otlp, env) {
         Err(e) => Check::with("otlp", CheckStatus::Fail, e.to_string()),

@@ -334,7 +334,7 @@ pub struct ProcessInfo {
 }
 
 /// Read start time and comm of `pid` (`/proc/PID/stat`); `None` if it is gone.
-pub fn process_info(proc_root: &Path, pid: u32) -> Option<ProcessInfo> {
+pub(crate) fn process_info(proc_root: &Path, pid: u32) -> Option<ProcessInfo> {
     crate::proc::stat(proc_root, pid).ok().map(|s| ProcessInfo::from(&s))
 }
 

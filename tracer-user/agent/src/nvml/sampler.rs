@@ -24,7 +24,7 @@ use tracer_core::nvml::model::{
 };
 
 /// The name the dynamic loader is asked for when `nvml.library` is not set.
-pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+pub(crate) const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// Why NVML cannot be used on this node. Each message names the cause and the fix.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use tracer_core::{
 };
 
 /// Where events go after the pipeline applied them (the event stream, a test, or nowhere).
-pub type EventSink<'a> = dyn FnMut(&Event, &EventContext) + 'a;
+pub(crate) type EventSink<'a> = dyn FnMut(&Event, &EventContext) + 'a;
 
 /// What applying an event to the ledgers said about it.
 #[derive(Default)]

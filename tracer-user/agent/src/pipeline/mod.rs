@@ -42,7 +42,7 @@ mod late_libcuda;
 mod nvml;
 mod reconcile;
 
-pub use ingest::EventSink;
+pub(crate) use ingest::EventSink;
 
 /// How many records are taken out of the ring buffer per batch.
 const DRAIN_BATCH: usize = 4096;
@@ -540,7 +540,7 @@ impl PerEventSelection {
 }
 
 /// The `ktime_ns` deadline `window` from now (below `u64::MAX`, which means none).
-pub fn deadline_after(window: Duration) -> u64 {
+pub(crate) fn deadline_after(window: Duration) -> u64 {
     let w = window.as_nanos().min(u64::MAX as u128 - 1) as u64;
     clock::monotonic_ns().saturating_add(w).min(u64::MAX - 1)
 }

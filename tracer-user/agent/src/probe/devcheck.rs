@@ -19,7 +19,7 @@ use btf_rs::{Btf, Type};
 use tracer_common::{DEVICE_MAJORS_MAX, DeviceCheck, NVIDIA_MAJOR, SimDeviceKey, device_kind};
 
 /// The kernel's BTF.
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+pub(crate) const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// The byte offset of `member` in struct `name`, looking through anonymous struct and union
 /// members (the kernel nests fields in them).
@@ -59,7 +59,7 @@ fn find_in(btf: &Btf, s: &btf_rs::Struct, member: &str, base_bits: u32) -> Optio
 }
 
 /// The offsets the kernel side needs, from the BTF file at `path` (normally [`VMLINUX_BTF`]).
-pub fn offsets_from_btf(path: &Path) -> Result<DeviceCheck, String> {
+pub(crate) fn offsets_from_btf(path: &Path) -> Result<DeviceCheck, String> {
     let btf = Btf::from_file(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     Ok(DeviceCheck {
         enabled: 1,
@@ -83,7 +83,7 @@ pub fn offsets_from_btf(path: &Path) -> Result<DeviceCheck, String> {
 
 /// The character-device majors of the NVIDIA driver: 195, then every `nvidia*` region among the
 /// character devices of `/proc/devices` (`nvidia-uvm`, `nvidia-caps`, ...).
-pub fn nvidia_majors(char_devices: &[(u32, String)]) -> Vec<u32> {
+pub(crate) fn nvidia_majors(char_devices: &[(u32, String)]) -> Vec<u32> {
     let mut out = vec![NVIDIA_MAJOR];
     for (major, name) in char_devices {
         if name.starts_with("nvidia") && !out.contains(major) && out.len() < DEVICE_MAJORS_MAX {
@@ -94,12 +94,12 @@ pub fn nvidia_majors(char_devices: &[(u32, String)]) -> Vec<u32> {
 }
 
 /// Read the majors from `<proc_root>/devices` (195 alone when it cannot be read).
-pub fn read_majors(proc_root: &Path) -> Vec<u32> {
+pub(crate) fn read_majors(proc_root: &Path) -> Vec<u32> {
     crate::proc::char_devices(proc_root).map_or_else(|| vec![NVIDIA_MAJOR], |d| nvidia_majors(&d))
 }
 
 /// Write `majors` into a [`DeviceCheck`].
-pub fn set_majors(c: &mut DeviceCheck, majors: &[u32]) {
+pub(crate) fn set_majors(c: &mut DeviceCheck, majors: &[u32]) {
     c.majors = [0; DEVICE_MAJORS_MAX];
     for (slot, m) in c.majors.iter_mut().zip(majors) {
         *slot = *m;
@@ -107,7 +107,7 @@ pub fn set_majors(c: &mut DeviceCheck, majors: &[u32]) {
 }
 
 /// The kernel's `dev_t` encoding (`major << 20 | minor`) of a user-space `st_dev`.
-pub fn kernel_dev(st_dev: u64) -> u32 {
+pub(crate) fn kernel_dev(st_dev: u64) -> u32 {
     (libc::major(st_dev) << 20) | libc::minor(st_dev)
 }
 

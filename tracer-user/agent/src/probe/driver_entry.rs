@@ -15,10 +15,10 @@ use std::path::Path;
 use tracer_core::model::probes::{EntryPoints, Functions};
 
 /// `nvidia.ko` from 545 on.
-pub const NVIDIA_545: Functions =
+pub(crate) const NVIDIA_545: Functions =
     Functions { open: "nvidia_open", release: "nvidia_close", ioctl: "nvidia_unlocked_ioctl" };
 /// `nvidia.ko` up to 535 (the frontend layer).
-pub const NVIDIA_FRONTEND: Functions = Functions {
+pub(crate) const NVIDIA_FRONTEND: Functions = Functions {
     open: "nvidia_frontend_open",
     release: "nvidia_frontend_close",
     ioctl: "nvidia_frontend_unlocked_ioctl",
@@ -29,7 +29,7 @@ pub const UVM: Functions =
 /// `nvidia-uvm.ko`'s managed-memory entry points, every version 515–595: the mmap file operation
 /// (`cudaMallocManaged`'s mapping) and the managed VMA's close (its munmap, or the process's exit).
 pub const UVM_MMAP: &str = "uvm_mmap_entry";
-pub const UVM_VM_CLOSE: &str = "uvm_vm_close_managed_entry";
+pub(crate) const UVM_VM_CLOSE: &str = "uvm_vm_close_managed_entry";
 
 /// The functions of `module` in kallsyms text (`ADDR TYPE NAME\t[MODULE]` lines).
 fn module_functions<'a>(kallsyms: &'a str, module: &'a str) -> impl Iterator<Item = &'a str> + 'a {

@@ -13,7 +13,7 @@ use tracer_common::{LifecycleLayout, exit_by};
 use super::devcheck::member_offset;
 
 /// The offset of field `name` in a tracepoint `format` text.
-pub fn field_offset(format: &str, name: &str) -> Option<u32> {
+pub(crate) fn field_offset(format: &str, name: &str) -> Option<u32> {
     format.lines().find_map(|line| {
         let mut parts = line.trim().split(';');
         let decl = parts.next()?.strip_prefix("field:")?;
@@ -28,7 +28,7 @@ pub fn field_offset(format: &str, name: &str) -> Option<u32> {
 
 /// What [`detect`] found.
 #[derive(Debug)]
-pub struct Detected {
+pub(crate) struct Detected {
     pub layout: LifecycleLayout,
     /// How the tracepoint programs read their fields, for `doctor`.
     pub words: String,

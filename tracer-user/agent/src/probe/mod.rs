@@ -28,7 +28,7 @@ mod attach;
 pub mod devcheck;
 pub mod driver_entry;
 pub mod kernel_log;
-pub mod lifecycle_layout;
+pub(crate) mod lifecycle_layout;
 pub mod module_btf;
 pub mod raw;
 pub mod trampoline;
@@ -37,7 +37,7 @@ pub mod trampoline;
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
 
 /// What this kernel offers (read from `/sys` and `/proc`), once at start-up.
-pub fn detect_features() -> KernelFeatures {
+pub(crate) fn detect_features() -> KernelFeatures {
     let release = crate::proc::kernel_release();
     let kprobes = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
     // fentry needs no kprobes: the entry points are looked for either way.
@@ -68,7 +68,7 @@ pub fn detect_features() -> KernelFeatures {
 /// The attach mode to use, and why: under `auto`, driver-entry where the node offers it (kprobes,
 /// the nvidia module's entry points, the kernel BTF the programs read the device minor with), then
 /// btf-tracepoint, then raw-tracepoint.
-pub fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, String) {
+pub(crate) fn choose_mode(requested: AttachMode, f: &KernelFeatures) -> (AttachMode, String) {
     match requested {
         AttachMode::Auto => {
             if f.driver_entry.is_some() && f.btf {
@@ -499,7 +499,7 @@ impl Probes {
 
 /// One library in the cuda family's status: `uprobe-multi:PATH (N entry points)`, or for perf
 /// events `uprobe:PATH (N entry points; perf events: WHY)`.
-pub fn library_summary(r: &tracer_core::model::probes::LibraryReport) -> String {
+pub(crate) fn library_summary(r: &tracer_core::model::probes::LibraryReport) -> String {
     match r.method {
         tracer_core::model::probes::Method::UprobeMulti => {
             format!("uprobe-multi:{} ({} entry points)", r.path, r.attached())
@@ -515,7 +515,7 @@ pub fn library_summary(r: &tracer_core::model::probes::LibraryReport) -> String 
 
 /// `what: e: cause: cause...` (aya's messages leave out their causes, the syscall's errno among
 /// them), and whether a cause is EACCES/EPERM: the kernel refused.
-pub fn error_with_causes(what: &str, e: &(dyn std::error::Error + 'static)) -> (String, bool) {
+pub(crate) fn error_with_causes(what: &str, e: &(dyn std::error::Error + 'static)) -> (String, bool) {
     let mut msg = format!("{what}: {e}");
     let mut denied = false;
     let mut cause = e.source();
@@ -531,7 +531,7 @@ pub fn error_with_causes(what: &str, e: &(dyn std::error::Error + 'static)) -> (
 
 /// `what` failed with `e`: the message with its causes, and when the kernel refused the
 /// tracepoint's perf event, why that happens with CAP_PERFMON held and the fix.
-pub fn tracepoint_error(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn tracepoint_error(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
     let (mut msg, denied) = error_with_causes(what, e);
     if denied {
         let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::raw;
 
-pub const SYSFS: &str = "/sys/kernel/btf";
+pub(crate) const SYSFS: &str = "/sys/kernel/btf";
 
 const MAGIC: u16 = 0xeb9f;
 const KIND_FUNC: u32 = 12;
@@ -73,7 +73,7 @@ fn string(strings: &[u8], off: usize) -> Option<&str> {
 
 /// The type ids of the functions `wanted` in `module` (split BTF) on top of `base` (vmlinux).
 /// A function missing from the module's BTF is missing from the map.
-pub fn function_ids(base: &[u8], module: &[u8], wanted: &[&str]) -> Result<HashMap<String, u32>, String> {
+pub(crate) fn function_ids(base: &[u8], module: &[u8], wanted: &[&str]) -> Result<HashMap<String, u32>, String> {
     let b = parse(base).map_err(|e| format!("vmlinux BTF: {e}"))?;
     let m = parse(module).map_err(|e| format!("module BTF: {e}"))?;
     // Split BTF continues the base's numbering (id 0 is void) and its string offsets.
@@ -95,7 +95,7 @@ pub fn function_ids(base: &[u8], module: &[u8], wanted: &[&str]) -> Result<HashM
 
 /// `module`'s functions `wanted`, by type id, from the sysfs files. An error says why fentry
 /// cannot be used (no BTF for the module: the usual case for DKMS-built NVIDIA modules).
-pub fn functions_in(module: &str, wanted: &[&str]) -> Result<HashMap<String, u32>, String> {
+pub(crate) fn functions_in(module: &str, wanted: &[&str]) -> Result<HashMap<String, u32>, String> {
     let dir = Path::new(SYSFS);
     let path = dir.join(module);
     let data = std::fs::read(&path).map_err(|e| match e.kind() {
@@ -143,7 +143,7 @@ struct InfoAttr {
 }
 
 /// The kernel's BTF object of `module`, as an fd.
-pub fn object_fd(module: &str) -> Result<OwnedFd, String> {
+pub(crate) fn object_fd(module: &str) -> Result<OwnedFd, String> {
     let mut id = 0u32;
     loop {
         let mut next = IdAttr { id, ..Default::default() };

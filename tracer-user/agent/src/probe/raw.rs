@@ -12,17 +12,17 @@ use std::{
 
 use aya::{Ebpf, maps::Map};
 
-pub const BPF_PROG_LOAD: libc::c_long = 5;
+pub(crate) const BPF_PROG_LOAD: libc::c_long = 5;
 pub const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-pub const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
-pub const BPF_BTF_GET_FD_BY_ID: libc::c_long = 19;
-pub const BPF_BTF_GET_NEXT_ID: libc::c_long = 23;
-pub const BPF_LINK_CREATE: libc::c_long = 28;
+pub(crate) const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+pub(crate) const BPF_BTF_GET_FD_BY_ID: libc::c_long = 19;
+pub(crate) const BPF_BTF_GET_NEXT_ID: libc::c_long = 23;
+pub(crate) const BPF_LINK_CREATE: libc::c_long = 28;
 
-pub const BPF_PROG_TYPE_KPROBE: u32 = 2;
-pub const BPF_PROG_TYPE_TRACING: u32 = 26;
-pub const BPF_TRACE_FENTRY: u32 = 24;
-pub const BPF_TRACE_FEXIT: u32 = 25;
+pub(crate) const BPF_PROG_TYPE_KPROBE: u32 = 2;
+pub(crate) const BPF_PROG_TYPE_TRACING: u32 = 26;
+pub(crate) const BPF_TRACE_FENTRY: u32 = 24;
+pub(crate) const BPF_TRACE_FEXIT: u32 = 25;
 pub const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 
 /// The leading fields of `union bpf_attr` for `BPF_PROG_LOAD`, up to `attach_btf_obj_fd` (the
@@ -55,14 +55,14 @@ struct ProgLoadAttr {
 }
 
 /// `bpf(cmd, attr, sizeof attr)` for a command that returns a new fd.
-pub fn sys_bpf_fd<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
+pub(crate) fn sys_bpf_fd<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
     let fd = sys_bpf(cmd, attr)?;
     // SAFETY: the kernel just returned this fd to us; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// `bpf(cmd, attr, sizeof attr)`; its non-negative return.
-pub fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<libc::c_long> {
+pub(crate) fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<libc::c_long> {
     // SAFETY: `attr` is a live, fully initialised `repr(C)` prefix of `union bpf_attr` for `cmd`,
     // and its size is passed with it; the kernel copies it in (and out, for info commands).
     let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, size_of::<T>() as u32) };
@@ -201,7 +201,7 @@ fn load_program(
 
 /// `BPF_RAW_TRACEPOINT_OPEN` with no name: attaches a loaded fentry/fexit program to the target
 /// it was loaded for; the link lives as long as the returned fd.
-pub fn attach_tracing(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
+pub(crate) fn attach_tracing(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
     #[repr(C)]
     struct RawTpAttr {
         name: u64,

@@ -53,7 +53,7 @@ pub fn stat(proc_root: &Path, pid: impl Display) -> Result<Stat, ProcError> {
 }
 
 /// `stat` of a process opened with [`myself`].
-pub fn read_stat(p: &Process) -> Result<Stat, ProcError> {
+pub(crate) fn read_stat(p: &Process) -> Result<Stat, ProcError> {
     guard("stat", || p.stat())
 }
 
@@ -75,13 +75,13 @@ fn cgroup2_of(groups: ProcessCGroups) -> Option<String> {
 
 /// The files a process maps (`maps`), as paths in its own mount namespace. A file deleted since
 /// it was mapped is left out: its path names another file now, or none.
-pub fn mapped_files(proc_root: &Path, pid: impl Display) -> Result<Vec<PathBuf>, ProcError> {
+pub(crate) fn mapped_files(proc_root: &Path, pid: impl Display) -> Result<Vec<PathBuf>, ProcError> {
     let path = file(proc_root, pid, "maps");
     Ok(files_of(guard("maps", || MemoryMaps::from_file(&path))?))
 }
 
 /// The libcuda files `tgid` maps, as paths through its root (`/proc/PID/root/...`).
-pub fn mapped_libcuda(proc_root: &Path, tgid: u32) -> Vec<PathBuf> {
+pub(crate) fn mapped_libcuda(proc_root: &Path, tgid: u32) -> Vec<PathBuf> {
     let Ok(files) = mapped_files(proc_root, tgid) else { return Vec::new() };
     let mut paths: Vec<PathBuf> = files
         .into_iter()
@@ -102,7 +102,7 @@ fn files_of(maps: MemoryMaps) -> Vec<PathBuf> {
 }
 
 /// `<proc_root>/self`, opened: the reading process as the mounted procfs sees it.
-pub fn myself(proc_root: &Path) -> Result<Process, ProcError> {
+pub(crate) fn myself(proc_root: &Path) -> Result<Process, ProcError> {
     Process::new_with_root(proc_root.join("self"))
 }
 
@@ -160,7 +160,7 @@ fn unescape_octal(b: &[u8]) -> OsString {
 }
 
 /// The boot time in seconds since the epoch (`btime` of `/proc/stat`), read once.
-pub fn boot_time_secs() -> Option<u64> {
+pub(crate) fn boot_time_secs() -> Option<u64> {
     procfs::boot_time_secs().ok()
 }
 
@@ -170,7 +170,7 @@ pub fn pid_max() -> Option<u64> {
 }
 
 /// The character devices of `<proc_root>/devices` as (major, name).
-pub fn char_devices(proc_root: &Path) -> Option<Vec<(u32, String)>> {
+pub(crate) fn char_devices(proc_root: &Path) -> Option<Vec<(u32, String)>> {
     let d = guard("devices", || procfs::Devices::from_file(proc_root.join("devices"))).ok()?;
     Some(d.char_devices.into_iter().map(|c| (c.major, c.name)).collect())
 }

@@ -28,7 +28,7 @@ use crate::{
 use tracer_core::profile::TargetSpec;
 
 /// The longest session the agent serves.
-pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(3600);
 
 /// What the API side asks of the agent loop.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ struct Active {
 }
 
 /// The agent loop's side: the live sessions and the requests to serve.
-pub struct ProfileDesk {
+pub(crate) struct ProfileDesk {
     rx: mpsc::UnboundedReceiver<Control>,
     sessions: BTreeMap<u64, Active>,
     next_id: u64,
@@ -93,11 +93,6 @@ impl ProfileDesk {
     pub fn new(lock_dir: PathBuf, timed_calls: bool) -> (ProfileDesk, ProfileControl) {
         let (tx, rx) = mpsc::unbounded_channel();
         (ProfileDesk { rx, sessions: BTreeMap::new(), next_id: 1, lock_dir, timed_calls }, ProfileControl(tx))
-    }
-
-    /// Sessions recording now.
-    pub fn live(&self) -> usize {
-        self.sessions.len()
     }
 
     /// Serve what the API side asked since the last call (cheap when nothing was: one channel
@@ -227,7 +222,7 @@ pub fn union<'a>(sessions: impl IntoIterator<Item = (&'a [PerEventSelection], u6
 }
 
 /// A `ProfileRequest` as a target and a window, or why not.
-pub fn request_to_spec(req: &v1::ProfileRequest) -> Result<(TargetSpec, Duration), Status> {
+pub(crate) fn request_to_spec(req: &v1::ProfileRequest) -> Result<(TargetSpec, Duration), Status> {
     use v1::profile_request::Target as T;
     let spec = match &req.target {
         Some(T::Pid(p)) if *p > 0 => TargetSpec::Pid(*p),
@@ -280,7 +275,7 @@ const BATCH: usize = 256;
 const NVML_CHECK: Duration = Duration::from_millis(250);
 
 /// One session's response stream.
-pub struct ProfileStream {
+pub(crate) struct ProfileStream {
     sub: Subscription,
     /// The agent's latest snapshot: its NVML sample goes to the session when new.
     serve: std::sync::Arc<crate::export::http::ServeState>,

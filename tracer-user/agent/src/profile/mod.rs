@@ -2,6 +2,6 @@
 //! session's recording loop ([`session`]), and the sessions the agent serves to `profile
 //! --connect` ([`desk`]). What is recorded is `tracer_core::profile`'s; what is written, the
 //! client's.
-pub mod desk;
+pub(crate) mod desk;
 pub mod session;
 pub mod target;

@@ -17,7 +17,7 @@ use tracer_core::{clock, config::Config, wire::events::to_proto};
 
 /// How long per-event mode stays on past the session's end if nothing switches it off (the
 /// profiler killed): the kernel programs stop sending launches one by one then.
-pub const DEADLINE_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const DEADLINE_GRACE: Duration = Duration::from_secs(5);
 
 /// Before loading anything: the target exists and uses libcuda; the libcuda copies it maps are
 /// added to the libraries probed (through `/proc/PID/root`, so a container's own copy works).
@@ -57,7 +57,7 @@ pub fn prepare(cfg: &mut Config, target: &TargetSpec) -> Result<()> {
 }
 
 /// Where the session locks live: one file per workload, held (`flock`) while a session records it.
-pub const LOCK_DIR: &str = "/run/gpu-tracer/profile";
+pub(crate) const LOCK_DIR: &str = "/run/gpu-tracer/profile";
 
 /// The lock of one workload's session: taken before anything is loaded, released when dropped
 /// (and by the kernel when the process dies, SIGKILL included: nothing stale is left to clean).
@@ -104,7 +104,7 @@ impl SessionLock {
 }
 
 /// Called every tick with what is recorded so far and the tracer's drops so far (progress).
-pub type OnProgress<'a> = dyn FnMut(&Recording, Option<u64>) + 'a;
+pub(crate) type OnProgress<'a> = dyn FnMut(&Recording, Option<u64>) + 'a;
 
 /// The recording loop's handler: every event to the recorder, the progress every tick.
 struct Session<'a> {

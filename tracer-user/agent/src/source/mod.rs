@@ -3,5 +3,5 @@
 pub mod counters;
 pub mod cuda_counts;
 pub mod procscan;
-pub mod ringbuf;
+pub(crate) mod ringbuf;
 pub mod tracked;

@@ -23,7 +23,7 @@ impl AsRawFd for RingFd {
 }
 
 /// The ring-buffer source: both rings.
-pub struct RingSource {
+pub(crate) struct RingSource {
     ledger: AsyncFd<RingFd>,
     bulk: AsyncFd<RingFd>,
     /// Records taken out of the ledger ring so far.
@@ -61,11 +61,6 @@ impl RingSource {
         let ledger = take(ebpf, map_names::EVENTS)?;
         let bulk = take(ebpf, map_names::BULK_EVENTS)?;
         Ok(Self { ledger, bulk, received_ledger: 0, received_bulk: 0 })
-    }
-
-    /// Records taken out of both rings so far.
-    pub fn received(&self) -> u64 {
-        self.received_ledger + self.received_bulk
     }
 
     /// Wait until the kernel signals data on either ring or `timeout` passes (batched wake-ups

@@ -14,7 +14,7 @@ pub fn entries_for_pid_max() -> u32 {
 }
 
 /// A shared mapping of `TRACKED_TGIDS`.
-pub struct TrackedTgids {
+pub(crate) struct TrackedTgids {
     ptr: *mut u8,
     len: usize,
 }
@@ -52,12 +52,6 @@ impl TrackedTgids {
             // SAFETY: inside the mapping; a one-byte store like the kernel's.
             unsafe { std::ptr::write_volatile(self.ptr.add(tgid as usize), on as u8) };
         }
-    }
-
-    /// Is `tgid` marked?
-    pub fn get(&self, tgid: u32) -> bool {
-        // SAFETY: inside the mapping.
-        (tgid as usize) >= self.len || unsafe { std::ptr::read_volatile(self.ptr.add(tgid as usize)) } != 0
     }
 }
 

@@ -87,14 +87,14 @@ fn target_of(l: &Labels) -> Target {
 /// One agent process of a target, as seen in the period: its start time (the value of its
 /// `process_start_time_seconds`) and the time of its last scrape in the period.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Incarnation {
+pub(crate) struct Incarnation {
     pub start: f64,
     pub last_scrape: f64,
 }
 
 /// The incarnations in raw `(timestamp, start time)` samples: one per distinct start time, with
 /// its last sample. Samples outside `(from, to]` are ignored.
-pub fn incarnations(samples: &[(f64, f64)], from: f64, to: f64) -> Vec<Incarnation> {
+pub(crate) fn incarnations(samples: &[(f64, f64)], from: f64, to: f64) -> Vec<Incarnation> {
     let mut by_start: BTreeMap<u64, Incarnation> = BTreeMap::new();
     for &(ts, v) in samples.iter().filter(|(ts, v)| *ts > from && *ts <= to && v.is_finite()) {
         let e = by_start.entry(v.to_bits()).or_insert(Incarnation { start: v, last_scrape: ts });
@@ -111,7 +111,7 @@ pub fn incarnations(samples: &[(f64, f64)], from: f64, to: f64) -> Vec<Incarnati
 /// a process's last scrape is one of them: the next process (started in that window or later)
 /// raises the next window's minimum, and without a next process the series stops. A process
 /// that lived inside one window is seen in that window's raw samples.
-pub fn windows_to_read(windows: &[(f64, f64)], step: f64) -> Vec<f64> {
+pub(crate) fn windows_to_read(windows: &[(f64, f64)], step: f64) -> Vec<f64> {
     windows
         .iter()
         .enumerate()

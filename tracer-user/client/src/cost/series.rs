@@ -13,24 +13,24 @@ use openmetrics_parser::PrometheusValue;
 
 use tracer_core::cost::{Charge, CostInput, Line};
 
-pub const CONTAINER_COST: &str = "gpu_tracer_container_cost_total";
-pub const BILL: &str = "gpu_tracer_bill_total";
-pub const POD_LABELS: &str = "gpu_tracer_pod_labels";
+pub(crate) const CONTAINER_COST: &str = "gpu_tracer_container_cost_total";
+pub(crate) const BILL: &str = "gpu_tracer_bill_total";
+pub(crate) const POD_LABELS: &str = "gpu_tracer_pod_labels";
 pub const PRICE: &str = "gpu_tracer_price_per_gpu_hour";
 
 /// A series' labels (without `__name__`).
 pub type Labels = BTreeMap<String, String>;
 
 /// Pod labels by (namespace, pod), with the `label_` prefix removed.
-pub type PodLabels = BTreeMap<(String, String), Labels>;
+pub(crate) type PodLabels = BTreeMap<(String, String), Labels>;
 
 /// A currency amount as nano-currency; `None` for NaN or infinities.
-pub fn to_nano(v: f64) -> Option<i128> {
+pub(crate) fn to_nano(v: f64) -> Option<i128> {
     v.is_finite().then(|| (v * 1e9).round() as i128)
 }
 
 /// Add the labels of `gpu_tracer_pod_labels` series to `into`.
-pub fn add_pod_labels<'a>(into: &mut PodLabels, rows: impl IntoIterator<Item = &'a Labels>) {
+pub(crate) fn add_pod_labels<'a>(into: &mut PodLabels, rows: impl IntoIterator<Item = &'a Labels>) {
     for l in rows {
         let (Some(ns), Some(pod)) = (l.get("namespace"), l.get("pod")) else { continue };
         let e = into.entry((ns.clone(), pod.clone())).or_default();

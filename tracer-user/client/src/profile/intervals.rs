@@ -9,7 +9,7 @@ use tracer_core::profile::Recording;
 
 /// A stretch of the window in which a process submitted no launch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Gap {
+pub(crate) struct Gap {
     pub tgid: u32,
     pub start_ktime_ns: u64,
     pub end_ktime_ns: u64,
@@ -17,7 +17,7 @@ pub struct Gap {
 
 /// Every gap of at least `min_ns` between one process's launches, counting the window's start
 /// and end (or the process's exit) as edges; a process that launched nothing is idle throughout.
-pub fn idle_gaps(rec: &Recording, min_ns: u64) -> Vec<Gap> {
+pub(crate) fn idle_gaps(rec: &Recording, min_ns: u64) -> Vec<Gap> {
     let mut times: BTreeMap<u32, Vec<u64>> = rec.processes.keys().map(|&t| (t, Vec::new())).collect();
     for l in &rec.launches {
         times.entry(l.tgid).or_default().push(l.ktime_ns);
@@ -62,7 +62,7 @@ pub struct Bounded {
 /// `cuCtxSynchronize` every stream's of its process; an event seen complete
 /// (`cuEventSynchronize(E)`, or `cuEventQuery(E)` returning success) bounds the launches on the
 /// stream of E's latest record before that call, submitted before the record began.
-pub fn bounded_intervals(rec: &Recording) -> (Vec<Bounded>, u64) {
+pub(crate) fn bounded_intervals(rec: &Recording) -> (Vec<Bounded>, u64) {
     // Launch times per (process, stream), in order.
     let mut launches: BTreeMap<(u32, u64), Vec<u64>> = BTreeMap::new();
     for l in &rec.launches {

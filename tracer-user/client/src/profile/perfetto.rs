@@ -637,7 +637,7 @@ fn named(uuid: u64, parent: Option<u64>, name: String, counter: Option<CounterDe
 }
 
 /// The name of a stream's track (`0` is the legacy default stream).
-pub fn stream_name(stream: u64) -> String {
+pub(crate) fn stream_name(stream: u64) -> String {
     match stream {
         0 => "stream 0 (default)".into(),
         // CU_STREAM_LEGACY and CU_STREAM_PER_THREAD.

@@ -81,7 +81,7 @@ pub struct AllocatedGpu {
 /// A device id that cannot be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("device id {id:?} is not a GPU id gpu-tracer knows ({why})")]
-pub struct DeviceIdError {
+pub(crate) struct DeviceIdError {
     pub id: String,
     pub why: &'static str,
 }
@@ -93,7 +93,7 @@ fn uuid_body(s: &str) -> bool {
 
 /// Parse a device-plugin device id: `GPU-…`, `MIG-…`, `MIG-GPU-…/gi/ci`, `0`, `0:1`, each
 /// optionally with a time-slicing replica suffix `::N`.
-pub fn parse_device_id(raw: &str) -> Result<(GpuDevice, Option<u32>), DeviceIdError> {
+pub(crate) fn parse_device_id(raw: &str) -> Result<(GpuDevice, Option<u32>), DeviceIdError> {
     let err = |why| DeviceIdError { id: raw.to_string(), why };
     let (base, replica) = match raw.split_once("::") {
         Some((base, n)) => (base, Some(n.parse::<u32>().map_err(|_| err("replica suffix `::N` is not a number"))?)),
@@ -137,7 +137,7 @@ pub fn parse_device_id(raw: &str) -> Result<(GpuDevice, Option<u32>), DeviceIdEr
 
 /// Parse a device name of NVIDIA's DRA driver: `gpu-0`, `gpu-0-mig-1g18gb-0`,
 /// `gpu-0-mig-9-4-4` (older form).
-pub fn parse_dra_device_name(name: &str) -> Result<GpuDevice, DeviceIdError> {
+pub(crate) fn parse_dra_device_name(name: &str) -> Result<GpuDevice, DeviceIdError> {
     let err = |why| DeviceIdError { id: name.to_string(), why };
     let rest = name.strip_prefix("gpu-").ok_or_else(|| err("DRA device name does not start with gpu-"))?;
     let (number, mig) = match rest.split_once("-mig-") {

@@ -14,7 +14,7 @@ use super::{
 use crate::config::AttributionSettings;
 
 /// Most containers kept (live or with cost history).
-pub const MAX_CONTAINERS: usize = 4096;
+pub(crate) const MAX_CONTAINERS: usize = 4096;
 /// Most GPUs whose billing carry is kept.
 pub const MAX_GPUS: usize = 1024;
 /// Stale rightsizing results recomputed per update (at 8 GPUs × 100 containers, a rollover is

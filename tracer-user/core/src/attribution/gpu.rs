@@ -204,7 +204,7 @@ pub struct GpuAttribution {
 }
 
 /// The sharing mode of one GPU and the reason, from what the inputs show.
-pub fn detect_sharing_mode(gpu: &GpuInput) -> (SharingMode, String) {
+pub(crate) fn detect_sharing_mode(gpu: &GpuInput) -> (SharingMode, String) {
     if gpu.lost {
         return (SharingMode::Unknown, "GPU lost (NVML: GPU_IS_LOST); nothing attributed this interval".into());
     }
@@ -240,7 +240,7 @@ fn millipct(pct: f64) -> u64 {
 
 /// Prices and policy for one GPU's cost split.
 #[derive(Clone, Copy, Debug)]
-pub struct CostParams {
+pub(crate) struct CostParams {
     pub price_nano: u64,
     pub policy: CostPolicy,
     /// Weight of memory-time in `Blended`, parts per million.
@@ -250,7 +250,7 @@ pub struct CostParams {
 
 /// Attribute one GPU for one interval. `names` supplies display names; `cost` is `None` when no
 /// price is configured.
-pub fn attribute_gpu(
+pub(crate) fn attribute_gpu(
     gpu: &GpuInput,
     names: &dyn Fn(ContainerKey) -> Option<String>,
     cost: Option<CostParams>,

@@ -143,7 +143,7 @@ pub fn mig_profile_of(name: &str) -> Option<String> {
 }
 
 /// `(slices, nominal GB)` of a profile name such as `1g.18gb`, `1g.10gb+me` or `1c.3g.40gb`.
-pub fn parse_profile(profile: &str) -> Option<(u32, u32)> {
+pub(crate) fn parse_profile(profile: &str) -> Option<(u32, u32)> {
     let p = profile.split('+').next()?;
     let p = p.rsplit_once("c.").map_or(p, |(_, rest)| rest);
     let (g, m) = p.split_once("g.")?;

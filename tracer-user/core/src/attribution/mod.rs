@@ -21,15 +21,16 @@ pub mod split;
 mod tests;
 
 pub use attributor::{AttributionSnapshot, Attributor, Bill, ContainerSummary, IdleReservation};
-pub use gpu::{GpuAttribution, SharingMode, attribute_gpu, detect_sharing_mode};
+pub use gpu::{GpuAttribution, SharingMode};
 pub use input::{
     AttributionInput, ContainerInput, ContainerKey, GpuInput, GpuRequest, ProcessInput, ProcessLedgers, ProcessOwner,
     input_from_sample,
 };
 
+#[cfg(test)]
 /// Nano-currency as currency with at least 2 decimals (more for amounts under a cent, so a
 /// one-second interval's cost is not shown as 0.00). Rounded half up.
-pub fn format_currency(nano: u64) -> String {
+pub(crate) fn format_currency(nano: u64) -> String {
     format_fixed(nano, currency_decimals(nano))
 }
 

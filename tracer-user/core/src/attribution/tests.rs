@@ -1,5 +1,6 @@
 //! Attribution tests: examples a user would check by hand, and property tests that every line adds
 //! up exactly whatever the input.
+use crate::attribution::gpu::attribute_gpu;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;

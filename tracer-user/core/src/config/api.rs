@@ -105,7 +105,7 @@ impl Default for ApiSettings {
 }
 
 /// The default `api.history_kinds`.
-pub const DEFAULT_HISTORY_KINDS: &[&str] = &[
+pub(crate) const DEFAULT_HISTORY_KINDS: &[&str] = &[
     "violation",
     "bill",
     "process_exec",

@@ -19,7 +19,7 @@ impl ResolvedDriverVersion {
 }
 
 /// Parse `535.261.03` (or the first such token in a `/proc/driver/nvidia/version` text).
-pub fn parse_driver_version(text: &str) -> Option<tracer_common::nv::DriverVersion> {
+pub(crate) fn parse_driver_version(text: &str) -> Option<tracer_common::nv::DriverVersion> {
     text.split_whitespace().find_map(|tok| {
         let parts: Vec<&str> = tok.split('.').collect();
         if parts.len() < 2 || parts.len() > 3 {

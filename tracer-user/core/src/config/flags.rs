@@ -21,7 +21,7 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
 }
 
 /// A command-line price (`--price-per-gpu-hour`, `--price-per-node-hour`): finite, at least 0.
-pub fn parse_price(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_price(s: &str) -> Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a price (e.g. 2.5)"))?;
     check_price(v)?;
     Ok(v)

@@ -17,11 +17,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use self::driver::parse_driver_version;
 pub use self::{
     api::ApiSettings,
-    driver::{ResolvedDriverVersion, parse_driver_version, resolve_driver_version},
+    driver::{ResolvedDriverVersion, resolve_driver_version},
     error::ConfigError,
-    flags::{Overrides, parse_price, parse_seconds},
+    flags::{Overrides, parse_seconds},
 };
 
 /// Where the driver-family syscall probes attach. See `docs/ARCHITECTURE.md` for the costs.
@@ -437,10 +438,10 @@ impl Default for Config {
 /// lifetime, and user space maps its data pages twice (so a record that wraps reads as one): a
 /// 2 GiB ring costs over 4 GiB of RSS. 256 MiB is 32 times the default, far more than a burst
 /// needs when the drain runs every few milliseconds.
-pub const MAX_RING_BUFFER_BYTES: u32 = 256 << 20;
+pub(crate) const MAX_RING_BUFFER_BYTES: u32 = 256 << 20;
 /// The largest `max_processes`: the kernel's `PID_MAX_LIMIT` (2^22) on 64-bit, so no node can
 /// have more processes to track.
-pub const MAX_PROCESSES: usize = 1 << 22;
+pub(crate) const MAX_PROCESSES: usize = 1 << 22;
 
 impl Config {
     /// Load a TOML file. Errors name the file, the key (a dotted path) and the line. The second

@@ -17,7 +17,7 @@ pub const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 /// `OTEL_EXPORTER_OTLP_HEADERS`: `key=value,key2=value2` (values percent-decoded).
 pub const ENV_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
 /// `OTEL_EXPORTER_OTLP_TIMEOUT`: per export, milliseconds.
-pub const ENV_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+pub(crate) const ENV_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
 /// `OTEL_RESOURCE_ATTRIBUTES`: `key=value,...` added to the resource.
 pub const ENV_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 /// `OTEL_METRIC_EXPORT_INTERVAL`: milliseconds between metric exports.
@@ -27,8 +27,8 @@ pub const ENV_METRIC_EXPORT_INTERVAL: &str = "OTEL_METRIC_EXPORT_INTERVAL";
 pub const ENV_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
 /// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`: PEM files of the
 /// certificate and key the agent presents (mutual TLS).
-pub const ENV_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
-pub const ENV_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+pub(crate) const ENV_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+pub(crate) const ENV_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
 /// `OTEL_SDK_DISABLED=true` turns export off whatever else says.
 pub const ENV_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 
@@ -422,7 +422,7 @@ fn check_endpoint(key: &'static str, e: &str) -> Result<(), OtlpSettingError> {
 
 /// The W3C-baggage-like `key=value,key2=value2` list of `OTEL_EXPORTER_OTLP_HEADERS` and
 /// `OTEL_RESOURCE_ATTRIBUTES` (values percent-decoded, whitespace around entries ignored).
-pub fn parse_key_values(key: &'static str, s: &str) -> Result<BTreeMap<String, String>, OtlpSettingError> {
+pub(crate) fn parse_key_values(key: &'static str, s: &str) -> Result<BTreeMap<String, String>, OtlpSettingError> {
     let mut out = BTreeMap::new();
     for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let Some((k, v)) = entry.split_once('=') else {

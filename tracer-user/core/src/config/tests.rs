@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::flags::parse_price;
 
 #[test]
 fn defaults_round_trip() {

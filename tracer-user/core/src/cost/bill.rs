@@ -13,7 +13,7 @@ use super::Line;
 use crate::model::AgentSnapshot;
 
 /// How often the agent writes its bill into the stream.
-pub const BILL_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const BILL_EVERY: Duration = Duration::from_secs(60);
 
 /// Builds `Bill` events for one agent process.
 #[derive(Clone, Debug)]

@@ -293,7 +293,7 @@ pub fn round_cents(nano: i128) -> i128 {
 /// Cents per amount that add up to `total_cents` exactly: each amount's floor, then one more cent
 /// to the amounts with the largest remainders (ties: the earlier amount) until the sum is
 /// reached (largest-remainder rounding; `total_cents` must be the rounded sum of `nano`).
-pub fn split_cents(nano: &[i128], total_cents: i128) -> Vec<i128> {
+pub(crate) fn split_cents(nano: &[i128], total_cents: i128) -> Vec<i128> {
     let mut cents: Vec<i128> = nano.iter().map(|n| n.div_euclid(NANO_PER_CENT)).collect();
     let mut left = total_cents - cents.iter().sum::<i128>();
     let mut order: Vec<usize> = (0..nano.len()).collect();
@@ -311,7 +311,7 @@ pub fn split_cents(nano: &[i128], total_cents: i128) -> Vec<i128> {
 
 /// `total` split in proportion to `weights` (non-negative), exactly: floors, then the remainder
 /// by largest remainder. All weights zero: nothing to split against (`None`).
-pub fn split_proportional(total: i128, weights: &[i128]) -> Option<Vec<i128>> {
+pub(crate) fn split_proportional(total: i128, weights: &[i128]) -> Option<Vec<i128>> {
     let w: i128 = weights.iter().map(|w| (*w).max(0)).sum();
     if w == 0 {
         return None;

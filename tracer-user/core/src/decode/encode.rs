@@ -21,9 +21,9 @@ use super::{
 };
 
 /// A user-space-looking address used for `arg`/`data_ptr` in encoded records.
-pub const FAKE_ARG_PTR: u64 = 0x7ffd_1000_0000;
+pub(crate) const FAKE_ARG_PTR: u64 = 0x7ffd_1000_0000;
 /// A user-space-looking address used for `nested_ptr` in encoded records.
-pub const FAKE_NESTED_PTR: u64 = 0x7ffd_2000_0000;
+pub(crate) const FAKE_NESTED_PTR: u64 = 0x7ffd_2000_0000;
 
 /// The raw bytes of `ev`, as the kernel side would write them.
 pub fn event(ev: &Event, abi: &DriverAbi) -> Vec<u8> {
@@ -144,12 +144,12 @@ pub fn event(ev: &Event, abi: &DriverAbi) -> Vec<u8> {
 }
 
 /// The bytes of any wire record.
-pub fn record_bytes<R: Record>(r: &R) -> Vec<u8> {
+pub(crate) fn record_bytes<R: Record>(r: &R) -> Vec<u8> {
     record_as_bytes(r).to_vec()
 }
 
 /// A wire header for a record of type `R` (kind and size filled in).
-pub fn wire_header<R: Record>(h: &Header, flags: u16) -> EventHeader {
+pub(crate) fn wire_header<R: Record>(h: &Header, flags: u16) -> EventHeader {
     EventHeader {
         kind: R::KIND,
         flags,
@@ -180,7 +180,7 @@ pub fn uvm_dev(file_id: u64) -> Device {
 }
 
 /// The frontend escape number an op is issued with (None for UVM/other-device ops).
-pub fn frontend_nr(op: &IoctlOp) -> Option<u32> {
+pub(crate) fn frontend_nr(op: &IoctlOp) -> Option<u32> {
     use IoctlOp::*;
     Some(match op {
         RmAlloc { form: RmAllocForm::Nvos05, .. } => esc::RM_ALLOC_OBJECT,
@@ -234,7 +234,7 @@ fn valid_frontend_size(nr: u32, abi: &DriverAbi) -> u32 {
 }
 
 /// The UVM command of a UVM op (None for frontend/other ops).
-pub fn uvm_cmd(op: &IoctlOp) -> Option<u32> {
+pub(crate) fn uvm_cmd(op: &IoctlOp) -> Option<u32> {
     use IoctlOp::*;
     Some(match op {
         UvmInitialize { .. } => uvm::INITIALIZE,
@@ -254,7 +254,7 @@ pub fn uvm_cmd(op: &IoctlOp) -> Option<u32> {
 
 /// The command word a client passes to ioctl(2) for `op`: `_IOWR('F', nr, size)` for frontend
 /// escapes, the plain command for UVM.
-pub fn natural_cmd(op: &IoctlOp, abi: &DriverAbi) -> u32 {
+pub(crate) fn natural_cmd(op: &IoctlOp, abi: &DriverAbi) -> u32 {
     if let Some(cmd) = uvm_cmd(op) {
         return cmd;
     }
@@ -330,7 +330,7 @@ impl Writer<'_> {
 }
 
 /// The raw ioctl record for `ev` (see the module docs).
-pub fn ioctl_record(ev: &IoctlEvent, abi: &DriverAbi) -> IoctlRecord {
+pub(crate) fn ioctl_record(ev: &IoctlEvent, abi: &DriverAbi) -> IoctlRecord {
     let mut r = IoctlRecord {
         hdr: wire_header::<IoctlRecord>(&ev.header, if ev.xfer { flags::XFER } else { 0 }),
         dev: ev.device.to_wire(),

@@ -54,7 +54,7 @@ use ledger::{AllocId, FdEntry, ManagedMapping, Object, Process};
 
 /// Allocations larger than this (256 TiB, more than any GPU or host has) are garbage sizes read
 /// from user memory: counted in `implausible_sizes` and charged as zero bytes.
-pub const MAX_PLAUSIBLE_ALLOCATION_BYTES: u64 = 1 << 48;
+pub(crate) const MAX_PLAUSIBLE_ALLOCATION_BYTES: u64 = 1 << 48;
 
 /// A process incarnation: a reused pid with another start time is a different process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

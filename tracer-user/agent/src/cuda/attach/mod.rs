@@ -30,7 +30,7 @@ use tracer_core::{
 
 pub mod multi;
 pub mod tracefs;
-pub use multi::MultiPrograms;
+pub(crate) use multi::MultiPrograms;
 
 /// Where libcuda is looked for when `cuda_libraries` is empty: distribution paths, the NVIDIA
 /// container toolkit's, and the GPU operator's driver container; Debian's multiarch directory is
@@ -53,7 +53,7 @@ pub const SEARCH_PATHS: &[&str] = &[
 
 /// Why libcuda could not be probed. The messages are what `doctor` and the logs show.
 #[derive(Debug, thiserror::Error)]
-pub enum AttachError {
+pub(crate) enum AttachError {
     /// No library to probe: none configured and none at [`SEARCH_PATHS`]. Expected on a node
     /// without the CUDA driver library; not a fault of the probes.
     #[error("no libcuda.so.1 found (searched {}); set `cuda_libraries` in the config", searched.join(", "))]
@@ -73,6 +73,7 @@ pub enum AttachError {
 }
 
 impl AttachError {
+    #[cfg(test)]
     /// A short label for logs and metrics.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -101,7 +102,7 @@ impl AttachError {
 }
 
 /// The libraries to attach to: the configured ones, else those of [`SEARCH_PATHS`] that exist.
-pub fn library_candidates(configured: &[PathBuf]) -> Vec<PathBuf> {
+pub(crate) fn library_candidates(configured: &[PathBuf]) -> Vec<PathBuf> {
     if !configured.is_empty() {
         return configured.to_vec();
     }
@@ -181,7 +182,8 @@ impl Links {
 }
 
 /// A link that detaches when dropped.
-pub enum OwnedLink {
+#[allow(dead_code, reason = "each link is held for its Drop, which detaches it")]
+pub(crate) enum OwnedLink {
     Perf(UProbeLink),
     Multi(OwnedFd),
     /// Also removes its trace event from tracefs.
@@ -202,7 +204,7 @@ pub fn detach(ebpf: &mut Ebpf, links: Links) -> usize {
 }
 
 /// The owned links behind `links` (taken from their programs, so dropping one detaches it).
-pub fn take_links(ebpf: &mut Ebpf, links: Links) -> Vec<OwnedLink> {
+pub(crate) fn take_links(ebpf: &mut Ebpf, links: Links) -> Vec<OwnedLink> {
     let mut out = Vec::with_capacity(links.len());
     for (prog, id) in links.perf {
         if let Some(Ok(p)) = ebpf.program_mut(prog).map(<&mut UProbe>::try_from)
@@ -218,7 +220,7 @@ pub fn take_links(ebpf: &mut Ebpf, links: Links) -> Vec<OwnedLink> {
 
 /// Drop (detach) `links` concurrently, one thread each; returns when all are detached. A thread
 /// that cannot be started drops its link on the caller's thread instead.
-pub fn drop_concurrently(links: Vec<OwnedLink>) {
+pub(crate) fn drop_concurrently(links: Vec<OwnedLink>) {
     std::thread::scope(|s| {
         for link in links {
             // When the thread cannot start, the closure, and the link in it, is dropped right here.
@@ -297,7 +299,7 @@ fn attach_multi(multi: &MultiPrograms, lib: &Path, planned: &[Planned]) -> Resul
 /// With `timed`, also the [`cuda_entry::Action::Timed`] entry points (synchronisation, events,
 /// copies, memsets: an entry and a return probe each, which every call pays, profiled or not), as
 /// `profile` and `events --per-event-*` ask; without, they are not probed at all.
-pub fn attach_library(
+pub(crate) fn attach_library(
     ebpf: &mut Ebpf,
     backend: &Backend,
     lib: &Path,
@@ -483,7 +485,7 @@ fn attach_through_tracefs(
 /// Attach every entry point of every library (distinct inodes only). Returns the per-library
 /// report and the links (for [`detach`]); an error only when nothing could be attached at all
 /// ([`AttachError::NoLibrary`] when `libs` is empty).
-pub fn attach_all(
+pub(crate) fn attach_all(
     ebpf: &mut Ebpf,
     backend: &Backend,
     libs: &[PathBuf],

@@ -24,7 +24,7 @@ use tracer_common::prog_names;
 use crate::probe::raw::{self, LoadAs};
 
 /// The programs loaded for multi links: entry probes and return probes.
-pub const PROGRAMS: [(&str, bool); 8] = [
+pub(crate) const PROGRAMS: [(&str, bool); 8] = [
     (prog_names::CUDA_COUNT, false),
     (prog_names::CUDA_FREE, false),
     (prog_names::CUDA_ALLOC_ENTER, false),

@@ -18,10 +18,10 @@ use std::{
 };
 
 /// The trace-event group of our probes.
-pub const GROUP: &str = "gpu_tracer";
+pub(crate) const GROUP: &str = "gpu_tracer";
 
 /// Where tracefs is looked for.
-pub const ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+pub(crate) const ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// The tracefs mount with a `uprobe_events` file, if any.
 pub fn root() -> Option<PathBuf> {
@@ -170,7 +170,7 @@ pub fn attach(
 
 /// Our events left behind by agents that are gone (killed before they could remove theirs):
 /// `p<pid>_<n>` of a pid that no longer runs. Removes them; returns how many.
-pub fn remove_stale(root: &Path, proc_root: &Path) -> usize {
+pub(crate) fn remove_stale(root: &Path, proc_root: &Path) -> usize {
     let Ok(text) = std::fs::read_to_string(root.join("uprobe_events")) else { return 0 };
     let mut removed = 0;
     for name in stale(&text, |pid| proc_root.join(pid.to_string()).exists()) {

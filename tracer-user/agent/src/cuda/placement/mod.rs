@@ -113,7 +113,6 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction, InstructionInfoFactory, IntelFormatter,
@@ -124,9 +123,9 @@ use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym};
 use object::{Endianness, FileKind, Object, RelocationFlags, RelocationTarget, SymbolIndex};
 
 /// How many `jmp [slot]` thunks are followed in a row at most.
-pub const MAX_THUNK_HOPS: usize = 4;
+pub(crate) const MAX_THUNK_HOPS: usize = 4;
 /// How many instructions at a function start may be stepped over at most.
-pub const MAX_PROLOGUE_SKIP: usize = 4;
+pub(crate) const MAX_PROLOGUE_SKIP: usize = 4;
 /// Bytes decoded at a function start.
 const CODE_WINDOW: u64 = 128;
 /// Bytes scanned for branches into a skipped prologue when no symbol gives the function's size.
@@ -301,15 +300,16 @@ pub fn place(elf_bytes: &[u8], symbol: &str) -> Result<ProbePlacement, Placement
 
 /// Like [`place`], for a uretprobe: fails rather than return a point where `[rsp]` is not the
 /// return address.
-pub fn place_for_return(elf_bytes: &[u8], symbol: &str) -> Result<ProbePlacement, PlacementError> {
+pub(crate) fn place_for_return(elf_bytes: &[u8], symbol: &str) -> Result<ProbePlacement, PlacementError> {
     Placer::new(elf_bytes)?.place_for_return(symbol)
 }
 
+#[cfg(test)]
 /// [`place`] for several symbols of one file, read and parsed once. A file-level error is
 /// repeated for every symbol.
-pub fn place_file<P, I, S>(path: P, symbols: I) -> Vec<(String, Result<ProbePlacement, PlacementError>)>
+pub(crate) fn place_file<P, I, S>(path: P, symbols: I) -> Vec<(String, Result<ProbePlacement, PlacementError>)>
 where
-    P: AsRef<Path>,
+    P: AsRef<std::path::Path>,
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
@@ -361,7 +361,7 @@ pub fn describe(p: &ProbePlacement) -> String {
 }
 
 /// An ELF file parsed once, for placing probes on several of its symbols.
-pub struct Placer<'a> {
+pub(crate) struct Placer<'a> {
     data: &'a [u8],
     /// `EM_X86_64` or `EM_AARCH64`.
     machine: u16,

@@ -44,7 +44,7 @@ pub async fn run(cfg: &Config) -> DoctorReport {
 }
 
 /// `nvml`: loaded (with the versions and GPU count), off by configuration, or why not.
-pub fn nvml_check(v: &NvmlView) -> Check {
+pub(crate) fn nvml_check(v: &NvmlView) -> Check {
     let (status, detail) = match (v.status, &v.sample) {
         (NvmlStatus::Ready, Some(s)) => (
             CheckStatus::Ok,
@@ -67,7 +67,7 @@ pub fn nvml_check(v: &NvmlView) -> Check {
 
 /// `kubernetes` (running or why not) and, when the kubelet's pod-resources API is polled,
 /// `kubelet allocations`.
-pub fn kubernetes_checks(k: &KubeView) -> Vec<Check> {
+pub(crate) fn kubernetes_checks(k: &KubeView) -> Vec<Check> {
     let status = if k.status == KubernetesStatus::Running { CheckStatus::Ok } else { CheckStatus::Warn };
     let mut out = vec![Check::with("kubernetes", status, k.detail.clone())];
     if let Some(p) = &k.pod_resources {
@@ -82,7 +82,7 @@ pub fn kubernetes_checks(k: &KubeView) -> Vec<Check> {
 }
 
 /// `attach mode`, then one check per probe family.
-pub fn probe_checks(r: &ProbeReport) -> Vec<Check> {
+pub(crate) fn probe_checks(r: &ProbeReport) -> Vec<Check> {
     let mut out = vec![Check::with("attach mode", CheckStatus::Ok, format!("{} ({})", r.attach_mode, r.attach_reason))];
     if !matches!(r.attach_mode, tracer_core::model::probes::ProbeMode::NvmlOnly) {
         out.push(device_check(&r.device_check));
@@ -109,7 +109,7 @@ pub fn device_check(d: &tracer_core::model::probes::DeviceCheckReport) -> Check 
 }
 
 /// One probe family: attached (ok), disabled (warn), nothing to probe (warn) or failed (fail).
-pub fn family_check(name: &'static str, st: &FamilyStatus) -> Check {
+pub(crate) fn family_check(name: &'static str, st: &FamilyStatus) -> Check {
     let (status, detail) = match st {
         FamilyStatus::Attached { programs } => (CheckStatus::Ok, format!("attached: {}", programs.join(", "))),
         FamilyStatus::Disabled => (CheckStatus::Warn, "disabled by configuration".to_string()),

@@ -6,7 +6,7 @@ use super::Check;
 use tracer_core::config::Config;
 
 /// A Linux capability the agent uses: bit number, name, what it is for, what is lost without it.
-pub struct Capability {
+pub(crate) struct Capability {
     pub bit: u32,
     pub name: &'static str,
     pub needed_for: &'static str,
@@ -14,7 +14,7 @@ pub struct Capability {
 }
 
 /// Every capability doctor reports, in docs/security.md order.
-pub const CAPABILITIES: [Capability; 6] = [
+pub(crate) const CAPABILITIES: [Capability; 6] = [
     Capability {
         bit: 39,
         name: "CAP_BPF",
@@ -56,13 +56,13 @@ pub const CAPABILITIES: [Capability; 6] = [
 ];
 
 /// Names of the known capabilities set in `mask`.
-pub fn capability_names(mask: u64) -> Vec<&'static str> {
+pub(crate) fn capability_names(mask: u64) -> Vec<&'static str> {
     CAPABILITIES.iter().filter(|c| mask & (1u64 << c.bit) != 0).map(|c| c.name).collect()
 }
 
 /// One check per capability of [`CAPABILITIES`]; `kernel_release` decides whether
 /// CAP_SYS_RESOURCE matters.
-pub fn capability_checks(caps: u64, kernel_release: &str) -> Vec<Check> {
+pub(crate) fn capability_checks(caps: u64, kernel_release: &str) -> Vec<Check> {
     let has = |bit: u32| caps & (1u64 << bit) != 0;
     let admin = has(21);
     let old_memlock = kernel_before(kernel_release, 5, 11);
@@ -283,7 +283,7 @@ pub fn perf_events(cfg: &Config, caps: u64, paranoid: Option<i32>) -> Check {
 }
 
 /// All privilege checks, for [`super::static_checks`].
-pub fn privilege_checks(cfg: &Config, kernel_release: &str) -> Vec<Check> {
+pub(crate) fn privilege_checks(cfg: &Config, kernel_release: &str) -> Vec<Check> {
     let caps = super::effective_caps();
     let mut out = vec![Check::new(
         "capabilities",

@@ -60,7 +60,7 @@ impl ApiState {
 
 /// The service over an [`ApiState`].
 #[derive(Debug, Clone)]
-pub struct ApiService {
+pub(crate) struct ApiService {
     state: Arc<ApiState>,
 }
 
@@ -191,7 +191,7 @@ impl GpuTracer for ApiService {
 
 /// Checks `authorization: Bearer <token>` in constant time (for the token's length).
 #[derive(Clone)]
-pub struct BearerToken(Arc<str>);
+pub(crate) struct BearerToken(Arc<str>);
 
 impl std::fmt::Debug for BearerToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -108,7 +108,7 @@ impl fmt::Debug for Secret {
 /// Who may read the endpoints, and how (`[metrics]` tls_cert, tls_key, token_file): TLS, and a
 /// bearer token for /metrics. Both optional; loaded once at start, so a bad file is an error then.
 #[derive(Clone, Default)]
-pub struct ServeSecurity {
+pub(crate) struct ServeSecurity {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub token: Option<Secret>,
 }
@@ -122,7 +122,7 @@ impl fmt::Debug for ServeSecurity {
 /// A TLS certificate, key or token file that cannot be used; names the setting.
 #[derive(Debug, thiserror::Error)]
 #[error("{key} ({}): {why}", path.display())]
-pub struct SecurityError {
+pub(crate) struct SecurityError {
     pub key: &'static str,
     pub path: std::path::PathBuf,
     pub why: String,
@@ -417,7 +417,7 @@ impl RunningServer {
 }
 
 /// The routes, on a state (exposed for tests that drive the router without a socket).
-pub fn router(state: Arc<ServeState>) -> Router {
+pub(crate) fn router(state: Arc<ServeState>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -435,7 +435,7 @@ pub async fn serve(listen: SocketAddr, state: Arc<ServeState>) -> Result<Running
 }
 
 /// [`serve`] with the given limits.
-pub async fn serve_with(
+pub(crate) async fn serve_with(
     listen: SocketAddr,
     state: Arc<ServeState>,
     limits: ServeLimits,
@@ -445,7 +445,7 @@ pub async fn serve_with(
 
 /// [`serve_with`], over TLS when `tls` is given (the handshake must finish within the header
 /// timeout).
-pub async fn serve_secure(
+pub(crate) async fn serve_secure(
     listen: SocketAddr,
     state: Arc<ServeState>,
     limits: ServeLimits,

@@ -35,7 +35,7 @@ use tracer_core::identity::{
 };
 
 /// `resource.k8s.io` versions this build can decode (k8s-openapi's `v1_34` API set), preferred first.
-pub const DRA_VERSIONS_SUPPORTED: &[&str] = &["v1", "v1beta2", "v1beta1"];
+pub(crate) const DRA_VERSIONS_SUPPORTED: &[&str] = &["v1", "v1beta2", "v1beta1"];
 
 /// The label the ReplicaSet controller stamps on its pods; the ReplicaSet is `<deployment>-<hash>`.
 const POD_TEMPLATE_HASH: &str = "pod-template-hash";

@@ -80,7 +80,7 @@ pub fn scan(proc_root: &Path, prefix: &str, accepted: &Accepted, skip_tgid: u32)
 /// as the kernel's at open). A directory listing and one `readlink` per fd, not the procfs crate:
 /// its fd iterator opens, reads and stats every fd (4 syscalls for our 1) and made this scan 25%
 /// slower at 2,000 processes (docs/benchmarks.md §11); nothing here needs parsing.
-pub fn scan_one(proc_root: &Path, prefix: &str, accepted: &Accepted, tgid: u32) -> Scan {
+pub(crate) fn scan_one(proc_root: &Path, prefix: &str, accepted: &Accepted, tgid: u32) -> Scan {
     let mut out = Scan::default();
     let fd_dir = proc_root.join(tgid.to_string()).join("fd");
     let Ok(fds) = std::fs::read_dir(&fd_dir) else {
@@ -140,7 +140,7 @@ fn kcmp_same_file(tgid: u32, a: u32, b: u32) -> Option<bool> {
 }
 
 /// Build the synthetic open record for a seeded fd (decoded like a live one).
-pub fn seeded_record(s: &SeededFd, cgroup_id: u64, ktime_ns: u64) -> FdOpenRecord {
+pub(crate) fn seeded_record(s: &SeededFd, cgroup_id: u64, ktime_ns: u64) -> FdOpenRecord {
     FdOpenRecord {
         hdr: EventHeader {
             kind: kind::FD_OPEN,

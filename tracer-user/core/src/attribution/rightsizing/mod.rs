@@ -18,7 +18,7 @@ const fn p(name: &'static str, slices: u32, memory_gb: u32) -> MigProfile {
 
 /// MIG profiles per GPU memory size (NVIDIA MIG user guide, "Supported MIG Profiles"), smallest
 /// first. Keyed by the full GPU's nominal memory in GB.
-pub const MIG_TABLES: &[(&str, u32, &[MigProfile])] = &[
+pub(crate) const MIG_TABLES: &[(&str, u32, &[MigProfile])] = &[
     (
         "A100 40GB",
         40,
@@ -83,7 +83,7 @@ pub const MIG_TABLES: &[(&str, u32, &[MigProfile])] = &[
 
 /// The MIG profile table for a GPU with `total_bytes` of memory: the table whose full size is
 /// within 8 % of it (NVML's total is a little under the nominal size). `None`: not a MIG GPU we know.
-pub fn mig_table_for(total_bytes: u64) -> Option<&'static [MigProfile]> {
+pub(crate) fn mig_table_for(total_bytes: u64) -> Option<&'static [MigProfile]> {
     let gb = total_bytes as f64 / 1e9;
     MIG_TABLES
         .iter()
@@ -94,7 +94,7 @@ pub fn mig_table_for(total_bytes: u64) -> Option<&'static [MigProfile]> {
 }
 
 /// Usable bytes of a profile: nominal GB less 5 % (an estimate of what the instance reports).
-pub fn profile_bytes(p: &MigProfile) -> u64 {
+pub(crate) fn profile_bytes(p: &MigProfile) -> u64 {
     p.memory_gb as u64 * 950_000_000
 }
 
@@ -162,7 +162,7 @@ pub fn fit(gpu_total_bytes: u64, peak_memory: u64, peak_sm_millipct: u32, headro
 }
 
 /// Is `fit` smaller than `request`? Compares fractions of one GPU.
-pub fn is_over_requested(request: &GpuRequest, fit: &Fit) -> bool {
+pub(crate) fn is_over_requested(request: &GpuRequest, fit: &Fit) -> bool {
     let fit_frac = match fit {
         Fit::MigProfile { profile } => parse_profile(profile).map_or(1.0, |(g, _)| g as f64 / 7.0),
         Fit::Fraction { pct } => *pct as f64 / 100.0,

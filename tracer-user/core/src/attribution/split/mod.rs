@@ -55,7 +55,7 @@ fn reduce(weights: &[u128]) -> Option<(Vec<u128>, u128)> {
 }
 
 /// Split `total` by `weights`, or put all of it on `fallback` when every weight is zero.
-pub fn split_or(total: u64, weights: &[u128], fallback: usize) -> Vec<u64> {
+pub(crate) fn split_or(total: u64, weights: &[u128], fallback: usize) -> Vec<u64> {
     split_exact(total, weights).unwrap_or_else(|| {
         let mut v = vec![0; weights.len()];
         if let Some(x) = v.get_mut(fallback) {

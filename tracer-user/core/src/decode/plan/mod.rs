@@ -16,7 +16,7 @@ use tracer_common::{
 };
 
 /// A plan that copies the first `main_len` bytes and nothing else.
-pub fn main_only(main_len: u32) -> CapturePlan {
+pub(crate) fn main_only(main_len: u32) -> CapturePlan {
     CapturePlan {
         main_len: main_len.min(IOCTL_MAIN_MAX as u32),
         tail_off: 0,
@@ -142,13 +142,15 @@ pub fn class_slots(sizes: &[(u32, u32)]) -> Result<Vec<(u32, ClassSize)>, String
     Ok(out)
 }
 
+#[cfg(any(test, feature = "encode"))]
 /// The nested length [`alloc_param_sizes`] gives `class` (0 if none).
-pub fn alloc_param_size(abi: &DriverAbi, class: u32) -> u32 {
+pub(crate) fn alloc_param_size(abi: &DriverAbi, class: u32) -> u32 {
     alloc_param_sizes(abi).into_iter().find(|&(c, _)| c == class).map_or(0, |(_, n)| n)
 }
 
+#[cfg(test)]
 /// The plan [`capture_plans`] gives `key`, if any.
-pub fn plan_for(abi: &DriverAbi, key: CaptureKey) -> Option<CapturePlan> {
+pub(crate) fn plan_for(abi: &DriverAbi, key: CaptureKey) -> Option<CapturePlan> {
     capture_plans(abi).into_iter().find(|(k, _)| *k == key).map(|(_, p)| p)
 }
 

@@ -4,10 +4,10 @@ use serde::{Serialize, Serializer, ser::SerializeMap};
 use tracer_common::counter;
 
 /// How many drop reasons there are: the slots `counter::DROP_FIRST..=counter::DROP_LAST`.
-pub const N_DROP_REASONS: usize = (counter::DROP_LAST - counter::DROP_FIRST + 1) as usize;
+pub(crate) const N_DROP_REASONS: usize = (counter::DROP_LAST - counter::DROP_FIRST + 1) as usize;
 
 /// The name of each drop reason (the `reason` label), from `counter::NAMES`.
-pub fn drop_reasons() -> &'static [&'static str] {
+pub(crate) fn drop_reasons() -> &'static [&'static str] {
     &counter::NAMES[counter::DROP_FIRST as usize..=counter::DROP_LAST as usize]
 }
 

@@ -22,7 +22,8 @@ mod json;
 mod proto;
 
 pub use json::to_json;
-pub use proto::{container_proto, event_kind, kind_of, launch_batch_to_proto, to_proto, violation_to_proto};
+pub(crate) use proto::container_proto;
+pub use proto::{kind_of, launch_batch_to_proto, to_proto, violation_to_proto};
 
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,7 @@ use crate::decode::{
 use crate::model::EventContext;
 
 /// The protobuf form of a container identity.
-pub fn container_proto(c: &crate::identity::ContainerIdentity) -> v1::ContainerIdentity {
+pub(crate) fn container_proto(c: &crate::identity::ContainerIdentity) -> v1::ContainerIdentity {
     let s = |v: &Option<String>| v.clone().unwrap_or_default();
     v1::ContainerIdentity {
         kind: c.kind.into(),
@@ -267,7 +267,7 @@ fn message(
 }
 
 /// The `EventKind` that names a payload case (one definition, so header and payload cannot differ).
-pub fn event_kind(p: &Payload) -> v1::EventKind {
+pub(crate) fn event_kind(p: &Payload) -> v1::EventKind {
     use v1::EventKind as K;
     match p {
         Payload::Violation(_) => K::Violation,

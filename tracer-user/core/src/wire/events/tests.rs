@@ -1,3 +1,4 @@
+use crate::wire::events::proto::event_kind;
 use std::collections::BTreeSet;
 
 use gpu_tracer_proto::v1::{self, event::Payload};
