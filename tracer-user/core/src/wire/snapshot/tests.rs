@@ -5,12 +5,13 @@
 use gpu_tracer_proto::prost::Message;
 use proptest::prelude::*;
 
-use super::*;
+use super::{counters::DECODE_ERROR_REASONS, driver::DEVICE_KINDS, *};
 use crate::fixtures::snapshot::*;
 use crate::{
     attribution::gpu::FULL,
+    config::AttachMode,
     decode::{DecodeError, DeviceKind},
-    model::probes::EntryReport,
+    model::probes::{EntryReport, FamilyStatus, KernelFeatures, LibraryReport, ProbeMode, ProbeReport},
 };
 
 fn round_trip(s: &AgentSnapshot) -> AgentSnapshot {
