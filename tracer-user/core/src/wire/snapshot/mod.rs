@@ -16,10 +16,10 @@
 //!
 //! What [`snapshot_from_proto`] does not restore, because the message does not carry it:
 //! - of the NVML sample, only the per-GPU summary (index, UUID, name, minor, PCI bus id, memory,
-//!   utilization, power, energy, MIG mode and devices, lost, missing readings) and the sample's
-//!   time, versions, cost and missing readings; clocks, temperature, compute mode, the process
-//!   lists, process utilization samples, MIG devices' process lists and `taken_mono_ns` (a clock
-//!   of the agent's host, meaningless elsewhere) come back empty;
+//!   utilization, power, energy, temperature, MIG mode and devices, lost, missing readings) and the
+//!   sample's time, versions, cost and missing readings; clocks, compute mode, the process lists,
+//!   process utilization samples, MIG devices' process lists and `taken_mono_ns` (a clock of the
+//!   agent's host, meaningless elsewhere) come back empty;
 //! - `taken_at_unix_ns` and `interval_ns` (not fields of [`AgentSnapshot`]: read them from the
 //!   message);
 //! - names outside the sets this build knows, in the counter maps keyed by `&'static str`: they

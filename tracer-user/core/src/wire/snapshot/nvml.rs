@@ -64,11 +64,12 @@ wire_message! {
         utilization: Opt,
         power_mw,
         energy_mj,
+        temperature_c,
         mig_enabled,
         mig_instances => mig_devices: Each,
         lost,
         missing: Each,
-        // Not carried: clocks, temperature, compute mode, the process lists and samples.
+        // Not carried: clocks, compute mode, the process lists and samples.
         ..
     }
 }
