@@ -5,12 +5,13 @@
 use gpu_tracer_proto::prost::Message;
 use proptest::prelude::*;
 
-use super::*;
+use super::{counters::DECODE_ERROR_REASONS, driver::DEVICE_KINDS, *};
 use crate::fixtures::snapshot::*;
 use crate::{
     attribution::gpu::FULL,
+    config::AttachMode,
     decode::{DecodeError, DeviceKind},
-    model::probes::EntryReport,
+    model::probes::{EntryReport, FamilyStatus, KernelFeatures, LibraryReport, ProbeMode, ProbeReport},
 };
 
 fn round_trip(s: &AgentSnapshot) -> AgentSnapshot {
@@ -24,6 +25,22 @@ fn everything_the_message_carries_survives_a_second_round_trip() {
     assert_eq!(again, p);
     assert_eq!(p.interval_ns, SEC);
     assert_eq!(p.taken_at_unix_ns, T0);
+}
+
+/// Each GPU's temperature is carried (`NvmlGpu.temperature_c`), and one NVML did not give stays
+/// unknown.
+#[test]
+fn a_gpus_temperature_survives_the_round_trip() {
+    let mut s = rich();
+    let mut sample = s.nvml.sample.as_deref().expect("sampled").clone();
+    sample.devices[0].temperature_c = Some(61);
+    s.nvml.sample = Some(std::sync::Arc::new(sample));
+    let p = snapshot_to_proto(&s, T0);
+    let gpus = &p.nvml.as_ref().and_then(|n| n.sample.as_ref()).expect("sampled").gpus;
+    assert_eq!(gpus.iter().map(|g| g.temperature_c).collect::<Vec<_>>(), [Some(61), None, None]);
+    let back = snapshot_from_proto(p).expect("valid");
+    let devices = &back.nvml.sample.as_deref().expect("sampled").devices;
+    assert_eq!(devices.iter().map(|d| d.temperature_c).collect::<Vec<_>>(), [Some(61), None, None]);
 }
 
 /// Every group of lines adds up on the message itself, as a client that only has the proto would
