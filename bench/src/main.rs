@@ -23,7 +23,6 @@ mod attribution;
 mod bpftrace;
 mod cost;
 mod cuda;
-mod cudalib;
 mod driver_entry;
 mod exporters;
 mod floors;

@@ -8,7 +8,9 @@ use std::{ffi::CString, hint::black_box, time::Instant};
 use anyhow::{Context, Result, bail};
 use tracer_common::nv;
 
-use crate::{cudalib, sys};
+use gpu_tracer_tests::workload::cuda::Launcher;
+
+use crate::sys;
 
 /// `ioctl(2)` command of RM_ALLOC with the 48-byte `NVOS64_PARAMETERS` (0xC030462B).
 pub const RM_ALLOC_NVOS64: u32 = nv::iowr(nv::esc::RM_ALLOC, nv::size::NVOS64);
@@ -275,7 +277,7 @@ pub fn main(args: &[String]) -> Result<()> {
                 arg(args, 6, "max_calls")?,
             );
             sys::pin_to(cpu).context("pinning the worker")?;
-            let l = cudalib::Launcher::open(&lib)?;
+            let l = Launcher::open(&lib).map_err(anyhow::Error::msg)?;
             println!("pid {}", std::process::id());
             println!("init {}", l.init_result);
             println!("resolved {} {:#x} {:#x}", l.resolved_via, l.addr, l.dlsym_addr);
@@ -298,7 +300,7 @@ pub fn main(args: &[String]) -> Result<()> {
             let (lib, calls, cpus): (String, u64, String) =
                 (arg(args, 1, "lib")?, arg(args, 2, "calls")?, arg(args, 3, "cpus")?);
             let cpus: Vec<usize> = cpus.split(',').map(|c| c.parse()).collect::<Result<_, _>>().context("cpus")?;
-            let l = cudalib::Launcher::open(&lib)?;
+            let l = Launcher::open(&lib).map_err(anyhow::Error::msg)?;
             println!("pid {}", std::process::id());
             println!("init {}", l.init_result);
             println!("first_ret {}", l.call());

@@ -8,6 +8,10 @@
 //! The workload only ever passes handles the library itself returned, or NULL: a bogus non-NULL
 //! function handle crashes the real library.
 
+mod launcher;
+
+pub use launcher::Launcher;
+
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

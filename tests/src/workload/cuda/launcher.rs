@@ -1,14 +1,15 @@
-//! The calling side of section 5: a `libcuda.so.1` loaded in the worker the way cudart loads it
-//! (`dlopen(RTLD_NOW | RTLD_LOCAL)`), `cuLaunchKernel` resolved through `cuGetProcAddress_v2` and
-//! called through that pointer.
+//! A launch loop's caller: a `libcuda.so.1` loaded the way cudart loads it ([`Libcuda`]:
+//! `dlopen(RTLD_NOW | RTLD_LOCAL)`), `cuLaunchKernel` resolved through `cuGetProcAddress_v2` and
+//! called through that pointer, one launch per [`Launcher::call`] (the benchmark's section 5 times
+//! it in a tight loop).
 //!
 //! Against a library whose `cuInit` succeeds (the fakes) the launches get a real function handle
 //! (`cuModuleLoadData` + `cuModuleGetFunction`) and succeed; against one whose `cuInit` fails (the
 //! real library without a GPU) the function is NULL, so every launch returns an error at once
 //! (a bogus non-NULL handle would crash the real library).
-use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
-use anyhow::{Result, bail};
+use super::Libcuda;
 
 type CuResult = c_int;
 type LaunchFn = unsafe extern "C" fn(
@@ -46,35 +47,16 @@ pub struct Launcher {
     pub dlsym_addr: usize,
 }
 
-fn dlerror() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated message.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown error".into()
-    } else {
-        // SAFETY: checked non-NULL.
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
-
 impl Launcher {
     /// Load `path` (never unloaded), initialise it and resolve `cuLaunchKernel`.
-    pub fn open(path: &str) -> Result<Self> {
-        let c = CString::new(path)?;
-        // SAFETY: a NUL-terminated path; the library's constructors run, which is the point.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            bail!("dlopen {path}: {}", dlerror());
-        }
-        let sym = |name: &CStr| -> usize {
-            // SAFETY: a live handle and a NUL-terminated name.
-            unsafe { libc::dlsym(h, name.as_ptr()) as usize }
-        };
+    pub fn open(path: &str) -> Result<Self, String> {
+        let lib = Libcuda::open(std::path::Path::new(path))?;
+        let sym = |name: &CStr| -> usize { lib.symbol(&name.to_string_lossy()).map_or(0, |p| p as usize) };
         macro_rules! func {
             ($name:literal, $ty:ty) => {{
                 let p = sym($name);
                 if p == 0 {
-                    bail!("{path} lacks {}", $name.to_string_lossy());
+                    return Err(format!("{path} lacks {}", $name.to_string_lossy()));
                 }
                 // SAFETY: the CUDA driver entry point of that name has this C signature (cuda.h).
                 unsafe { std::mem::transmute::<usize, $ty>(p) }
@@ -114,7 +96,7 @@ impl Launcher {
             addr = dlsym_addr;
         }
         if addr == 0 {
-            bail!("{path}: cuLaunchKernel not found");
+            return Err(format!("{path}: cuLaunchKernel not found"));
         }
         // SAFETY: the driver's cuLaunchKernel, whose signature is `LaunchFn` (cuda.h).
         let launch = unsafe { std::mem::transmute::<usize, LaunchFn>(addr) };
@@ -139,7 +121,7 @@ impl Launcher {
                 ]
             };
             if let Some((op, r)) = steps.iter().find(|(_, r)| *r != 0) {
-                bail!("{path}: {op} returned {r}");
+                return Err(format!("{path}: {op} returned {r}"));
             }
         }
         Ok(Self { launch, func, init_result, resolved_via, addr, dlsym_addr })
