@@ -328,8 +328,8 @@ impl ApiSection {
         let _ = writeln!(s, "## 8. Event API: delivery to subscribers\n");
         let _ = writeln!(
             s,
-            "**Method.** The agent's own `EventHub` and tonic server (`export::api`) on a Unix socket, on a \
-             2-worker runtime as `gpu-tracer agent` runs it; the real client (`export::api::client`) in another \
+            "**Method.** The agent's own `EventHub` and tonic server (`tracer_agent::export::api`) on a Unix socket, on a \
+             2-worker runtime as `gpu-tracer agent` runs it; the real client (`tracer_client::api`) in another \
              thread, one task per subscriber, each following the stream and counting events and `LostEvents`. \
              A publisher thread (the agent loop's place; the hub wakes subscribers every 256 events, as the agent does once per step) publishes synthetic events shaped like the agent's (an RM \
              allocation with a pod identity) — at full speed, then paced at the goal rate, then to 100 \
