@@ -411,8 +411,8 @@ impl AgentProcess {
         HarnessError::Agent { what: format!("{}: {what}", self.child.what()), log: self.log() }
     }
 
-    /// Wait (without a bound, as [`Child::wait`]) until all of its stderr is in the log, at most
-    /// a few seconds after it exited.
+    /// Once it has exited: wait until all of its stderr is in the log (at most 5 s, scaled: a
+    /// process it left behind may hold the pipe open).
     fn finish_log(&self) {
         let log = self.log.lock();
         let _ = self.log.changed.wait_timeout_while(log, scaled(Duration::from_secs(5)), |s| !s.ended);
