@@ -6,9 +6,10 @@
 //!   phase per stdin command, and (`--libcuda`) its driver-API calls.
 //! * [`fake_libcuda`]: where the fake `libcuda.so.1` builds are ([`fake_libcuda()`]), one per
 //!   prologue variant.
-//! * [`harness`] (re-exported here): RAII guards — [`FakeDriver`], [`PodCgroup`], [`Workload`] —
-//!   and [`require_root`], so privileged tests fail (never skip) where they cannot run and leave
-//!   the machine clean when they fail.
+//! * [`harness`] (re-exported here): RAII guards — [`FakeDriver`], [`PodCgroup`], [`Workload`],
+//!   [`ChildGuard`] — and [`require_root`], so privileged tests fail (never skip) where they cannot
+//!   run and leave the machine clean when they fail; [`AgentProcess`], a `gpu-tracer` child whose
+//!   log, readiness and stop it owns, and [`gpu_tracer`], where that binary is.
 //! * [`kube_api`]: [`kube_api::FakeApiServer`], an in-process Kubernetes API server (pods:
 //!   list, watch, get) for the real `kube` client and reflector, and [`kube_api::FakePod`].
 //! * [`pod_resources`]: the kubelet pod-resources gRPC service on a Unix socket
@@ -31,8 +32,9 @@ pub mod workload;
 pub use fake_driver::DriverStats;
 pub use fake_libcuda::fake_libcuda;
 pub use harness::{
-    Answer, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime, Workload, WorkloadBuilder,
-    auto_cuda_method, cgroup2_mount, eventually, kernel_at_least, locate_binary, require_root, scaled, time_scale,
+    AgentProcess, Answer, ChildGuard, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime,
+    Workload, WorkloadBuilder, auto_cuda_method, cgroup2_mount, eventually, gpu_tracer, gpu_tracer_binary,
+    kernel_at_least, locate_binary, require_root, scaled, time_scale,
 };
 pub use pod_resources::{FakePodResources, PodResourcesCalls};
 pub use tracer::{Tracer, assert_accounting, cg_usage, config_for};
@@ -48,18 +50,4 @@ pub fn prometheus_tool(name: &str) -> std::path::PathBuf {
         .unwrap_or_else(|| {
             panic!("{name} is not installed: Debian's `prometheus` package has it (`cargo xtask setup` installs it)")
         })
-}
-
-/// The lines `child` writes to its stderr (taken from it; it must have been spawned with
-/// `Stdio::piped()` there), as they come, read on a thread of their own.
-pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    rx
 }

@@ -12,13 +12,13 @@ use std::{
     collections::BTreeMap,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::Command,
     sync::{Mutex, MutexGuard},
     time::Duration,
 };
 
 use gpu_tracer_tests::{
-    Answer, FakeDriver, PodCgroup, Tracer, Workload, cgroup2_mount, config_for, fake_libcuda,
+    Answer, ChildGuard, FakeDriver, PodCgroup, Tracer, Workload, cgroup2_mount, config_for, fake_libcuda,
     nvml_model::{Busy, MigSpec, NvmlModel, Process, Scenario, gpu_uuid},
     require_root,
 };
@@ -102,16 +102,6 @@ impl Drop for HostCgroup {
         {
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-}
-
-/// A child process killed and reaped on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -321,8 +311,8 @@ fn mps_server_memory_is_unattributed_and_clients_are_containers() {
     let daemon_pod = PodCgroup::new().unwrap();
     let server_bin = dir.0.join("nvidia-cuda-mps-server");
     std::fs::copy("/bin/sleep", &server_bin).unwrap();
-    let server = Killed(Command::new(&server_bin).arg("600").spawn().unwrap());
-    let server_pid = server.0.id();
+    let server = ChildGuard::new(Command::new(&server_bin).arg("600").spawn().unwrap());
+    let server_pid = server.pid();
     daemon_pod.add_process(server_pid).unwrap();
     assert_eq!(std::fs::read_to_string(format!("/proc/{server_pid}/comm")).unwrap().trim(), "nvidia-cuda-mps");
     const SERVER_BYTES: u64 = 256 * MIB;

@@ -20,15 +20,15 @@
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{
-    FakeDriver, PodCgroup, Qos, Runtime, Tracer, Workload, config_for, eventually, fake_libcuda, locate_binary,
-    require_root,
+    AgentProcess, FakeDriver, PodCgroup, Qos, Runtime, Tracer, Workload, config_for, eventually, fake_libcuda,
+    gpu_tracer, require_root,
 };
 use tracer_core::model::AgentSnapshot;
 
@@ -404,75 +404,34 @@ fn env_seconds(name: &str) -> Option<f64> {
     std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite() && *v > 0.0)
 }
 
-/// The `gpu-tracer agent` process; SIGTERM (then SIGKILL) on drop.
-struct AgentProcess {
-    child: Child,
+/// The `gpu-tracer agent` process and the address it serves /metrics on; SIGTERM (then SIGKILL)
+/// on drop ([`AgentProcess`]).
+struct Agent {
+    process: AgentProcess,
     addr: String,
-    /// The last lines of its log, for failure messages.
-    log: Arc<Mutex<VecDeque<String>>>,
 }
 
-impl AgentProcess {
-    fn start(args: &[String]) -> AgentProcess {
-        let bin = locate_binary("gpu-tracer").unwrap_or_else(|e| {
-            panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
-        });
-        let mut child = Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gpu-tracer agent");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(VecDeque::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let tail = log.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("serving http://") {
-                    let _ = tx.send(line.clone());
-                }
-                let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
-                t.push_back(line);
-                if t.len() > 40 {
-                    t.pop_front();
-                }
-            }
-        });
-        let mut agent = AgentProcess { child, addr: String::new(), log };
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("the agent never said where it serves; its log:\n{}", agent.log_tail()));
-        let addr = line.split("serving http://").nth(1).unwrap_or_default();
-        agent.addr = addr.split_whitespace().next().unwrap_or_default().trim_end_matches("/metrics").to_string();
-        agent
+impl Agent {
+    fn start(args: &[String]) -> Agent {
+        let mut process =
+            AgentProcess::spawn(Command::new(gpu_tracer()).args(args).stdin(Stdio::null()).stdout(Stdio::null()))
+                .expect("spawn gpu-tracer agent");
+        let addr = process.metrics_addr().unwrap_or_else(|e| panic!("the agent never said where it serves: {e}"));
+        Agent { process, addr }
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
+    /// The last lines of its log, for failure messages.
     fn log_tail(&self) -> String {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect::<Vec<_>>().join("\n")
+        let log = self.process.log();
+        log[log.len().saturating_sub(40)..].join("\n")
     }
 
     fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        // SAFETY: kill has no memory effects; the pid is our child's, not reaped yet.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.running()
     }
 }
 
@@ -481,7 +440,7 @@ type Sample = Vec<(&'static str, f64)>;
 
 /// Read the agent: its RSS, fds and threads from /proc, table sizes from `/metrics`, the occupancy
 /// of its kernel maps. `None` when `/metrics` does not answer.
-fn sample(agent: &AgentProcess) -> Option<Sample> {
+fn sample(agent: &Agent) -> Option<Sample> {
     let pid = agent.pid();
     let (status, text) = http_get(&agent.addr, "/metrics");
     if status != 200 {
@@ -697,7 +656,7 @@ fn the_agent_binary_holds_steady_under_churn() {
     node.add_pod("steady", &steady_cg);
     node.set_pods(&[("steady".into(), &steady_cg, 0)]);
 
-    let mut agent = AgentProcess::start(&args);
+    let mut agent = Agent::start(&args);
     let ready = eventually("the agent ready", Duration::from_secs(30), || {
         (http_get(&agent.addr, "/readyz").0 == 200).then_some(())
     });

@@ -1,58 +1,33 @@
 //! The `gpu-tracer` binary as a user runs it: `events --json`, `events` (protobuf), `top --once
 //! --json` and `doctor`, against the fake driver with workloads in pod cgroups. Needs root.
 use std::{
-    io::{BufRead, BufReader},
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::{Command, Stdio},
     time::Duration,
 };
 
 use gpu_tracer_tests::http::get as http_get;
-use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, locate_binary, require_root, scaled};
+use gpu_tracer_tests::{AgentProcess, FakeDriver, PodCgroup, Workload, gpu_tracer, require_root, scaled};
 
 /// `n` seconds as a command-line value, stretched for slow hosts ([`scaled`]).
 fn secs(n: u64) -> String {
     scaled(Duration::from_secs(n)).as_secs().to_string()
 }
 
-fn gpu_tracer() -> PathBuf {
-    locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
-    })
-}
-
 /// Start `gpu-tracer <args>` (driver and lifecycle families only: detaching libcuda uprobes costs
 /// seconds) and wait until its probes are attached (it logs "probes loaded").
-fn start(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+fn start(args: &[&str]) -> AgentProcess {
     start_with(&["--no-cuda"], args)
 }
 
-fn start_with(global: &[&str], args: &[&str]) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(gpu_tracer())
-        .args(["--log", "info"])
-        .args(global)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gpu-tracer");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = std::time::Instant::now() + scaled(Duration::from_secs(20));
-    loop {
-        let line = rx.recv_timeout(scaled(Duration::from_secs(20))).expect("gpu-tracer said nothing");
-        if line.contains("probes loaded") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "gpu-tracer did not start");
-    }
-    (child, rx)
+fn start_with(global: &[&str], args: &[&str]) -> AgentProcess {
+    let mut child = AgentProcess::spawn(
+        Command::new(gpu_tracer()).args(["--log", "info"]).args(global).args(args).stdout(Stdio::piped()),
+    )
+    .expect("spawn gpu-tracer");
+    child
+        .wait_log_within("probes loaded", Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("gpu-tracer did not start: {e}"));
+    child
 }
 
 /// An ordinary error (here: a config file that is not there) is a message, with its causes, and
@@ -86,18 +61,18 @@ fn kernel_log_names_a_faulting_copy_and_sigusr1_switches_it_off() {
     require_root();
     let driver = FakeDriver::start(1).unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
-    let (child, log) =
+    let child =
         start(&["--dev-dir", &dev, "--simulated-devices", "--kernel-log", "events", "--json", "--duration", &secs(6)]);
     let mut w = Workload::spawn(driver.dev_dir(), None).unwrap();
     ok(&mut w, "init 0");
     ok(&mut w, "bad-unmapped");
     std::thread::sleep(scaled(Duration::from_millis(1500)));
     // SAFETY: kill sends a signal to our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) }, 0);
+    assert_eq!(unsafe { libc::kill(child.pid() as i32, libc::SIGUSR1) }, 0);
     std::thread::sleep(scaled(Duration::from_millis(1500)));
     ok(&mut w, "bad-unmapped");
     let out = child.wait_with_output().unwrap();
-    let stderr: Vec<String> = log.iter().collect();
+    let stderr: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(str::to_owned).collect();
     assert!(out.status.success(), "gpu-tracer failed: {stderr:#?}");
     let faults: Vec<&String> = stderr.iter().filter(|l| l.contains("ioctl copy faulted")).collect();
     assert_eq!(faults.len(), 1, "one line, before SIGUSR1: {stderr:#?}");
@@ -114,15 +89,15 @@ fn events_json_carries_identity_and_allocation_details() {
     let driver = FakeDriver::start(1).unwrap();
     let pod = PodCgroup::new().unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
-    let (child, log) =
+    let child =
         start(&["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", &secs(3), "--summary"]);
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 1073741824");
     ok(&mut w, "alloc-vidheap 268435456");
     let out = child.wait_with_output().unwrap();
-    // Every line, up to stderr's end: the reader thread may still hold the last ones (the summary).
-    let stderr: Vec<String> = log.iter().collect();
+    // Every line, up to stderr's end (the summary).
+    let stderr: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(str::to_owned).collect();
     assert!(out.status.success(), "gpu-tracer failed: {stderr:#?}");
     let events: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
@@ -170,14 +145,13 @@ fn events_protobuf_stream_decodes_and_top_once_json_has_exact_bytes() {
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let out_file = std::env::temp_dir().join(format!("gt-events-{}.pb", std::process::id()));
     let out_path = out_file.to_str().unwrap().to_string();
-    let (events, _l1) =
+    let events =
         start(&["--dev-dir", &dev, "--simulated-devices", "events", "--output", &out_path, "--duration", &secs(4)]);
     let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
     ok(&mut w, "init 0");
     ok(&mut w, "alloc-rm 536870912");
     // `top --once` started now finds the workload by the /proc scan and sees the next allocation.
-    let (top, _l2) =
-        start(&["--dev-dir", &dev, "--simulated-devices", "top", "--once", "--json", "--interval-ms", "1500"]);
+    let top = start(&["--dev-dir", &dev, "--simulated-devices", "top", "--once", "--json", "--interval-ms", "1500"]);
     ok(&mut w, "alloc-vidheap 134217728");
     let top_out = top.wait_with_output().unwrap();
     assert!(top_out.status.success());
@@ -230,7 +204,7 @@ fn events_json_reports_cuda_launch_batches_and_allocations() {
     let lib = gpu_tracer_tests::fake_libcuda("thunk");
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let libs = lib.to_str().unwrap().to_string();
-    let (child, _log) = start_with(
+    let child = start_with(
         &["--libcuda", &libs],
         &["--dev-dir", &dev, "--simulated-devices", "events", "--json", "--duration", &secs(3)],
     );
@@ -271,7 +245,7 @@ fn events_per_event_cgroup_sends_every_launch_with_its_kernel_name() {
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let libs = lib.to_str().unwrap().to_string();
     let cg = pod.relative_path().to_string();
-    let (child, _log) = start_with(
+    let child = start_with(
         &["--libcuda", &libs],
         &[
             "--dev-dir",
@@ -539,7 +513,7 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let api_dir = std::env::temp_dir().join(format!("gt-cli-api-{}", std::process::id()));
     let api = format!("unix://{}/run/api.sock", api_dir.display());
-    let (mut child, log) = start_with(
+    let mut child = start_with(
         &["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"],
         &[
             "--dev-dir",
@@ -554,12 +528,7 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
             &api,
         ],
     );
-    let addr = loop {
-        let line = log.recv_timeout(scaled(Duration::from_secs(20))).expect("the agent names its address");
-        if let Some(rest) = line.split("serving http://").nth(1) {
-            break rest.trim_end_matches("/metrics").to_string();
-        }
-    };
+    let addr = child.metrics_addr().unwrap_or_else(|e| panic!("the agent names its address: {e}"));
     assert_eq!(http_get(&addr, "/healthz").0, 200);
     // Ready once a snapshot is published (the first interval).
     let deadline = std::time::Instant::now() + scaled(Duration::from_secs(15));
@@ -590,9 +559,7 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     assert_eq!(nvml_up.map(|(_, v)| v), Some("1"), "gpu_tracer_nvml_up");
     api_agrees_with_metrics(&api, &lines, &mut w, &pod);
     // SIGTERM: a clean stop.
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
+    let status = child.stop().unwrap();
     drop(follower);
     assert!(status.success(), "agent exit: {status}");
     assert!(!api_dir.join("run/api.sock").exists(), "the agent removes its socket when it stops");
@@ -656,7 +623,7 @@ fn events_carry_pod_identity_and_one_violation_for_an_unallocated_gpu() {
     .unwrap();
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let cfg = config.to_str().unwrap().to_string();
-    let (child, log) = start(&[
+    let child = start(&[
         "--config",
         &cfg,
         "--dev-dir",
@@ -672,8 +639,8 @@ fn events_carry_pod_identity_and_one_violation_for_an_unallocated_gpu() {
     ok(&mut w, "init 1");
     ok(&mut w, "alloc-rm 1073741824");
     let out = child.wait_with_output().unwrap();
-    // Every line, up to stderr's end: the reader thread may still hold the last ones (the summary).
-    let stderr: Vec<String> = log.iter().collect();
+    // Every line, up to stderr's end (the summary).
+    let stderr: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(str::to_owned).collect();
     assert!(out.status.success(), "gpu-tracer failed: {stderr:#?}");
     let events: Vec<serde_json::Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -790,16 +757,11 @@ fn a_misconfiguration_is_refused_naming_the_key_and_the_fix() {
 #[test]
 fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
     require_root();
-    let (mut child, log) = start_with(
+    let mut child = start_with(
         &["--no-cuda", "--nvml", "off", "--attach-mode", "driver-entry"],
         &["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "30"],
     );
-    let addr = loop {
-        let line = log.recv_timeout(scaled(Duration::from_secs(20))).expect("the agent names its address");
-        if let Some(rest) = line.split("serving http://").nth(1) {
-            break rest.trim_end_matches("/metrics").to_string();
-        }
-    };
+    let addr = child.metrics_addr().unwrap_or_else(|e| panic!("the agent names its address: {e}"));
     let deadline = std::time::Instant::now() + scaled(Duration::from_secs(15));
     let body = loop {
         let (code, body) = http_get(&addr, "/readyz");
@@ -828,9 +790,7 @@ fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
     assert_eq!(up.len(), 2, "no series for the cuda family switched off: {up:?}");
     let info = series(&text, "gpu_tracer_probe_family_info");
     assert!(info.iter().any(|(l, v)| l.contains(r#"family="driver",state="failed""#) && *v == 1.0), "{info:?}");
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    assert!(child.stop().unwrap().success());
 
     let out = Command::new(gpu_tracer())
         .args(["--no-cuda", "--nvml", "off", "--log", "error", "--dev-dir", "/nonexistent/dev", "doctor", "--json"])

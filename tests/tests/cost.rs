@@ -9,24 +9,15 @@
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use gpu_tracer_tests::{http, locate_binary, prometheus_tool};
+use gpu_tracer_tests::{ChildGuard, gpu_tracer, http, prometheus_tool};
 use serde_json::Value;
 
 const SCRAPE_S: i64 = 15;
 const RANGE_S: i64 = 3600;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A series in one scrape: metric, labels, value (nano).
 type Recorded = (String, Vec<(&'static str, String)>, i128);
@@ -83,7 +74,7 @@ fn nano_text(n: i128) -> String {
 fn the_fleet_bill_over_a_period_is_exact_across_restarts_and_agents_that_come_and_go() {
     let promtool = prometheus_tool("promtool");
     let prometheus = prometheus_tool("prometheus");
-    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p gpu-tracer)");
+    let tracer = gpu_tracer();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
     // The period: the hour that ended 30 min ago, scrapes on a 15 s grid.
     let t1 = (now - 1800) / SCRAPE_S * SCRAPE_S;
@@ -212,7 +203,7 @@ fn the_fleet_bill_over_a_period_is_exact_across_restarts_and_agents_that_come_an
     let addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().to_string();
     let config = tmp.path().join("prometheus.yml");
     std::fs::write(&config, "global: {}\n").unwrap();
-    let _prom = Killed(
+    let _prom = ChildGuard::new(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", data.display()))

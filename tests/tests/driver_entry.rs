@@ -20,8 +20,7 @@ use std::{
 };
 
 use gpu_tracer_tests::{
-    Answer, FakeDriver, PodCgroup, Tracer, Workload, assert_accounting, cg_usage, config_for, locate_binary,
-    require_root,
+    Answer, FakeDriver, PodCgroup, Tracer, Workload, assert_accounting, cg_usage, config_for, require_root,
 };
 use tracer_core::{
     config::{AttachMode, Config},
@@ -386,7 +385,7 @@ fn under_the_charts_capabilities_auto_takes_driver_entry_only_where_perf_events_
     // The double with BTF: fentry needs CAP_SYS_ADMIN to open the module's BTF, so even there
     // the chart's capabilities leave driver-entry mode with kprobes only.
     let (_turn, _d) = double(Probes::Fentry);
-    let gpu_tracer = locate_binary("gpu-tracer").unwrap_or_else(|e| panic!("{e}"));
+    let gpu_tracer = gpu_tracer_tests::gpu_tracer();
     let out = Command::new("setpriv")
         .args(["--bounding-set", "-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search", "--inh-caps", "-all", "--"])
         .arg(gpu_tracer)

@@ -26,18 +26,16 @@ use std::{
     io::{ErrorKind, Read, Write},
     net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream},
     os::fd::AsRawFd,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
-        mpsc,
     },
     time::{Duration, Instant},
 };
 
 use gpu_tracer_tests::http::get as http_get;
-use gpu_tracer_tests::{FakeDriver, locate_binary, require_root};
+use gpu_tracer_tests::{AgentProcess, FakeDriver, gpu_tracer, require_root};
 
 /// The server's limits (tracer-user/agent/src/export/http, `ServeLimits::default()` and
 /// `MAX_HEADER_BYTES`): the agent binary serves with these; nothing configures them.
@@ -74,22 +72,6 @@ const PEAK_RSS_ABOVE_BASE: u64 = 16 * MIB;
 const AFTER_RSS_ABOVE_BASE: u64 = 8 * MIB;
 /// Identical rounds must not each keep more: 1,000 connections leaking 2 KiB each would be 2 MiB.
 const ROUND_GROWTH: u64 = 2 * MIB;
-
-fn gpu_tracer() -> PathBuf {
-    locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
-    })
-}
-
-/// The agent; SIGKILLed and reaped on drop (a test that fails leaves nothing running).
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// /metrics answers a full exposition.
 fn metrics_ok(addr: SocketAddr) -> bool {
@@ -412,42 +394,24 @@ fn endpoint_abuse_leaves_rss_bounded() {
     require_root();
     let started = Instant::now();
     let driver = FakeDriver::start(1).unwrap();
-    let mut child = Command::new(gpu_tracer())
-        .args(["--log", "info", "--no-cuda", "--nvml", "off", "--dev-dir"])
-        .arg(driver.dev_dir())
-        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off"])
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gpu-tracer agent");
-    let stderr = child.stderr.take().unwrap();
-    let pid = child.id();
-    let mut agent = Agent(child);
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (tx, rx) = mpsc::channel();
-    {
-        let log = Arc::clone(&log);
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(a) = line.split("serving http://").nth(1) {
-                    let _ = tx.send(a.trim_end_matches("/metrics").to_string());
-                }
-                log.lock().unwrap().push(line);
-            }
-        });
-    }
-    let addr: SocketAddr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| panic!("the agent did not name its address: {:#?}", log.lock().unwrap()))
-        .parse()
-        .unwrap();
+    // The agent; stopped and reaped on drop (a test that fails leaves nothing running).
+    let mut agent = AgentProcess::spawn(
+        Command::new(gpu_tracer())
+            .args(["--log", "info", "--no-cuda", "--nvml", "off", "--dev-dir"])
+            .arg(driver.dev_dir())
+            .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off"])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null()),
+    )
+    .expect("spawn gpu-tracer agent");
+    let pid = agent.pid();
+    let addr: SocketAddr =
+        agent.metrics_addr().unwrap_or_else(|e| panic!("the agent did not name its address: {e}")).parse().unwrap();
     // Ready to scrape once the first snapshot is published.
     let t = Instant::now();
     while !metrics_ok(addr) {
-        assert!(t.elapsed() < Duration::from_secs(15), "/metrics never answered: {:#?}", log.lock().unwrap());
+        assert!(t.elapsed() < Duration::from_secs(15), "/metrics never answered: {:#?}", agent.log());
         std::thread::sleep(Duration::from_millis(100));
     }
     // A few scrapes first, so the baseline includes what serving normally costs; then settle.
@@ -584,7 +548,7 @@ fn endpoint_abuse_leaves_rss_bounded() {
     };
     let (own_fds, own_rss) = (own("process_open_fds"), own("process_resident_memory_bytes"));
     let (fds_now, rss_now) = (fd_count(pid) as f64, rss_bytes(pid) as f64);
-    let alive = agent.0.try_wait().unwrap().is_none();
+    let alive = agent.running();
     drop(sampler);
     let rss_peak = rss_peak_one.max(rss_peak_a).max(rss_peak_b);
     let fds_peak = fds_peak_one.max(fds_peak_a).max(fds_peak_b);
@@ -628,7 +592,7 @@ fn endpoint_abuse_leaves_rss_bounded() {
         started.elapsed().as_secs_f64()
     );
 
-    assert!(alive, "the agent died: {:#?}", log.lock().unwrap());
+    assert!(alive, "the agent died: {:#?}", agent.log());
     assert_eq!(still_open, 0, "slowloris connections still open after the header timeout + 5 s");
     assert!(
         longest <= HEADER_READ_TIMEOUT + Duration::from_secs(3),

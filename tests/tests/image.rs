@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use gpu_tracer_tests::locate_binary;
+use gpu_tracer_tests::gpu_tracer;
 use serde_json::Value;
 
 /// Issue 11's goal for the image, uncompressed.
@@ -63,9 +63,7 @@ fn buildah(dir: &Path) -> Command {
 #[test]
 fn image_builds_without_a_registry_and_runs_the_binary() {
     require_image_tools();
-    let binary = locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
-    });
+    let binary = gpu_tracer();
     let host = Command::new(&binary).arg("--version").output().expect("run gpu-tracer --version here");
     let host_version = text(&host).0.trim().to_string();
     let version = host_version.strip_prefix("gpu-tracer ").expect("`gpu-tracer VERSION`").to_string();

@@ -3,22 +3,17 @@
 //! families attach, that they count, and that `doctor` names what is missing. The list is dropped
 //! from root's with `setpriv --bounding-set` (util-linux), as the container runtime does. Needs root.
 use std::{
-    io::{BufRead, BufReader},
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
+    process::{Command, Stdio},
+    time::Duration,
 };
 
-use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, fake_libcuda, kernel_at_least, locate_binary, require_root};
+use gpu_tracer_tests::{
+    AgentProcess, FakeDriver, PodCgroup, Workload, fake_libcuda, gpu_tracer, kernel_at_least, require_root,
+};
 use serde_json::Value;
 
 /// The chart's capabilities (`gpu-tracer.capabilities` in the chart's `_helpers.tpl`).
 const CHART: [&str; 4] = ["bpf", "perfmon", "sys_ptrace", "dac_read_search"];
-
-fn gpu_tracer() -> PathBuf {
-    locate_binary("gpu-tracer").unwrap_or_else(|e| panic!("{e}: build it first (`cargo xtask test` does)"))
-}
 
 /// `gpu-tracer ARGS` holding exactly `caps` (uid 0, every other capability out of the bounding
 /// set, nothing inheritable).
@@ -231,27 +226,16 @@ fn count_under_the_charts_capabilities(extra: &[&str], cuda: bool) {
         ],
     ]
     .concat();
-    let mut child: Child = with_caps(&CHART, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut log = Vec::new();
-    while !log.iter().any(|l: &String| l.contains("probes loaded")) {
-        assert!(Instant::now() < deadline, "gpu-tracer did not start: {log:#?}");
-        if let Ok(l) = rx.recv_timeout(Duration::from_secs(1)) {
-            log.push(l);
-        }
-    }
+    let mut child = AgentProcess::spawn(with_caps(&CHART, &args).stdout(Stdio::piped())).unwrap();
+    child
+        .wait_log_within("probes loaded", Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("gpu-tracer did not start: {e}"));
     let mut w = Workload::builder(driver.dev_dir()).cgroup(&pod).libcuda(&lib).spawn().unwrap();
     for cmd in ["init 0", "alloc-vidheap 134217728", "cuda-init", "cuda-launch 300", "cuda-alloc 8388608"] {
         w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
     }
     let out = child.wait_with_output().unwrap();
+    let log: Vec<&str> = std::str::from_utf8(&out.stderr).unwrap_or_default().lines().collect();
     assert!(out.status.success(), "{log:#?}");
     let events: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -13,7 +13,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use gpu_tracer_tests::{locate_binary, require_root};
+use gpu_tracer_tests::{gpu_tracer, require_root};
 
 /// Where Debian's libnvidia-ml1 puts the real library.
 const REAL_NVML: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
@@ -21,12 +21,6 @@ const REAL_NVML: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
 /// The reason the agent gives, in the log, `doctor` and the snapshot.
 const NOT_INITIALISED: &str = "NVML not initialised: the NVIDIA driver is not loaded (/proc/driver/nvidia missing); \
                                initialising it would create /dev/nvidiactl";
-
-fn gpu_tracer() -> PathBuf {
-    locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
-    })
-}
 
 /// Root, the real library, no NVIDIA driver, and util-linux's `unshare`.
 fn preconditions() {

@@ -1,41 +1,32 @@
 //! OTLP export end to end: the `gpu-tracer agent` binary on the fake driver, the fake NVML and the
-//! fake Kubernetes API, exporting to a receiver in the test — the `opentelemetry-proto` crate's
-//! tonic services for OTLP/gRPC, an axum handler decoding protobuf for OTLP/HTTP. The bytes per
-//! pod and per GPU line must be the ones `/metrics` shows; the receiver is stopped and restarted
-//! mid-run (the agent keeps serving, drops are counted, export resumes); and one request is decoded
-//! again by the PyPI `opentelemetry-proto` package. Needs root.
+//! fake Kubernetes API, exporting to the OTLP collector double (tests/otlp-collector: the
+//! `opentelemetry-proto` crate's tonic services for OTLP/gRPC, axum decoding protobuf for
+//! OTLP/HTTP). The bytes per pod and per GPU line must be the ones `/metrics` shows; the receiver
+//! is stopped and restarted mid-run (the agent keeps serving, drops are counted, export resumes);
+//! and one request is decoded again by the PyPI `opentelemetry-proto` package. Needs root.
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader},
-    net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Arc, Mutex, mpsc},
+    process::{Command, Stdio},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
 use gpu_tracer_tests::http::get as http_get;
 use gpu_tracer_tests::{
-    FakeDriver, PodCgroup, Workload,
+    AgentProcess, FakeDriver, PodCgroup, Workload, gpu_tracer,
     kube_api::{FakeApiServer, FakePod},
-    locate_binary,
     nvml_model::{Busy, NvmlModel},
     pod_resources::FakePodResources,
     require_root,
 };
-use opentelemetry_proto::tonic::{
-    collector::{
-        logs::v1::{
-            ExportLogsServiceRequest, ExportLogsServiceResponse,
-            logs_service_server::{LogsService, LogsServiceServer},
-        },
-        metrics::v1::{
-            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-            metrics_service_server::{MetricsService, MetricsServiceServer},
-        },
+use otlp_collector::{
+    Collector, Received,
+    proto::tonic::{
+        collector::metrics::v1::ExportMetricsServiceRequest,
+        common::v1::{KeyValue, any_value::Value as AnyV},
+        metrics::v1::{metric, number_data_point},
     },
-    common::v1::{KeyValue, any_value::Value as AnyV},
-    metrics::v1::{metric, number_data_point},
 };
 use prost::Message;
 
@@ -43,116 +34,6 @@ const GIB: u64 = 1 << 30;
 
 /// The probes are global kernel objects and the machine has two cores: one agent at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// What the receiver got: raw metric request bodies (as sent, or re-encoded for gRPC) and logs.
-#[derive(Default)]
-struct Received {
-    metrics: Mutex<Vec<Vec<u8>>>,
-    logs: Mutex<Vec<ExportLogsServiceRequest>>,
-}
-
-impl Received {
-    fn metric_requests(&self) -> usize {
-        self.metrics.lock().unwrap().len()
-    }
-    fn last_metrics(&self) -> Option<(Vec<u8>, ExportMetricsServiceRequest)> {
-        let raw = self.metrics.lock().unwrap().last()?.clone();
-        let req = ExportMetricsServiceRequest::decode(raw.as_slice()).expect("a valid ExportMetricsServiceRequest");
-        Some((raw, req))
-    }
-    fn event_names(&self) -> Vec<String> {
-        let logs = self.logs.lock().unwrap();
-        logs.iter()
-            .flat_map(|r| &r.resource_logs)
-            .flat_map(|r| &r.scope_logs)
-            .flat_map(|s| &s.log_records)
-            .map(|l| l.event_name.clone())
-            .collect()
-    }
-}
-
-#[derive(Clone)]
-struct Grpc(Arc<Received>);
-
-#[tonic::async_trait]
-impl MetricsService for Grpc {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.0.metrics.lock().unwrap().push(request.into_inner().encode_to_vec());
-        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
-    }
-}
-
-#[tonic::async_trait]
-impl LogsService for Grpc {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportLogsServiceRequest>,
-    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
-        self.0.logs.lock().unwrap().push(request.into_inner());
-        Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
-    }
-}
-
-/// An OTLP receiver on `addr` until dropped.
-struct Receiver {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-    addr: SocketAddr,
-}
-
-impl Receiver {
-    async fn grpc(addr: SocketAddr, got: Arc<Received>) -> Receiver {
-        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind the gRPC receiver");
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let svc = Grpc(got);
-        let task = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(MetricsServiceServer::new(svc.clone()))
-                .add_service(LogsServiceServer::new(svc))
-                .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
-        Receiver { stop: Some(tx), task: Some(task), addr }
-    }
-
-    async fn http(addr: SocketAddr, got: Arc<Received>) -> Receiver {
-        use axum::{Router, body::Bytes, extract::State, routing::post};
-        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind the HTTP receiver");
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        async fn metrics(State(got): State<Arc<Received>>, body: Bytes) -> Vec<u8> {
-            got.metrics.lock().unwrap().push(body.to_vec());
-            ExportMetricsServiceResponse::default().encode_to_vec()
-        }
-        async fn logs(State(got): State<Arc<Received>>, body: Bytes) -> Result<Vec<u8>, axum::http::StatusCode> {
-            let req = ExportLogsServiceRequest::decode(body).map_err(|_| axum::http::StatusCode::BAD_REQUEST)?;
-            got.logs.lock().unwrap().push(req);
-            Ok(ExportLogsServiceResponse::default().encode_to_vec())
-        }
-        let app = Router::new().route("/v1/metrics", post(metrics)).route("/v1/logs", post(logs)).with_state(got);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
-        Receiver { stop: Some(tx), task: Some(task), addr }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.task.take().unwrap()).await;
-    }
-}
 
 /// The node: fake driver (one GPU), a pod cgroup with its workload, NVML following the driver,
 /// the fake API server naming the pod, and the kubelet socket.
@@ -204,42 +85,29 @@ impl Drop for Node {
     }
 }
 
-/// `gpu-tracer agent` exporting to `endpoint`; returns the child, its log and its HTTP address.
-fn start_agent(node: &Node, endpoint: &str, protocol: &str) -> (Child, mpsc::Receiver<String>, String) {
-    let bin = locate_binary("gpu-tracer").unwrap_or_else(|e| panic!("{e}: build it first (cargo build --release)"));
-    let mut child = Command::new(bin)
-        .args(["--log", "info", "--no-cuda", "--config", node.config.to_str().unwrap()])
-        .args([
-            "--simulated-devices",
-            "--dev-dir",
-            node.driver.dev_dir().to_str().unwrap(),
-            "--otlp-endpoint",
-            endpoint,
-        ])
-        .args(["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "60"])
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
-        .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
-        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "1000")
-        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=e2e")
-        .env("NODE_NAME", "otlp-node")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gpu-tracer");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let addr = loop {
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("the agent names its address");
-        if let Some(rest) = line.split("serving http://").nth(1) {
-            break rest.trim_end_matches("/metrics").to_string();
-        }
-    };
-    (child, rx, addr)
+/// `gpu-tracer agent` exporting to `endpoint`; returns it and its HTTP address.
+fn start_agent(node: &Node, endpoint: &str, protocol: &str) -> (AgentProcess, String) {
+    let mut agent = AgentProcess::start(
+        Command::new(gpu_tracer())
+            .args(["--log", "info", "--no-cuda", "--config", node.config.to_str().unwrap()])
+            .args([
+                "--simulated-devices",
+                "--dev-dir",
+                node.driver.dev_dir().to_str().unwrap(),
+                "--otlp-endpoint",
+                endpoint,
+            ])
+            .args(["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "60"])
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "1000")
+            .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=e2e")
+            .env("NODE_NAME", "otlp-node")
+            .stdout(Stdio::null()),
+    )
+    .unwrap_or_else(|e| panic!("the agent names its address: {e}"));
+    let addr = agent.metrics_addr().unwrap();
+    (agent, addr)
 }
 
 /// Series of `name` in classic text exposition: (labels text, value).
@@ -369,10 +237,8 @@ fn ok(w: &mut Workload, cmd: &str) {
     assert!(a.starts_with("ok"), "{cmd}: {a}");
 }
 
-fn stop_agent(mut child: Child) {
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
+fn stop_agent(agent: AgentProcess) {
+    let status = agent.stop().unwrap();
     assert!(status.success(), "agent exit: {status}");
 }
 
@@ -384,10 +250,10 @@ fn grpc_export_matches_metrics_survives_a_receiver_restart_and_counts_drops() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let mut node = Node::start(&rt, "grpc");
-    let got = Arc::new(Received::default());
-    let receiver = rt.block_on(Receiver::grpc("127.0.0.1:0".parse().unwrap(), got.clone()));
-    let port = receiver.addr;
-    let (child, _log, addr) = start_agent(&node, &format!("http://{port}"), "grpc");
+    let receiver = Collector::grpc().start().expect("start the gRPC receiver");
+    let got = receiver.received().clone();
+    let port = receiver.addr();
+    let (child, addr) = start_agent(&node, &format!("http://{port}"), "grpc");
     let mut w = Workload::spawn(node.driver.dev_dir(), Some(&node.pod)).unwrap();
     let pid = w.pid();
     let _follower = node.model.take().unwrap().follow(
@@ -400,7 +266,7 @@ fn grpc_export_matches_metrics_survives_a_receiver_restart_and_counts_drops() {
     check_against_metrics(&node, &addr, &got);
     // The workload's allocation came as a log record (INFO), with its pod.
     let gib_alloc = |got: &Received| {
-        let logs = got.logs.lock().unwrap();
+        let logs = got.log_requests();
         logs.iter()
             .flat_map(|r| &r.resource_logs)
             .flat_map(|r| &r.scope_logs)
@@ -419,7 +285,7 @@ fn grpc_export_matches_metrics_survives_a_receiver_restart_and_counts_drops() {
     assert!(!got.event_names().iter().any(|n| n == "gputracer.rm_control"), "not every ioctl is a log record");
 
     // The receiver goes away: the agent keeps serving and counts what it could not send.
-    rt.block_on(receiver.stop());
+    receiver.stop();
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(http_get(&addr, "/healthz").0, 200);
     let (_, text) = http_get(&addr, "/metrics");
@@ -431,13 +297,13 @@ fn grpc_export_matches_metrics_survives_a_receiver_restart_and_counts_drops() {
     assert!(dropped > 0.0, "metric points lost while the receiver was away are counted:\n{text}");
     // It comes back on the same port: export resumes.
     let before = got.metric_requests();
-    let receiver = rt.block_on(Receiver::grpc(port, got.clone()));
+    let receiver = Collector::grpc().bind(port).record_into(got.clone()).start().expect("restart the gRPC receiver");
     wait("export to resume", 30, || got.metric_requests() > before);
     check_against_metrics(&node, &addr, &got);
     assert_eq!(http_get(&addr, "/healthz").0, 200);
     drop(w);
     stop_agent(child);
-    rt.block_on(receiver.stop());
+    receiver.stop();
 }
 
 /// OTLP/HTTP (protobuf): the same lines, and the raw request decoded again by the PyPI
@@ -448,9 +314,9 @@ fn http_protobuf_export_matches_metrics_and_decodes_with_the_python_implementati
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let mut node = Node::start(&rt, "http");
-    let got = Arc::new(Received::default());
-    let receiver = rt.block_on(Receiver::http("127.0.0.1:0".parse().unwrap(), got.clone()));
-    let (child, _log, addr) = start_agent(&node, &format!("http://{}", receiver.addr), "http/protobuf");
+    let receiver = Collector::http().start().expect("start the HTTP receiver");
+    let got = receiver.received().clone();
+    let (child, addr) = start_agent(&node, &format!("http://{}", receiver.addr()), "http/protobuf");
     let mut w = Workload::spawn(node.driver.dev_dir(), Some(&node.pod)).unwrap();
     let pid = w.pid();
     let _follower = node.model.take().unwrap().follow(
@@ -464,9 +330,7 @@ fn http_protobuf_export_matches_metrics_and_decodes_with_the_python_implementati
     wait("a log record", 20, || got.event_names().iter().any(|n| n == "gputracer.rm_alloc"));
     // The raw body of that request, decoded by Python.
     let raw = got
-        .metrics
-        .lock()
-        .unwrap()
+        .metric_bodies()
         .iter()
         .rev()
         .find(|b| ExportMetricsServiceRequest::decode(b.as_slice()).ok().as_ref() == Some(&req))
@@ -494,7 +358,7 @@ fn http_protobuf_export_matches_metrics_and_decodes_with_the_python_implementati
     assert!(text.lines().any(|l| l == "resource k8s.node.name otlp-node"), "{text}");
     drop(w);
     stop_agent(child);
-    rt.block_on(receiver.stop());
+    receiver.stop();
 }
 
 /// The venv `cargo xtask setup` fills (as tests/tests/deploy.rs finds it).

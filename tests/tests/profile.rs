@@ -6,47 +6,32 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::{Command, Stdio},
     time::Duration,
 };
 
 use gpu_tracer_tests::{
-    Answer, FakeDriver, PodCgroup, Workload, fake_libcuda, locate_binary, require_root, scaled, stderr_lines,
+    AgentProcess, Answer, FakeDriver, PodCgroup, Workload, fake_libcuda, gpu_tracer, require_root, scaled,
 };
 use serde_json::Value;
-
-fn gpu_tracer() -> PathBuf {
-    locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
-    })
-}
 
 fn secs(n: u64) -> String {
     scaled(Duration::from_secs(n)).as_secs().to_string()
 }
 
 /// Start `gpu-tracer profile <args>` against the fake driver and wait until it records.
-fn start_profile(driver: &FakeDriver, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(gpu_tracer())
-        .args(["--log", "info", "--dev-dir"])
-        .arg(driver.dev_dir())
-        .args(["--simulated-devices", "profile"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gpu-tracer");
-    let rx = stderr_lines(&mut child);
-    let mut said = Vec::new();
-    loop {
-        match rx.recv_timeout(scaled(Duration::from_secs(30))) {
-            Ok(line) if line.contains("recording") => break,
-            Ok(line) => said.push(line),
-            Err(_) => panic!("gpu-tracer profile did not start recording: {said:#?}"),
-        }
-    }
-    (child, rx)
+fn start_profile(driver: &FakeDriver, args: &[&str]) -> AgentProcess {
+    let mut child = AgentProcess::spawn(
+        Command::new(gpu_tracer())
+            .args(["--log", "info", "--dev-dir"])
+            .arg(driver.dev_dir())
+            .args(["--simulated-devices", "profile"])
+            .args(args)
+            .stdout(Stdio::piped()),
+    )
+    .expect("spawn gpu-tracer");
+    child.wait_log("recording").unwrap_or_else(|e| panic!("gpu-tracer profile did not start recording: {e}"));
+    child
 }
 
 /// The trace, decoded and checked by tests/perfetto_check.py.
@@ -122,7 +107,7 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let summary_file = dir.path().join("summary.json");
     let html = dir.path().join("report.html");
     let pid = w.pid().to_string();
-    let (child, _log) = start_profile(
+    let child = start_profile(
         &driver,
         &[
             "--pid",
@@ -308,8 +293,7 @@ fn profile_ends_cleanly_when_the_workload_exits() {
     let trace = dir.path().join("run.pftrace");
     let pid = w.pid().to_string();
     let started = std::time::Instant::now();
-    let (child, _log) =
-        start_profile(&driver, &["--pid", &pid, "--duration", "300", "-o", trace.to_str().unwrap(), "--json"]);
+    let child = start_profile(&driver, &["--pid", &pid, "--duration", "300", "-o", trace.to_str().unwrap(), "--json"]);
     ok(&mut w, "cuda-init");
     ok(&mut w, "cuda-launch 7");
     let _ = w.cmd("exit");
@@ -335,12 +319,12 @@ fn a_second_session_on_one_workload_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (t1, t2) = (dir.path().join("1.pftrace"), dir.path().join("2.pftrace"));
     let pid = w.pid().to_string();
-    let (first, _log) = start_profile(&driver, &["--pid", &pid, "--duration", &secs(4), "-o", t1.to_str().unwrap()]);
+    let first = start_profile(&driver, &["--pid", &pid, "--duration", &secs(4), "-o", t1.to_str().unwrap()]);
     let second = run_profile(&driver, &["--pid", &pid, "--duration", "1", "-o", t2.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&second.stderr);
     assert_eq!(second.status.code(), Some(1), "{err}");
     assert!(err.contains("another profile session is recording this workload"), "{err}");
-    assert!(err.contains(&format!("gpu-tracer pid {}", first.id())), "{err}");
+    assert!(err.contains(&format!("gpu-tracer pid {}", first.pid())), "{err}");
     let out = first.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Ended: the lock is free again.
@@ -387,46 +371,35 @@ fn profile_refuses_what_it_cannot_record_with_a_clear_message() {
 }
 
 /// `gpu-tracer agent` with the cuda family on the fake libcuda (synchronisation and copy calls
-/// probed too) and its API on a Unix socket in `dir`; returns it, its log and the API address
-/// once it serves.
-fn start_agent(driver: &FakeDriver, dir: &Path) -> (Child, mpsc::Receiver<String>, String) {
+/// probed too) and its API on a Unix socket in `dir`; returns it and the API address once it
+/// serves.
+fn start_agent(driver: &FakeDriver, dir: &Path) -> (AgentProcess, String) {
     let config = dir.join("agent.toml");
     std::fs::write(&config, "cuda_timed_calls = true\n").unwrap();
     let api = format!("unix://{}", dir.join("api.sock").display());
-    let mut child = Command::new(gpu_tracer())
-        .args(["--log", "info", "--dev-dir"])
-        .arg(driver.dev_dir())
-        .arg("--config")
-        .arg(&config)
-        .arg("--libcuda")
-        .arg(fake_libcuda("thunk"))
-        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "300", "--grpc-listen", &api])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gpu-tracer agent");
-    let rx = stderr_lines(&mut child);
-    let mut said = Vec::new();
-    loop {
-        match rx.recv_timeout(scaled(Duration::from_secs(60))) {
-            Ok(line) if line.contains("serving the gRPC API") => break,
-            Ok(line) => said.push(line),
-            Err(_) => panic!("the agent did not serve its API: {said:#?}"),
-        }
-    }
-    (child, rx, api)
-}
-
-/// The agent's log lines until one contains `what` (panics after a while).
-fn wait_log(log: &mpsc::Receiver<String>, what: &str) -> String {
-    let mut said = Vec::new();
-    loop {
-        match log.recv_timeout(scaled(Duration::from_secs(30))) {
-            Ok(line) if line.contains(what) => return line,
-            Ok(line) => said.push(line),
-            Err(_) => panic!("the agent never logged {what:?}: {said:#?}"),
-        }
-    }
+    let mut agent = AgentProcess::spawn(
+        Command::new(gpu_tracer())
+            .args(["--log", "info", "--dev-dir"])
+            .arg(driver.dev_dir())
+            .arg("--config")
+            .arg(&config)
+            .arg("--libcuda")
+            .arg(fake_libcuda("thunk"))
+            .args([
+                "--simulated-devices",
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--duration",
+                "300",
+                "--grpc-listen",
+                &api,
+            ])
+            .stdout(Stdio::null()),
+    )
+    .expect("spawn gpu-tracer agent");
+    agent.grpc_addr().unwrap_or_else(|e| panic!("the agent did not serve its API: {e}"));
+    (agent, api)
 }
 
 /// `profile --connect`: the running agent's probes record the session (none attached by the
@@ -441,7 +414,7 @@ fn profile_connect_records_through_a_running_agent() {
     let pod = PodCgroup::new().unwrap();
     let mut w = workload(&driver, &pod, &[("FAKE_LIBCUDA_KERNEL_NS", "1000000")]);
     let dir = tempfile::tempdir().unwrap();
-    let (mut agent, agent_log, api) = start_agent(&driver, dir.path());
+    let (mut agent, api) = start_agent(&driver, dir.path());
     let trace = dir.path().join("run.pftrace");
     let summary_file = dir.path().join("summary.json");
     let pid = w.pid().to_string();
@@ -449,8 +422,8 @@ fn profile_connect_records_through_a_running_agent() {
     let connect = ["--connect", api.as_str()];
     let six = secs(6);
     let args = [&connect[..], &["--pid", &pid, "--duration", &six, "-o", t, "--json"]].concat();
-    let (child, _log) = start_profile(&driver, &[&args[..], &["--summary", summary_file.to_str().unwrap()]].concat());
-    wait_log(&agent_log, "profile session started");
+    let child = start_profile(&driver, &[&args[..], &["--summary", summary_file.to_str().unwrap()]].concat());
+    agent.wait_log("profile session started").unwrap();
     ok(&mut w, "cuda-init");
     let stream = ok(&mut w, "cuda-state").number("stream").unwrap();
     ok(&mut w, "cuda-launch 25");
@@ -485,26 +458,25 @@ fn profile_connect_records_through_a_running_agent() {
     let t = decode(&trace);
     let streams = per_track(&t, "named");
     assert_eq!(streams[&format!("stream {stream:#x}")].get("fake_kernel"), Some(&45), "{streams:#?}");
-    assert!(wait_log(&agent_log, "profile session ended").contains("duration"));
+    assert!(agent.wait_log("profile session ended").unwrap().contains("duration"));
 
     // After the session: launches are counted in the kernel only (a new session sees only its own).
     ok(&mut w, "cuda-launch 9");
     // A client killed mid-session: its session ends in the agent when the stream drops.
     let trace2 = dir.path().join("killed.pftrace");
     let args = [&connect[..], &["--pid", &pid, "--duration", "300", "-o", trace2.to_str().unwrap()]].concat();
-    let (mut killed, _log) = start_profile(&driver, &args);
-    wait_log(&agent_log, "profile session started");
+    let killed = start_profile(&driver, &args);
+    agent.wait_log("profile session started").unwrap();
     ok(&mut w, "cuda-launch 3");
     killed.kill().unwrap();
-    killed.wait().unwrap();
-    assert!(wait_log(&agent_log, "profile session ended").contains("client"));
+    assert!(agent.wait_log("profile session ended").unwrap().contains("client"));
     // The lock is free again, and a new session records only its own window's launches.
     let trace3 = dir.path().join("after.pftrace");
     let three = secs(3);
     let args =
         [&connect[..], &["--pid", &pid, "--duration", &three, "-o", trace3.to_str().unwrap(), "--json"]].concat();
-    let (third, _log) = start_profile(&driver, &args);
-    wait_log(&agent_log, "profile session started");
+    let third = start_profile(&driver, &args);
+    agent.wait_log("profile session started").unwrap();
     ok(&mut w, "cuda-launch 4");
     let out = third.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -533,9 +505,7 @@ fn profile_connect_records_through_a_running_agent() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("no running container of pod ml/no-such-pod"), "{err}");
 
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
-    assert!(agent.wait().unwrap().success());
+    assert!(agent.stop().unwrap().success());
 }
 
 /// `profile --pod NS/NAME [--container C]`, standalone: Kubernetes identity (the fake API server)
@@ -579,7 +549,7 @@ fn profile_pod_records_only_that_pods_containers() {
     let trace = dir.path().join("pod.pftrace");
     let cfg = config.to_str().unwrap();
     let five = secs(5);
-    let (child, _log) = start_profile(
+    let child = start_profile(
         &driver,
         &["--config", cfg, "--pod", "ml/trainer-0", "--duration", &five, "-o", trace.to_str().unwrap(), "--json"],
     );
@@ -665,7 +635,7 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
     let trace = dir.path().join("standalone.pftrace");
     let html = dir.path().join("standalone.html");
     let three = secs(3);
-    let (child, _log) = start_profile(
+    let child = start_profile(
         &driver,
         &[
             "--nvml",
@@ -698,22 +668,30 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
     std::fs::write(&config, format!("snapshot_interval_ms = 500\n[nvml]\nmode = \"required\"\nlibrary = {lib:?}\n"))
         .unwrap();
     let api = format!("unix://{}", dir.path().join("api.sock").display());
-    let mut agent = Command::new(gpu_tracer())
-        .args(["--log", "info", "--dev-dir"])
-        .arg(driver.dev_dir())
-        .arg("--config")
-        .arg(&config)
-        .arg("--libcuda")
-        .arg(fake_libcuda("thunk"))
-        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "120", "--grpc-listen", &api])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = stderr_lines(&mut agent);
-    wait_log(&log, "serving the gRPC API");
+    let mut agent = AgentProcess::spawn(
+        Command::new(gpu_tracer())
+            .args(["--log", "info", "--dev-dir"])
+            .arg(driver.dev_dir())
+            .arg("--config")
+            .arg(&config)
+            .arg("--libcuda")
+            .arg(fake_libcuda("thunk"))
+            .args([
+                "--simulated-devices",
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--duration",
+                "120",
+                "--grpc-listen",
+                &api,
+            ])
+            .stdout(Stdio::null()),
+    )
+    .unwrap();
+    agent.grpc_addr().unwrap();
     let trace = dir.path().join("agent.pftrace");
-    let (child, _log) = start_profile(
+    let child = start_profile(
         &driver,
         &["--connect", &api, "--pid", &pid, "--duration", &three, "-o", trace.to_str().unwrap(), "--json"],
     );
@@ -722,7 +700,5 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s: Value = serde_json::from_slice(&out.stdout).unwrap();
     check(&s, &trace);
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
-    assert!(agent.wait().unwrap().success());
+    assert!(agent.stop().unwrap().success());
 }

@@ -24,12 +24,12 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::Mutex,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use gpu_tracer_tests::{http, locate_binary, prometheus_tool, require_root};
+use gpu_tracer_tests::{ChildGuard, gpu_tracer, http, locate_binary, prometheus_tool, require_root};
 use serde_json::{Value, json};
 
 /// Each test runs simulated nodes (eBPF probes, FUSE, cgroups) on a two-core machine: one test at
@@ -51,12 +51,12 @@ fn files() -> PathBuf {
 }
 
 /// Prometheus serving on `addr` with `config` (JSON is YAML), its data and log under `dir`.
-fn start_prometheus(prometheus: &Path, config: &Value, dir: &Path, addr: String) -> (Stopped, Prom, PathBuf) {
+fn start_prometheus(prometheus: &Path, config: &Value, dir: &Path, addr: String) -> (ChildGuard, Prom, PathBuf) {
     let config_file = dir.join("prometheus.yml");
     std::fs::write(&config_file, config.to_string()).unwrap();
     let log = dir.join("prometheus.log");
-    let child = Stopped {
-        child: Command::new(prometheus)
+    let child = ChildGuard::new(
+        Command::new(prometheus)
             .arg(format!("--config.file={}", config_file.display()))
             .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
             .arg(format!("--web.listen-address={addr}"))
@@ -65,52 +65,15 @@ fn start_prometheus(prometheus: &Path, config: &Value, dir: &Path, addr: String)
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("starting prometheus"),
-        what: "prometheus".into(),
-        grace: Duration::from_secs(20),
-    };
+    )
+    .named("prometheus")
+    .grace(Duration::from_secs(20));
     (child, Prom { addr }, log)
 }
 
 /// A loopback port nobody listens on now.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
-
-/// A child process stopped on drop: SIGTERM, then SIGKILL after `grace`.
-struct Stopped {
-    child: Child,
-    what: String,
-    grace: Duration,
-}
-
-impl Stopped {
-    fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        if let Ok(Some(s)) = self.child.try_wait() {
-            return Some(s);
-        }
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < self.grace {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("{} did not stop within {:?} of SIGTERM: killed", self.what, self.grace);
-        let _ = self.child.kill();
-        self.child.wait().ok()
-    }
-
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 fn run_tool(cmd: &mut Command) -> String {
@@ -310,7 +273,7 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
 
     // Two simulated nodes, each with its agent.
     let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
-    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p gpu-tracer)");
+    let tracer = gpu_tracer();
     let mut nodes = Vec::new();
     for node in NODES {
         let addr = format!("127.0.0.1:{}", free_port());
@@ -329,7 +292,7 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
         nodes.push((
             node,
             addr,
-            Stopped { child, what: format!("gpu-tracer-sim {node}"), grace: Duration::from_secs(60) },
+            ChildGuard::new(child).named(format!("gpu-tracer-sim {node}")).grace(Duration::from_secs(60)),
         ));
     }
     let sim_log = |node: &str| std::fs::read_to_string(tmp.path().join(format!("{node}.log"))).unwrap_or_default();
@@ -616,7 +579,7 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
     );
 
     for (_, _, child) in &mut nodes {
-        check(child.running(), format!("{} exited during the test", child.what));
+        check(child.running(), format!("{} exited during the test", child.what()));
     }
     if !failures.is_empty() {
         let logs: Vec<String> = NODES.iter().map(|n| format!("--- {n}:\n{}", sim_log(n))).collect();
@@ -687,7 +650,7 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prometheus = prometheus_tool("prometheus");
     let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
-    let tracer = locate_binary("gpu-tracer").expect("gpu-tracer (cargo build --release -p gpu-tracer)");
+    let tracer = gpu_tracer();
     let tmp = tempfile::tempdir().unwrap();
     let (ca, cert, key) = tls_files(tmp.path());
     let token = format!("gpu-tracer-scrape-{:x}", SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos());
@@ -699,8 +662,8 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
     let addr = format!("127.0.0.1:{}", free_port());
     let sim_log_path = tmp.path().join(format!("{node}.log"));
     let log = std::fs::File::create(&sim_log_path).unwrap();
-    let mut child = Stopped {
-        child: Command::new(&sim)
+    let mut child = ChildGuard::new(
+        Command::new(&sim)
             .args(["--agent", &addr, "--node", node, "--duration", "600"])
             .arg("--metrics-tls-cert")
             .arg(&cert)
@@ -715,9 +678,9 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
             .stderr(log)
             .spawn()
             .expect("starting gpu-tracer-sim"),
-        what: format!("gpu-tracer-sim {node}"),
-        grace: Duration::from_secs(60),
-    };
+    )
+    .named(format!("gpu-tracer-sim {node}"))
+    .grace(Duration::from_secs(60));
     let sim_log = || std::fs::read_to_string(&sim_log_path).unwrap_or_default();
     let start = Instant::now();
     while !sim_log().contains(&format!("serving https://{addr}/metrics")) {
@@ -849,7 +812,7 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
     // The token is in no log.
     let prom_text = std::fs::read_to_string(&prom_log).unwrap_or_default();
     check(!sim_log().contains(&token) && !prom_text.contains(&token), "the token appears in a log".into());
-    check(child.running(), format!("{} exited during the test", child.what));
+    check(child.running(), format!("{} exited during the test", child.what()));
     if !failures.is_empty() {
         panic!(
             "{} check(s) failed:\n{}\n--- prometheus:\n{prom_text}\n--- {node}:\n{}",

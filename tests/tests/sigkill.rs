@@ -17,15 +17,13 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
     fs::File,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use gpu_tracer_tests::http::get as http_get;
-use gpu_tracer_tests::{FakeDriver, Workload, locate_binary, require_root};
+use gpu_tracer_tests::{AgentProcess, FakeDriver, Workload, gpu_tracer, require_root};
 
 /// How long the kernel may take to free a dead agent's objects (programs are freed after an RCU
 /// grace period, from a workqueue).
@@ -37,12 +35,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const SCAN_BALLAST_FDS: u64 = 10_000;
 /// The object's own maps number about fifteen; aya's feature probes hold one or two at a time.
 const OBJECT_MAPS_AT_LEAST: usize = 8;
-
-fn gpu_tracer() -> PathBuf {
-    locate_binary("gpu-tracer").unwrap_or_else(|e| {
-        panic!("{e}: build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)")
-    })
-}
 
 /// Where the agent was when it was killed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -153,47 +145,38 @@ fn stage_of(pid: u32, fds: &Fds, log: &[String]) -> Stage {
     }
 }
 
-/// A `gpu-tracer agent` child; SIGKILLed and reaped on drop.
+/// A `gpu-tracer agent` child, aimed at; stopped and reaped on drop ([`AgentProcess`]).
 struct Agent {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
+    process: AgentProcess,
     spawned: Instant,
 }
 
 impl Agent {
     fn spawn(dev_dir: &Path) -> Agent {
-        let mut child = Command::new(gpu_tracer())
-            .args(["--log", "info", "--nvml", "off", "--dev-dir"])
-            .arg(dev_dir)
-            .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off"])
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gpu-tracer agent");
-        let spawned = Instant::now();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Agent { child, log, spawned }
+        let process = AgentProcess::spawn(
+            Command::new(gpu_tracer())
+                .args(["--log", "info", "--nvml", "off", "--dev-dir"])
+                .arg(dev_dir)
+                .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off"])
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null()),
+        )
+        .expect("spawn gpu-tracer agent")
+        .patience(START_TIMEOUT);
+        Agent { process, spawned: Instant::now() }
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
+        self.process.log()
     }
 
     fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        self.process.try_wait()
     }
 
     /// Wait for `aim` (panics if the agent ends first or takes too long); once ready, the HTTP
@@ -209,16 +192,7 @@ impl Agent {
                 std::thread::sleep(Duration::from_micros(200));
             },
             Aim::Ready => {
-                let addr = loop {
-                    let line = self.log().into_iter().find_map(|l| {
-                        l.split("serving http://").nth(1).map(|a| a.trim_end_matches("/metrics").to_string())
-                    });
-                    if let Some(a) = line {
-                        break a;
-                    }
-                    self.check_alive("serving http");
-                    std::thread::sleep(Duration::from_millis(10));
-                };
+                let addr = self.process.metrics_addr().unwrap_or_else(|e| panic!("serving http: {e}"));
                 while http_get(&addr, "/healthz").0 != 200 {
                     self.check_alive("/healthz");
                     std::thread::sleep(Duration::from_millis(20));
@@ -269,24 +243,15 @@ impl Agent {
     }
 
     /// SIGKILL and reap: how long the exit took (the kernel detaches the probes as the fds close).
-    fn kill(mut self) -> Duration {
+    fn kill(self) -> Duration {
         let t = Instant::now();
-        // SAFETY: kill has no memory effects.
-        unsafe { libc::kill(self.pid() as i32, libc::SIGKILL) };
-        let status = self.child.wait().expect("reap the agent");
+        let status = self.process.kill().expect("reap the agent");
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(libc::SIGKILL),
             "the agent died of the SIGKILL: {status}"
         );
         t.elapsed()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

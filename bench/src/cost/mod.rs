@@ -327,15 +327,6 @@ fn nano_text(n: i128) -> String {
     format!("{}.{:09}", n / 1_000_000_000, n % 1_000_000_000)
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn tool(name: &str) -> Result<PathBuf> {
     std::env::var_os("PATH")
         .into_iter()
@@ -431,7 +422,7 @@ pub fn section(quick: bool) -> CostSection {
 fn measure(nodes: usize, days: i64, containers: usize) -> Result<CostMeasured> {
     let promtool = tool("promtool")?;
     let prometheus = tool("prometheus")?;
-    let tracer = gpu_tracer_tests::harness::locate_binary("gpu-tracer").context("gpu-tracer (cargo xtask build)")?;
+    let tracer = gpu_tracer_tests::gpu_tracer_binary().context("gpu-tracer (cargo xtask build)")?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() as i64;
     let fleet = Fleet::new(nodes, days, containers, now);
     let work = std::env::temp_dir().join(format!("gpu-tracer-bench-cost-{}", std::process::id()));
@@ -500,7 +491,7 @@ fn measure(nodes: usize, days: i64, containers: usize) -> Result<CostMeasured> {
     let config = work.join("prometheus.yml");
     let query_log = work.join("queries.log");
     std::fs::write(&config, format!("global:\n  query_log_file: {}\n", query_log.display()))?;
-    let prom = Killed(
+    let prom = gpu_tracer_tests::ChildGuard::new(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", data.display()))
@@ -513,7 +504,7 @@ fn measure(nodes: usize, days: i64, containers: usize) -> Result<CostMeasured> {
             .spawn()
             .context("starting prometheus")?,
     );
-    let pid = prom.0.id();
+    let pid = prom.pid();
     let ready = Instant::now();
     loop {
         let (status, _) = gpu_tracer_tests::http::get(&addr, "/-/ready");

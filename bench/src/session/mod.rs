@@ -4,15 +4,14 @@
 //! probes for every session.
 use std::{
     fmt::Write as _,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
 use gpu_tracer_proto::v1;
-use gpu_tracer_tests::{FakeDriver, Workload, fake_libcuda, harness::locate_binary};
+use gpu_tracer_tests::{AgentProcess, FakeDriver, Workload, fake_libcuda, gpu_tracer_binary};
 use tracer_client::api::{self, ConnectSettings};
 
 use crate::progress;
@@ -79,15 +78,33 @@ pub fn section(quick: bool) -> SessionSection {
     SessionSection { result: measure(quick).map_err(|e| format!("{e:#}")) }
 }
 
-/// Kills the agent when dropped.
-struct Agent(Child);
+/// How long an agent may take to serve its API.
+const AGENT_START: Duration = Duration::from_secs(120);
 
-impl Drop for Agent {
-    fn drop(&mut self) {
-        // SAFETY: kill has no memory effects.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
+/// `gpu-tracer agent` on `driver` (`extra` before the command), its API on `api`, once it serves
+/// it: stopped (SIGTERM) when dropped.
+fn start_agent(tracer: &Path, driver: &FakeDriver, extra: &[&std::ffi::OsStr], api: &str) -> Result<AgentProcess> {
+    let mut agent = AgentProcess::spawn(
+        Command::new(tracer)
+            .arg("--dev-dir")
+            .arg(driver.dev_dir())
+            .args(extra)
+            .args([
+                "--simulated-devices",
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--duration",
+                "900",
+                "--grpc-listen",
+                api,
+            ])
+            .stdout(Stdio::null()),
+    )
+    .context("starting gpu-tracer agent")?
+    .patience(AGENT_START);
+    agent.grpc_addr().with_context(|| format!("the agent did not serve {api}"))?;
+    Ok(agent)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -101,7 +118,7 @@ fn max(v: &[f64]) -> f64 {
 }
 
 fn measure(quick: bool) -> Result<Measured> {
-    let tracer = locate_binary("gpu-tracer").context("gpu-tracer (cargo xtask build)")?;
+    let tracer = gpu_tracer_binary().context("gpu-tracer (cargo xtask build)")?;
     let driver = FakeDriver::start(1).context("the fake driver")?;
     let lib = fake_libcuda("thunk");
     let mut w = Workload::builder(driver.dev_dir()).libcuda(&lib).spawn().context("the workload")?;
@@ -109,32 +126,11 @@ fn measure(quick: bool) -> Result<Measured> {
     let dir = tempfile::tempdir()?;
     let sock = dir.path().join("api.sock");
     let api = format!("unix://{}", sock.display());
-    let agent = Command::new(&tracer)
-        .arg("--dev-dir")
-        .arg(driver.dev_dir())
-        .arg("--libcuda")
-        .arg(&lib)
-        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "900", "--grpc-listen", &api])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting gpu-tracer agent")?;
-    let _agent = Agent(agent);
+    let agent = start_agent(&tracer, &driver, &["--libcuda".as_ref(), lib.as_ref()], &api)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let conn =
         ConnectSettings { addr: api.parse().map_err(anyhow::Error::msg)?, token: None, tls_ca: None, tls_domain: None };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut grpc = loop {
-        if sock.exists()
-            && let Ok(c) = rt.block_on(api::connect(&conn))
-        {
-            break c;
-        }
-        if Instant::now() > deadline {
-            bail!("the agent did not serve {api} within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut grpc = rt.block_on(api::connect(&conn)).with_context(|| format!("connecting to {api}"))?;
     let rounds = if quick { ROUNDS / 3 } else { ROUNDS };
     let mut m = Measured {
         start_ms: vec![],
@@ -210,39 +206,26 @@ fn measure(quick: bool) -> Result<Measured> {
         drop(stream);
     }
     (m.events_after_end, m.counted_after_end) = launches_after_end(&rt, &conn, &mut w)?;
-    drop(_agent);
+    drop(agent);
 
     // An agent that probes the timed entry points (entry and return uprobes).
     let config = dir.path().join("timed.toml");
     std::fs::write(&config, "cuda_timed_calls = true\n")?;
     let sock2 = dir.path().join("api-timed.sock");
     let api2 = format!("unix://{}", sock2.display());
-    let agent2 = Command::new(&tracer)
-        .arg("--dev-dir")
-        .arg(driver.dev_dir())
-        .arg("--config")
-        .arg(&config)
-        .arg("--libcuda")
-        .arg(&lib)
-        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", "900", "--grpc-listen", &api2])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting gpu-tracer agent (cuda_timed_calls)")?;
-    let _agent2 = Agent(agent2);
+    let agent2 = start_agent(
+        &tracer,
+        &driver,
+        &["--config".as_ref(), config.as_ref(), "--libcuda".as_ref(), lib.as_ref()],
+        &api2,
+    )
+    .context("gpu-tracer agent (cuda_timed_calls)")?;
     let conn2 = ConnectSettings {
         addr: api2.parse().map_err(anyhow::Error::msg)?,
         token: None,
         tls_ca: None,
         tls_domain: None,
     };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !(sock2.exists() && rt.block_on(api::connect(&conn2)).is_ok()) {
-        if Instant::now() > deadline {
-            bail!("the agent did not serve {api2} within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
     progress("13: timed calls with the agent (cuda_timed_calls, count mode)");
     measure_calls(&mut w, TimedConfig::Count)?;
     // A session on the workload, read on a thread of its own while the calls run.
@@ -285,7 +268,7 @@ fn measure(quick: bool) -> Result<Measured> {
     rt.block_on(grpc2.end_profile(v1::EndProfileRequest { session_id: session }))?;
     let (calls, lost) = reader.join().map_err(|_| anyhow::anyhow!("the session reader panicked"))??;
     m.timed_events = (calls, lost, n * (LOOPS * CALLS.len()) as u64);
-    drop(_agent2);
+    drop(agent2);
     m.timed = CALLS
         .iter()
         .zip(&cost)
@@ -330,24 +313,16 @@ fn launches_after_end(rt: &tokio::runtime::Runtime, conn: &ConnectSettings, w: &
 fn standalone(tracer: &Path, dev: &Path, pid: u32, dir: &Path) -> Result<(f64, f64)> {
     let out: PathBuf = dir.join("standalone.pftrace");
     let t0 = Instant::now();
-    let mut child = Command::new(tracer)
-        .args(["--log", "info", "--dev-dir"])
-        .arg(dev)
-        .args(["--simulated-devices", "profile", "--pid", &pid.to_string(), "--duration", "1", "-o"])
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let start = loop {
-        match lines.next() {
-            Some(Ok(l)) if l.contains("recording") => break t0.elapsed(),
-            Some(_) => {}
-            None => bail!("gpu-tracer profile ended before recording"),
-        }
-    };
-    for _ in lines.by_ref() {}
+    let mut child = AgentProcess::spawn(
+        Command::new(tracer)
+            .args(["--log", "info", "--dev-dir"])
+            .arg(dev)
+            .args(["--simulated-devices", "profile", "--pid", &pid.to_string(), "--duration", "1", "-o"])
+            .arg(&out)
+            .stdout(Stdio::null()),
+    )?;
+    child.wait_log("recording").context("gpu-tracer profile did not start recording")?;
+    let start = t0.elapsed();
     let status = child.wait()?;
     if !status.success() {
         bail!("gpu-tracer profile: {status}");

@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
@@ -39,7 +39,9 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use gpu_tracer_tests::fake_libcuda::FAKE_LIBCUDA_DIR;
 use gpu_tracer_tests::workload::{parse_bytes, parse_number};
-use gpu_tracer_tests::{FakeDriver, PodCgroup, Qos, Runtime, Workload, cgroup2_mount, locate_binary};
+use gpu_tracer_tests::{
+    AgentProcess, ChildGuard, FakeDriver, PodCgroup, Qos, Runtime, Workload, cgroup2_mount, gpu_tracer_binary,
+};
 
 /// Driver version the fake driver reports and whose struct layouts everyone uses.
 const DRIVER_VERSION: &str = "535.261.03";
@@ -1065,20 +1067,6 @@ fn interrupted() -> anyhow::Result<()> {
 }
 
 /// Ask `top` to stop (SIGINT, which it handles), then kill it if it does not.
-fn stop_child(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    let start = Instant::now();
-    while start.elapsed() < grace {
-        if let Ok(Some(s)) = child.try_wait() {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    child.wait().ok()
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     install_stop_handlers();
@@ -1099,8 +1087,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     preflight()?;
     let tracer = match &args.tracer {
         Some(t) => t.clone(),
-        None => locate_binary("gpu-tracer")
-            .context("`cargo build --release -p gpu-tracer` builds gpu-tracer (or pass --tracer)")?,
+        None => gpu_tracer_binary().context("or pass --tracer")?,
     };
     let libcuda = PathBuf::from(FAKE_LIBCUDA_DIR).join(LIBCUDA_VARIANT).join("libcuda.so.1");
     if !libcuda.is_file() {
@@ -1203,7 +1190,10 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .stderr(Stdio::inherit());
     println!("+ {}", display(&top_cmd));
     let t0 = Instant::now();
-    let mut top = top_cmd.spawn().with_context(|| format!("starting {}", tracer.display()))?;
+    // Stopped (SIGTERM, then SIGKILL after 3 s) should the simulator end early.
+    let mut top = ChildGuard::new(top_cmd.spawn().with_context(|| format!("starting {}", tracer.display()))?)
+        .named("gpu-tracer top")
+        .grace(Duration::from_secs(3));
     let (tx, rx) = channel();
     let top_out = top.stdout.take().expect("piped stdout");
     let reader_tx = tx.clone();
@@ -1234,7 +1224,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     loop {
         if stopping() && !stop_asked {
             stop_asked = true;
-            top_status = stop_child(&mut top, Duration::from_secs(3));
+            top_status = top.stop();
         }
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(Msg::Top(line)) if line.is_empty() => {
@@ -1463,52 +1453,40 @@ fn run_agent(
     println!("+ {}", display(&cmd));
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(args.duration);
-    let mut agent = cmd.spawn().with_context(|| format!("starting {}", tracer.display()))?;
-    let (tx, rx) = channel();
-    let err = agent.stderr.take().expect("piped stderr");
-    let reader_tx = tx.clone();
     // The agent's log goes on to our stderr; its "serving http(s)://" line says the probes are
     // attached and the first snapshot is being made.
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines() {
-            let Ok(line) = line else { break };
-            eprintln!("{line}");
-            let serving = line.contains("serving http://") || line.contains("serving https://");
-            if serving && reader_tx.send(Msg::Top(line)).is_err() {
-                return;
-            }
-        }
-        let _ = reader_tx.send(Msg::TopEof);
-    });
+    let mut agent = AgentProcess::spawn_echoing(&mut cmd).with_context(|| format!("starting {}", tracer.display()))?;
+    let (tx, rx) = channel();
     let mut apps: Vec<JoinHandle<PodOutcome>> = Vec::new();
+    let mut pods_started = false;
     let mut exited_early = false;
     let agent_status = loop {
         if stopping() || Instant::now() >= end {
-            break stop_child(&mut agent, Duration::from_secs(10));
+            break agent.stop().ok();
+        }
+        if agent.try_wait().is_some() {
+            exited_early = true;
+            break agent.wait().ok();
+        }
+        if !pods_started && agent.try_metrics_addr().is_some() {
+            pods_started = true;
+            let now = Instant::now();
+            let quiet_at = match args.quiet_after {
+                Some(q) => t0 + Duration::from_secs_f64(q.max(0.0)),
+                None => end.checked_sub(Duration::from_millis(2500)).unwrap_or(now),
+            }
+            .max(now);
+            println!(
+                "t+{:4.1}s the agent serves {}://{listen}/metrics; the pods start working",
+                t0.elapsed().as_secs_f64(),
+                args.metrics_scheme()
+            );
+            let workloads = std::mem::take(&mut node.workloads);
+            apps = start_pods(&node.pods, workloads, &node.dev_dir, &node.libcuda, t0, quiet_at, &tx);
         }
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Msg::Top(_)) if apps.is_empty() => {
-                let now = Instant::now();
-                let quiet_at = match args.quiet_after {
-                    Some(q) => t0 + Duration::from_secs_f64(q.max(0.0)),
-                    None => end.checked_sub(Duration::from_millis(2500)).unwrap_or(now),
-                }
-                .max(now);
-                println!(
-                    "t+{:4.1}s the agent serves {}://{listen}/metrics; the pods start working",
-                    t0.elapsed().as_secs_f64(),
-                    args.metrics_scheme()
-                );
-                let workloads = std::mem::take(&mut node.workloads);
-                apps = start_pods(&node.pods, workloads, &node.dev_dir, &node.libcuda, t0, quiet_at, &tx);
-            }
-            Ok(Msg::Top(_)) => {}
             Ok(Msg::Activity(line)) => println!("{line}"),
-            Ok(Msg::TopEof) | Err(RecvTimeoutError::Disconnected) => {
-                exited_early = true;
-                break agent.wait().ok();
-            }
-            Err(RecvTimeoutError::Timeout) => {}
+            Ok(Msg::Top(_) | Msg::TopEof) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
     };
     let signalled = stopping();

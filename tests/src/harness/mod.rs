@@ -1,7 +1,10 @@
 //! RAII guards and helpers for root integration tests, so that a failed test leaves the machine
 //! clean: [`FakeDriver`] (a FUSE mount, or the kernel-module double's server), [`PodCgroup`] (a cgroup v2 directory named like a
-//! Kubernetes pod's), [`Workload`] (an `nv-workload` child driven line by line).
+//! Kubernetes pod's), [`Workload`] (an `nv-workload` child driven line by line), [`AgentProcess`]
+//! (a `gpu-tracer` child: its log, its readiness, its stop) and [`ChildGuard`] (any child,
+//! stopped on drop).
 
+mod agent;
 mod cgroup;
 mod driver;
 pub mod kmod;
@@ -12,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+pub use agent::{AgentProcess, ChildGuard, DEFAULT_PATIENCE, STOP_GRACE, gpu_tracer, gpu_tracer_binary};
 pub use cgroup::{PodCgroup, Qos, Runtime, cgroup2_mount};
 pub use driver::{FakeDriver, FakeDriverBuilder, cleanup_stale_mounts};
 pub use workload::{Answer, Workload, WorkloadBuilder};
@@ -36,8 +40,12 @@ pub enum HarnessError {
     #[error("{0}")]
     Protocol(String),
     /// A test binary could not be found.
-    #[error("binary {name} not found (looked in {searched:?}); `cargo build -p gpu-tracer-tests` builds it")]
+    #[error("binary {name} not found (looked in {searched:?}); {}", build_hint(name))]
     BinaryNotFound { name: String, searched: Vec<PathBuf> },
+    /// A `gpu-tracer` child ([`AgentProcess`]) did not log what a test waited for: what went
+    /// wrong, and its log.
+    #[error("{what}; its log:\n{}", agent::show_log(log))]
+    Agent { what: String, log: Vec<String> },
     /// The kernel-module double could not be loaded (the message names the cause and the fix).
     #[error("{0}")]
     KernelModule(String),
@@ -53,6 +61,7 @@ impl HarnessError {
             HarnessError::Protocol(_) => "protocol",
             HarnessError::BinaryNotFound { .. } => "binary_not_found",
             HarnessError::KernelModule(_) => "kernel_module",
+            HarnessError::Agent { .. } => "agent",
         }
     }
 
@@ -103,6 +112,15 @@ pub fn auto_cuda_method() -> tracer_core::model::probes::Method {
         tracer_core::model::probes::Method::UprobeMulti
     } else {
         tracer_core::model::probes::Method::PerfEvent
+    }
+}
+
+/// What builds the binary `name`.
+fn build_hint(name: &str) -> &'static str {
+    if name == "gpu-tracer" {
+        "build it first (`cargo build --release -p gpu-tracer`, or run `cargo xtask test`)"
+    } else {
+        "`cargo build -p gpu-tracer-tests` builds it"
     }
 }
 
