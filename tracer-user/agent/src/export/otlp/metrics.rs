@@ -289,13 +289,14 @@ impl Series {
     }
 }
 
-/// Hashes attributes by their keys and string values (the only values a series has).
+/// Hashes attributes by their string values (the only values a series has). The keys are left
+/// out: within a family they are nearly always the same, and [`Series::find`] compares the whole
+/// attributes anyway.
 struct AttrsHash<'a>(&'a [KeyValue]);
 
 impl std::hash::Hash for AttrsHash<'_> {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         for a in self.0 {
-            a.key.hash(h);
             string_value(a).hash(h);
         }
     }
