@@ -4,7 +4,9 @@
 //! the real `OtlpExporter` sends a realistic agent snapshot ([`node::NodeFeed`]) to an OTLP/gRPC
 //! receiver in this process; per export, the CPU time of the `otlp-export` thread (its per-thread
 //! CPU clock), the wall time from the thread starting to work to the answer, and the data points and
-//! bytes of the request as the receiver got it.
+//! bytes of the request as the receiver got it. On the bench thread, the same snapshots' OTLP
+//! metrics (`MetricBuilder::all`) and `/metrics` (`MetricsRegistry::encode`) one after the other,
+//! and the ratio of the two (issue 39: both come from the same typed families, no text between).
 //!
 //! (b) The agent-side memory with Prometheus, OTLP and 10 subscribers on, in a child process
 //! (`__exporters_rss`) that builds the node's snapshot every interval, encodes `/metrics` for it,
@@ -70,6 +72,10 @@ const GOAL_CPU_MS: f64 = 5.0;
 const GOAL_RSS_MIB: f64 = 64.0;
 /// Exports before the timed ones (the first connects).
 const WARMUP_EXPORTS: usize = 3;
+/// Snapshots whose OTLP metrics and `/metrics` are compared on the bench thread.
+const COMPARED_SNAPSHOTS: usize = 30;
+/// The most the OTLP metrics of a snapshot may cost against its `/metrics` (issue 39).
+const GOAL_OTLP_OVER_METRICS: f64 = 2.0;
 /// Subscribers in the memory run with subscribers.
 const SUBSCRIBERS: usize = 10;
 /// Events per second published in the memory runs.
@@ -254,9 +260,12 @@ pub struct ExportMeasured {
     pub dropped: u64,
     /// Per timed export: requests it was sent in.
     pub requests: Vec<f64>,
-    /// `MetricBuilder::all` (each source's Prometheus encoding parsed and mapped to OTLP metrics)
-    /// of the same snapshots on the bench thread, CPU ms (median).
+    /// `MetricBuilder::all` (each source's typed families made OTLP metrics) of the same
+    /// snapshots on the bench thread, CPU ms (median).
     pub view_ms: f64,
+    /// Per snapshot, `MetricBuilder::all` over `/metrics` (`MetricsRegistry::encode`), timed one
+    /// after the other on the same snapshot: the median of those ratios.
+    pub otlp_over_metrics: f64,
     /// Points per metric of one snapshot, most first.
     pub by_metric: Vec<(String, usize)>,
     /// `MetricsRegistry::encode` (OpenMetrics) of the same snapshots, CPU ms (median), and bytes.
@@ -370,12 +379,13 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
     };
     drop(receiver);
 
-    // The parts on this thread, for comparison.
+    // The parts on this thread, for comparison: each snapshot's OTLP metrics built and its
+    // `/metrics` encoded one after the other (interleaved, so both see the same machine).
     let registry = MetricsRegistry::new();
     let mut builder = MetricBuilder::new(MetricsRegistry::new(), 20_000);
-    let (mut view, mut prom, mut zip) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut view, mut prom, mut zip, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut prometheus_bytes, mut prometheus_samples, mut gzip_bytes) = (0, 0, 0);
-    for i in 0..20 {
+    for i in 0..COMPARED_SNAPSHOTS {
         let s = &pool[i % pool.len()];
         let c0 = sys::thread_cpu_ns();
         black_box(builder.all(s));
@@ -383,6 +393,7 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         let c0 = sys::thread_cpu_ns();
         let text = black_box(registry.encode(s, ExpositionFormat::OpenMetrics)).context("encoding /metrics")?;
         prom.push((sys::thread_cpu_ns() - c0) as f64 / 1e6);
+        ratio.push(view[view.len() - 1] / prom[prom.len() - 1]);
         let c0 = sys::thread_cpu_ns();
         gzip_bytes = black_box(tracer_agent::export::http::gzip(text.as_bytes())).context("gzip")?.len();
         zip.push((sys::thread_cpu_ns() - c0) as f64 / 1e6);
@@ -405,6 +416,7 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         exporter_points: stats.metric_points_exported.saturating_sub(points_before),
         dropped: stats.dropped.iter().filter(|d| d.signal == "metrics").map(|d| d.count).sum(),
         view_ms: sys::median(&view),
+        otlp_over_metrics: sys::median(&ratio),
         prometheus_ms: sys::median(&prom),
         prometheus_bytes,
         gzip_ms: sys::median(&zip),
@@ -778,8 +790,8 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
          OTLP/gRPC receiver in the bench process (the `opentelemetry-proto` crate's tonic service, on its own \
          thread); a different interval's snapshot is published before each export. Per export: the CPU time of \
          the `otlp-export` thread (its per-thread CPU clock, read when the export is counted: everything the \
-         thread did since the previous export — each source's Prometheus encoding parsed and mapped to OTLP \
-         metrics, protobuf encoding, gRPC, in requests of at most {MAX_POINTS_PER_REQUEST} points); the wall \
+         thread did since the previous export — each source's typed families made OTLP metrics, protobuf \
+         encoding, gRPC, in requests of at most {MAX_POINTS_PER_REQUEST} points); the wall \
          time from the thread starting to work to the export being counted (polled every ~0.1 ms; it includes \
          waiting for the receiver's answers, on the same 2 CPUs); data points, bytes (`encoded_len`) and \
          requests of the export as the receiver decoded them. \
@@ -833,10 +845,12 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
     let _ = writeln!(
         s,
         "\n{} timed exports; the exporter counted {} points for them ({}), {} metric exports dropped. \
-         The same snapshots on the bench thread: `MetricBuilder::all` (each source encoded as Prometheus text, \
-         parsed and mapped to OTLP metrics; part of every export) {:.1} ms CPU, so the other {:.0} ms of the \
-         median export are protobuf encoding and gRPC; `/metrics` (`MetricsRegistry::encode`, OpenMetrics) \
-         {:.1} ms CPU for {} samples, \
+         The same snapshots on the bench thread ({COMPARED_SNAPSHOTS}, each built both ways one after the other): \
+         `MetricBuilder::all` (each source's typed families made OTLP metrics, no text; part of every export) \
+         {:.1} ms CPU, so the other {:.0} ms of the median export are protobuf encoding and gRPC; `/metrics` \
+         (`MetricsRegistry::encode`, OpenMetrics, from the same families) {:.1} ms CPU for {} samples; **the \
+         OTLP metrics cost {:.2}× the `/metrics` encode of the same snapshot** (median of the per-snapshot ratios; \
+         goal ≤ {GOAL_OTLP_OVER_METRICS:.0}×), the whole export's CPU {:.1}×; `/metrics` is \
          {:.0} KiB ({:.0} KiB with a `cgroup` path on every series, `metrics.cgroup_label = \"always\"`); \
          gzipped as Prometheus asks for it, +{:.1} ms CPU and {:.0} KiB on the wire: a scrape costs the agent \
          {:.1} ms (goal < 20 ms). The snapshot is \
@@ -850,6 +864,8 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
         sys::median(&m.cpu_ms) - m.view_ms,
         m.prometheus_ms,
         m.prometheus_samples,
+        m.otlp_over_metrics,
+        sys::median(&m.cpu_ms) / m.prometheus_ms,
         m.prometheus_bytes as f64 / 1024.0,
         m.prometheus_bytes_cgroup_always as f64 / 1024.0,
         m.gzip_ms,

@@ -3,13 +3,11 @@
 //! connections (`http_connections_refused`), in the agent.
 use std::fmt;
 
-use prometheus_client::encoding::DescriptorEncoder;
-
-use super::{Scrape, counter, counter_family, gauge};
+use super::{MetricEncoder, Scrape, counter, counter_family, gauge};
 
 /// `api_subscribers`, `api_events_published_total`, `api_events_lost_total`,
 /// `api_subscriptions_total`, `api_subscriptions_refused_total`.
-pub fn api(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn api(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let Some(a) = &s.snapshot.api else {
         return Ok(());
     };
@@ -35,7 +33,7 @@ pub fn api(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
 /// `http_connections_refused_total{reason}`: connections the HTTP server closed at accept, by
 /// which limit (both reasons, also at 0); `http_unauthorized_requests_total`: scrapes refused for
 /// their token. Nothing outside the agent.
-pub fn http(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn http(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let Some(h) = &s.snapshot.http else {
         return Ok(());
     };

@@ -6,14 +6,9 @@ use std::{
     fmt,
 };
 
-use prometheus_client::{
-    encoding::{DescriptorEncoder, EncodeLabelSet},
-    registry::Unit,
-};
-
 use super::{
-    ContainerLabels, GpuIdLabels, Scrape, counter_family, currency, gauge, gauge_family, joules, ratio_of_millipct,
-    ratio_unit,
+    ContainerLabels, GpuIdLabels, LabelSet, MetricEncoder, Scrape, Unit, counter_family, currency, gauge, gauge_family,
+    joules, ratio_of_millipct,
 };
 use tracer_core::attribution::{SharingMode, attributor::suggests_smaller, gpu::ComputeMethod, rightsizing::Fit};
 
@@ -26,11 +21,11 @@ struct GpuLineRef<'a> {
     container: &'a ContainerLabels,
 }
 
-impl EncodeLabelSet for GpuLineRef<'_> {
-    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
-        self.gpu.encode(encoder)?;
-        [("line", self.line)].encode(encoder)?;
-        self.container.encode(encoder)
+impl LabelSet for GpuLineRef<'_> {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        self.gpu.visit(label)?;
+        label("line", self.line)?;
+        self.container.visit(label)
     }
 }
 
@@ -72,12 +67,19 @@ impl Interned {
 }
 
 /// Per GPU, a sharing mode and compute method (info-style, value 1).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct SharingLabels {
-    #[prometheus(flatten)]
     gpu: GpuIdLabels,
     mode: &'static str,
     method: &'static str,
+}
+
+impl LabelSet for SharingLabels {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        self.gpu.visit(label)?;
+        label("mode", self.mode)?;
+        label("method", self.method)
+    }
 }
 
 fn sharing_mode_label(m: SharingMode) -> &'static str {
@@ -101,7 +103,7 @@ fn compute_method_label(m: ComputeMethod) -> &'static str {
 /// The latest interval's attribution: per GPU, memory, SM share, energy and cost split into lines
 /// that add up to the device (and to the interval's price), the sharing mode, and each container's
 /// launches. Nothing when attribution has not run.
-pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn attribution_lines(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let Some(a) = s.snapshot.attribution.as_deref() else {
         return Ok(());
     };
@@ -176,28 +178,28 @@ pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::
         e,
         "attribution_memory",
         "GPU memory by line: container lines + driver_reserved + unattributed + free = the GPU's total.",
-        Some(&Unit::Bytes),
+        Some(Unit::Bytes),
         memory.iter().map(|(k, v)| (labels(k), *v)),
     )?;
     gauge_family(
         e,
         "attribution_memory_total",
         "GPU memory total the attribution lines add up to.",
-        Some(&Unit::Bytes),
+        Some(Unit::Bytes),
         totals.iter().map(|(g, v)| (&gpus[*g], *v)),
     )?;
     gauge_family(
         e,
         "attribution_sm_share",
         "Share of the interval's SM time by line (container, unattributed, idle); sums to 1 per GPU.",
-        Some(&ratio_unit()),
+        Some(Unit::Ratio),
         sm.iter().map(|(k, v)| (labels(k), ratio_of_millipct(*v))),
     )?;
     gauge_family(
         e,
         "attribution_interval_energy",
         "GPU energy of the latest interval by line (container, unattributed, idle).",
-        Some(&Unit::Joules),
+        Some(Unit::Joules),
         energy.iter().map(|(k, v)| (labels(k), joules(*v))),
     )?;
     gauge_family(
@@ -218,7 +220,7 @@ pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::
         e,
         "attribution_interval",
         "Length of the latest attribution interval.",
-        Some(&Unit::Seconds),
+        Some(Unit::Seconds),
         a.interval_ns as f64 / 1e9,
     )?;
     if let Some(p) = a.price_per_gpu_hour {
@@ -228,7 +230,7 @@ pub fn attribution_lines(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::
 }
 
 /// Per container across GPUs: cumulative energy and cost, idle reservations and rightsizing.
-pub fn container_totals(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn container_totals(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let Some(a) = s.snapshot.attribution.as_deref() else {
         return Ok(());
     };
@@ -279,7 +281,7 @@ pub fn container_totals(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
         e,
         "container_energy",
         "GPU energy attributed to the container since it first appeared (its share of each GPU's energy).",
-        Some(&Unit::Joules),
+        Some(Unit::Joules),
         acc.iter().map(|(i, x)| (l(i), joules(x.energy_mj))),
     )?;
     counter_family(
@@ -293,14 +295,14 @@ pub fn container_totals(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
         e,
         "container_idle_reservation",
         "GPU memory held by a container that has run nothing for the configured time (only flagged containers).",
-        Some(&Unit::Bytes),
+        Some(Unit::Bytes),
         acc.iter().filter_map(|(i, x)| Some((l(i), x.idle_bytes?))),
     )?;
     gauge_family(
         e,
         "container_idle_reservation_since_timestamp",
         "When a flagged container's idle reservation started (Unix time).",
-        Some(&Unit::Seconds),
+        Some(Unit::Seconds),
         acc.iter().filter(|(_, x)| x.idle_bytes.is_some()).map(|(i, x)| (l(i), x.idle_since_ns as f64 / 1e9)),
     )?;
     gauge_family(
@@ -316,20 +318,20 @@ pub fn container_totals(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
         e,
         "container_rightsizing_memory",
         "Peak and p95 of the container's GPU memory over the rightsizing window, by stat.",
-        Some(&Unit::Bytes),
+        Some(Unit::Bytes),
         peaks.iter().map(|((i, stat), (m, _))| ((l(i), [("stat", *stat)]), *m)),
     )?;
     gauge_family(
         e,
         "container_rightsizing_sm_share",
         "Peak and p95 of the container's SM share (of one GPU) over the rightsizing window, by stat.",
-        Some(&ratio_unit()),
+        Some(Unit::Ratio),
         peaks.iter().map(|((i, stat), (_, sm))| ((l(i), [("stat", *stat)]), ratio_of_millipct(*sm))),
     )
 }
 
 /// The bill so far by line; the lines add up to the bill exactly.
-pub fn bill(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn bill(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let Some(a) = s.snapshot.attribution.as_deref() else {
         return Ok(());
     };

@@ -2,13 +2,11 @@
 //! calls by entry point.
 use std::fmt;
 
-use prometheus_client::{encoding::DescriptorEncoder, registry::Unit};
-
-use super::{Scrape, by_container, counter, counter_family, gauge_family};
+use super::{MetricEncoder, Scrape, Unit, by_container, counter, counter_family, gauge_family};
 use tracer_core::cuda::ledger::CudaUsage;
 
 /// libcuda-level numbers per cgroup: launches and CUDA allocations.
-pub fn cgroup_cuda(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn cgroup_cuda(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }
@@ -18,11 +16,11 @@ pub fn cgroup_cuda(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result
         |c| (c.cgroup_id, c.path.as_deref()),
         |a: &mut CudaUsage, c| *a += &c.usage,
     );
-    let bytes = Some(&Unit::Bytes);
-    let g = |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&CudaUsage) -> u64| {
+    let bytes = Some(Unit::Bytes);
+    let g = |e: &mut dyn MetricEncoder, name, help, f: fn(&CudaUsage) -> u64| {
         gauge_family(e, name, help, bytes, rows.iter().map(|(l, u)| (l, f(u))))
     };
-    let c = |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&CudaUsage) -> u64| {
+    let c = |e: &mut dyn MetricEncoder, name, help, f: fn(&CudaUsage) -> u64| {
         counter_family(e, name, help, None, rows.iter().map(|(l, u)| (l, f(u))))
     };
     c(e, "cgroup_cuda_launches", "CUDA kernel launches (cuLaunchKernel*, cuLaunchCooperativeKernel*).", |u| {
@@ -40,7 +38,7 @@ pub fn cgroup_cuda(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result
 }
 
 /// libcuda calls by entry point (a fixed set of symbol names), and frees of unknown pointers.
-pub fn cuda_calls(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn cuda_calls(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }

@@ -2,16 +2,11 @@
 //! and the state stage's counters (events, ioctls by operation, releases, anomalies).
 use std::{collections::BTreeMap, fmt};
 
-use prometheus_client::{
-    encoding::{DescriptorEncoder, EncodeLabelSet},
-    registry::Unit,
-};
-
-use super::{Scrape, by_container, counter_family, gauge, gauge_family};
+use super::{LabelSet, MetricEncoder, Scrape, Unit, by_container, counter_family, gauge, gauge_family};
 use tracer_core::state::snapshot::{Completeness, Usage};
 
 /// Live memory and counts per cgroup (driver ledger), and table sizes.
-pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn cgroup_memory(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }
@@ -26,11 +21,11 @@ pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resu
             a.2.merge(&c.completeness);
         },
     );
-    let bytes = Some(&Unit::Bytes);
-    let g = |e: &mut DescriptorEncoder<'_>, name, help, unit, f: fn(&Usage) -> u64| {
+    let bytes = Some(Unit::Bytes);
+    let g = |e: &mut dyn MetricEncoder, name, help, unit, f: fn(&Usage) -> u64| {
         gauge_family(e, name, help, unit, rows.iter().map(|(l, (u, _, _))| (l, f(u))))
     };
-    let c = |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&Usage) -> u64| {
+    let c = |e: &mut dyn MetricEncoder, name, help, f: fn(&Usage) -> u64| {
         counter_family(e, name, help, None, rows.iter().map(|(l, (u, _, _))| (l, f(u))))
     };
     g(e, "cgroup_vidmem", "Live device (video) memory allocated through the driver, per cgroup.", bytes, |u| {
@@ -88,14 +83,14 @@ pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resu
         "cgroup_memory_from_before_agent",
         "NVML's per-process memory of the cgroup's processes from before the agent (all GPUs): what \
          they hold that the ledger cannot know; only for cgroups with such processes and an NVML reading.",
-        Some(&Unit::Bytes),
+        Some(Unit::Bytes),
         rows.iter().filter_map(|(l, (_, _, c))| c.nvml_bytes_from_before_agent.map(|b| (l, b))),
     )?;
     gauge_family(
         e,
         "cgroup_ledger_records_lost_since",
         "When (Unix seconds) a live process of the cgroup first lost a ledger record; only for such cgroups.",
-        Some(&Unit::Seconds),
+        Some(Unit::Seconds),
         rows.iter().filter_map(|(l, (_, _, c))| c.records_lost_since_unix_ns.map(|t| (l, t / 1_000_000_000))),
     )?;
     gauge(e, "processes", "Live GPU processes tracked.", None, st.totals.processes as u64)?;
@@ -109,20 +104,21 @@ pub fn cgroup_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resu
 }
 
 /// Labels of a per-GPU series: the `/dev/nvidiaN` minor and dcgm-exporter's `device` label.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct GpuLabels {
     minor: String,
     device: String,
 }
 
-impl EncodeLabelSet for &GpuLabels {
-    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
-        (**self).encode(encoder)
+impl LabelSet for GpuLabels {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        label("minor", &self.minor)?;
+        label("device", &self.device)
     }
 }
 
 /// Live memory per GPU (by `/dev/nvidiaN` minor; `unknown` for memory with no known GPU).
-pub fn gpu_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn gpu_memory(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }
@@ -149,8 +145,8 @@ pub fn gpu_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result 
         None,
         exact,
     )?;
-    let bytes = Some(&Unit::Bytes);
-    let g = |e: &mut DescriptorEncoder<'_>, name, help, unit, f: fn(&Usage) -> u64| {
+    let bytes = Some(Unit::Bytes);
+    let g = |e: &mut dyn MetricEncoder, name, help, unit, f: fn(&Usage) -> u64| {
         gauge_family(e, name, help, unit, rows.iter().map(|(l, u)| (l, f(u))))
     };
     g(e, "gpu_vidmem", "Live device memory allocated through the driver, per GPU.", bytes, |u| u.vidmem_bytes)?;
@@ -173,7 +169,7 @@ pub fn gpu_memory(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result 
 }
 
 /// the bounded tables could not hold.
-pub fn state_counters(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn state_counters(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }

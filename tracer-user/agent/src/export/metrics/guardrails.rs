@@ -1,13 +1,11 @@
 //! Guardrail violations: counts per kind, uses that could not be checked, one series per violation.
 use std::{collections::BTreeMap, fmt};
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
-
-use super::{Scrape, counter, counter_family, gauge_family};
+use super::{LabelSet, MetricEncoder, Scrape, counter, counter_family, gauge_family};
 use tracer_core::guardrails::ViolationKind;
 
 /// Labels of one violation series.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct ViolationLabels {
     kind: &'static str,
     namespace: String,
@@ -17,9 +15,19 @@ struct ViolationLabels {
     gpu: String,
 }
 
+impl LabelSet for ViolationLabels {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        label("kind", self.kind)?;
+        label("namespace", &self.namespace)?;
+        label("pod", &self.pod)?;
+        label("container", &self.container)?;
+        label("gpu", &self.gpu)
+    }
+}
+
 /// Guardrail violations: counts per kind (every kind, also at 0), uses that could not be checked,
 /// and one series per violation raised.
-pub fn violations(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn violations(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let c = &s.snapshot.violation_counts;
     counter_family(
         e,

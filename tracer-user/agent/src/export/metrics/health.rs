@@ -2,12 +2,10 @@
 //! kernel?), decode errors and the counters of the user-space stages.
 use std::fmt;
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
-
-use super::{Scrape, counter, counter_family, gauge, gauge_family};
+use super::{LabelSet, MetricEncoder, Scrape, counter, counter_family, gauge, gauge_family};
 
 /// Labels of a build_info series.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct BuildLabels {
     version: String,
     driver_version: String,
@@ -15,10 +13,19 @@ struct BuildLabels {
     attach_mode: String,
 }
 
+impl LabelSet for BuildLabels {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        label("version", &self.version)?;
+        label("driver_version", &self.driver_version)?;
+        label("abi_version", &self.abi_version)?;
+        label("attach_mode", &self.attach_mode)
+    }
+}
+
 /// `gpu_tracer_build_info`: version, the NVIDIA driver's version (NVML's when it answered, else
 /// the one the agent resolved), the version whose struct layouts the decoder uses, and the probe
 /// attach mode as labels, value 1.
-pub fn build_info(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn build_info(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let labels = BuildLabels {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         driver_version: s.snapshot.nvml.driver_version.clone().unwrap_or_else(|| s.snapshot.driver_version.clone()),
@@ -36,13 +43,13 @@ pub fn build_info(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result 
 
 /// The kernel's per-probe accounting (`seen = emitted + aggregated + dropped`) and the user-space
 /// side of the identity.
-pub fn probe_accounting(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn probe_accounting(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }
     let probes = &s.snapshot.kernel.probes;
     let per_probe =
-        |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&tracer_core::model::counters::ProbeCounters) -> u64| {
+        |e: &mut dyn MetricEncoder, name, help, f: fn(&tracer_core::model::counters::ProbeCounters) -> u64| {
             counter_family(e, name, help, None, probes.iter().map(|(p, c)| ([("probe", p.as_str())], f(c))))
         };
     per_probe(e, "probe_events_seen", "Calls a probe saw (in the kernel).", |c| c.seen)?;
@@ -79,7 +86,7 @@ pub fn probe_accounting(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::R
 }
 
 /// Records that failed to decode, by reason.
-pub fn decode_errors(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn decode_errors(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }
@@ -100,7 +107,7 @@ pub fn decode_errors(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resu
 }
 
 /// Counters of the user-space stages.
-pub fn pipeline_stats(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn pipeline_stats(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     if !s.has_probes() {
         return Ok(());
     }

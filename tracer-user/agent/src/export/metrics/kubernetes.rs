@@ -3,12 +3,10 @@
 //! pods' allow-listed labels (`pod_labels`).
 use std::{collections::BTreeMap, fmt};
 
-use prometheus_client::encoding::DescriptorEncoder;
-
-use super::{Scrape, counter, gauge, gauge_family};
+use super::{MetricEncoder, Scrape, counter, gauge, gauge_family};
 
 /// Whether the Kubernetes sides (pod watcher, kubelet pod-resources) work.
-pub fn kubernetes(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn kubernetes(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let k = &s.snapshot.kubernetes;
     let watcher_up = k.watcher.as_ref().is_some_and(|w| w.connected && w.ready);
     gauge(
@@ -51,7 +49,7 @@ fn label_name(key: &str) -> String {
 /// (`kubernetes.label_allow_list`) as `label_*` labels, to be joined on `namespace, pod`
 /// (e.g. cost per team). Labels never go on the per-container series themselves: a label change
 /// would start new series of every family.
-pub fn pod_labels(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn pod_labels(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let mut pods: BTreeMap<(&str, &str), Vec<(String, String)>> = BTreeMap::new();
     for id in s.snapshot.containers.values() {
         let (Some(ns), Some(pod)) = (id.namespace.as_deref(), id.pod.as_deref()) else { continue };

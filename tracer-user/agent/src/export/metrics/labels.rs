@@ -2,14 +2,14 @@
 //! [`ContainerResolver`] that fills it in) and a GPU's ([`GpuIdLabels`]).
 use std::fmt;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use super::LabelSet;
 
 /// The identity labels of every per-container series.
 ///
 /// `cgroup` is always set (the cgroup path, or `id:N` when the path is unknown); `namespace`,
 /// `pod` and `container` are empty strings until a [`ContainerResolver`] knows them (an empty
 /// label value is the same as no label to Prometheus, so queries need not change later).
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, prometheus_client::encoding::EncodeLabelSet)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ContainerLabels {
     /// Kubernetes namespace of the pod.
     pub namespace: String,
@@ -28,10 +28,12 @@ impl ContainerLabels {
     }
 }
 
-// Families are encoded from borrowed rows; `&` is fundamental, so this impl is ours to write.
-impl EncodeLabelSet for &ContainerLabels {
-    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
-        (**self).encode(encoder)
+impl LabelSet for ContainerLabels {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        label("namespace", &self.namespace)?;
+        label("pod", &self.pod)?;
+        label("container", &self.container)?;
+        label("cgroup", &self.cgroup)
     }
 }
 
@@ -63,7 +65,7 @@ where
 /// Labels of a GPU in the attribution and NVML families: `gpu` is the `GPU-…` or `MIG-…` UUID,
 /// `device` dcgm-exporter's `nvidiaN` (empty when the minor is unknown), `mig_profile` the MIG
 /// profile of a MIG instance (empty for a whole GPU).
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GpuIdLabels {
     /// `GPU-…` or `MIG-…` UUID.
     pub gpu: String,
@@ -83,8 +85,10 @@ impl GpuIdLabels {
     }
 }
 
-impl EncodeLabelSet for &GpuIdLabels {
-    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
-        (**self).encode(encoder)
+impl LabelSet for GpuIdLabels {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        label("gpu", &self.gpu)?;
+        label("device", &self.device)?;
+        label("mig_profile", &self.mig_profile)
     }
 }

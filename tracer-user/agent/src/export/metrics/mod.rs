@@ -11,6 +11,12 @@
 //! split each GPU into `line`s (containers and named remainders) so that `sum by (gpu)` is the
 //! device total, never a double count.
 //!
+//! Sources write typed families (`family.rs`: name, help, unit, gauge or counter, and samples as
+//! label sets and values) into a [`MetricEncoder`]: for `/metrics` the text encoder, which writes
+//! them through prometheus-client; for OTLP the exporter's, which makes OTLP metrics of the same
+//! samples ([`MetricsRegistry::write_part`], `export::otlp::metrics`). One definition of every
+//! family, and no text between the snapshot and OTLP.
+//!
 //! Every metric is listed in `docs/metrics.md`. Conventions: the `gpu_tracer_` prefix, base units
 //! in the name (`_bytes`), counters end in `_total`, and kernel names are never labels.
 //!
@@ -34,13 +40,15 @@
 //! - `process.rs`: the agent's own `process_*` (CPU, memory, fds, threads), unprefixed as every
 //!   client library names them; only where [`MetricsRegistry::with_process_metrics`] asks.
 //!
-//! `labels.rs` holds the label sets several families share (container, GPU); this file the
-//! registry ([`MetricsRegistry`], [`Scrape`], [`MetricSource`]) and the helpers every source is
-//! written with ([`gauge`], [`counter`], [`gauge_family`], [`counter_family`]).
+//! `family.rs` holds the metric model and the text encoder ([`Family`], [`LabelSet`], [`Value`],
+//! [`MetricEncoder`]); `labels.rs` the label sets several families share (container, GPU); this
+//! file the registry ([`MetricsRegistry`], [`Scrape`], [`MetricSource`]) and the helpers every
+//! source is written with ([`gauge`], [`counter`], [`gauge_family`], [`counter_family`]).
 mod api;
 mod attribution;
 mod cuda;
 mod driver;
+mod family;
 mod guardrails;
 mod health;
 mod kubernetes;
@@ -54,18 +62,15 @@ pub(crate) mod tests;
 
 use std::{collections::HashMap, fmt, sync::Arc};
 
-use prometheus_client::{
-    collector::Collector,
-    encoding::{DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, NoLabelSet},
-    metrics::MetricType,
-    registry::{Registry, Unit},
-};
+use prometheus_client::{collector::Collector, encoding::DescriptorEncoder, registry::Registry};
 
+use self::family::TextEncoder;
 pub use self::{
     api::{api, http},
     attribution::{attribution_lines, bill, container_totals},
     cuda::{cgroup_cuda, cuda_calls},
     driver::{cgroup_memory, gpu_memory, state_counters},
+    family::{Family, LabelSet, MetricEncoder, MetricKind, SampleSink, Unit, Value},
     guardrails::violations,
     health::{build_info, decode_errors, pipeline_stats, probe_accounting},
     kubernetes::{kubernetes, pod_labels},
@@ -127,28 +132,30 @@ impl Scrape<'_> {
     }
 }
 
-/// One part of the exposition: writes some metric families from a scrape.
+/// One part of the exposition (and of the OTLP metrics): writes some metric families from a
+/// scrape into a [`MetricEncoder`], which is the text exposition for `/metrics` and OTLP metrics
+/// for the OTLP exporter.
 ///
-/// Implemented for every `Fn(&Scrape, &mut DescriptorEncoder) -> fmt::Result`, so a new part is
+/// Implemented for every `Fn(&Scrape, &mut dyn MetricEncoder) -> fmt::Result`, so a new part is
 /// one function, written with [`gauge`], [`counter`], [`gauge_family`] and [`counter_family`].
 /// Metric names passed to those helpers omit the `gpu_tracer_` prefix, the unit and `_total`
-/// (prometheus-client appends them).
+/// (the encoders add them).
 pub trait MetricSource: Send + Sync + 'static {
     /// Write this source's families. Never write a family name another source writes.
-    fn encode(&self, scrape: &Scrape<'_>, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result;
+    fn encode(&self, scrape: &Scrape<'_>, encoder: &mut dyn MetricEncoder) -> fmt::Result;
 }
 
 impl<F> MetricSource for F
 where
-    F: Fn(&Scrape<'_>, &mut DescriptorEncoder<'_>) -> fmt::Result + Send + Sync + 'static,
+    F: Fn(&Scrape<'_>, &mut dyn MetricEncoder) -> fmt::Result + Send + Sync + 'static,
 {
-    fn encode(&self, scrape: &Scrape<'_>, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    fn encode(&self, scrape: &Scrape<'_>, encoder: &mut dyn MetricEncoder) -> fmt::Result {
         self(scrape, encoder)
     }
 }
 
 /// A built-in source: a name (for docs and tests) and its function.
-pub type BuiltinSource = (&'static str, fn(&Scrape<'_>, &mut DescriptorEncoder<'_>) -> fmt::Result);
+pub type BuiltinSource = (&'static str, fn(&Scrape<'_>, &mut dyn MetricEncoder) -> fmt::Result);
 
 /// The built-in sources, in exposition order.
 pub const BUILTIN: &[BuiltinSource] = &[
@@ -290,26 +297,24 @@ impl MetricsRegistry {
         Ok(out)
     }
 
-    /// How many sources [`encode_part`](Self::encode_part) walks through.
+    /// How many sources [`write_part`](Self::write_part) walks through.
     pub fn parts(&self) -> usize {
         self.sources.len()
     }
 
-    /// Encode the families of source `part` (`0..parts()`, exposition order) for one snapshot as
-    /// OpenMetrics text into `buf` (cleared first; it keeps its capacity, so a caller that keeps
-    /// it holds one source's text at a time, the largest, and allocates nothing once warm). No
-    /// family spans two sources. A `part` past the end leaves `buf` empty.
-    pub fn encode_part(&self, part: usize, snapshot: &Arc<AgentSnapshot>, buf: &mut String) -> fmt::Result {
-        buf.clear();
+    /// Write the families of source `part` (`0..parts()`, exposition order) of one snapshot into
+    /// `encoder`, with this registry's resolver and `cgroup_label` (the OTLP exporter's way to the
+    /// sources: one source at a time, no text). No family spans two sources. A `part` past the end
+    /// writes nothing.
+    pub(crate) fn write_part(
+        &self,
+        part: usize,
+        snapshot: &AgentSnapshot,
+        encoder: &mut dyn MetricEncoder,
+    ) -> fmt::Result {
         let Some(source) = self.sources.get(part) else { return Ok(()) };
-        let mut registry = Registry::with_prefix(PREFIX);
-        registry.register_collector(Box::new(ScrapeCollector {
-            snapshot: Arc::clone(snapshot),
-            sources: vec![Arc::clone(source)],
-            resolver: Arc::clone(&self.resolver),
-            cgroup_label: self.cgroup_label,
-        }));
-        prometheus_client::encoding::text::encode(buf, &registry)
+        let scrape = Scrape { snapshot, resolver: &*self.resolver, cgroup_label: self.cgroup_label };
+        source.encode(&scrape, encoder)
     }
 }
 
@@ -330,8 +335,9 @@ impl fmt::Debug for ScrapeCollector {
 impl Collector for ScrapeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let scrape = Scrape { snapshot: &self.snapshot, resolver: &*self.resolver, cgroup_label: self.cgroup_label };
+        let mut text = TextEncoder(&mut encoder);
         for s in &self.sources {
-            s.encode(&scrape, &mut encoder)?;
+            s.encode(&scrape, &mut text)?;
         }
         Ok(())
     }
@@ -341,64 +347,62 @@ impl Collector for ScrapeCollector {
 
 /// One unlabelled gauge.
 pub fn gauge(
-    e: &mut DescriptorEncoder<'_>,
+    e: &mut dyn MetricEncoder,
     name: &str,
     help: &str,
-    unit: Option<&Unit>,
-    value: impl EncodeGaugeValue,
+    unit: Option<Unit>,
+    value: impl Into<Value>,
 ) -> fmt::Result {
-    e.encode_descriptor(name, help, unit, MetricType::Gauge)?.encode_gauge(&value)
+    family(e, Family { name, help, unit, kind: MetricKind::Gauge, size_hint: 1 }, [((), value)])
 }
 
 /// One unlabelled counter (`_total` is appended to the sample name).
 pub fn counter(
-    e: &mut DescriptorEncoder<'_>,
+    e: &mut dyn MetricEncoder,
     name: &str,
     help: &str,
-    unit: Option<&Unit>,
-    value: impl EncodeCounterValue,
+    unit: Option<Unit>,
+    value: impl Into<Value>,
 ) -> fmt::Result {
-    e.encode_descriptor(name, help, unit, MetricType::Counter)?.encode_counter::<NoLabelSet, _, u64>(&value, None)
+    family(e, Family { name, help, unit, kind: MetricKind::Counter, size_hint: 1 }, [((), value)])
 }
 
 /// A gauge family: one series per `(labels, value)`. Label sets must be distinct. A family with no
 /// rows is left out entirely (as client_golang does: some parsers reject metadata without samples).
-pub fn gauge_family<L: EncodeLabelSet, V: EncodeGaugeValue>(
-    e: &mut DescriptorEncoder<'_>,
+pub fn gauge_family<L: LabelSet, V: Into<Value>>(
+    e: &mut dyn MetricEncoder,
     name: &str,
     help: &str,
-    unit: Option<&Unit>,
+    unit: Option<Unit>,
     rows: impl IntoIterator<Item = (L, V)>,
 ) -> fmt::Result {
-    let mut rows = rows.into_iter().peekable();
-    if rows.peek().is_none() {
-        return Ok(());
-    }
-    let mut m = e.encode_descriptor(name, help, unit, MetricType::Gauge)?;
-    for (labels, v) in rows {
-        m.encode_family(&labels)?.encode_gauge(&v)?;
-    }
-    Ok(())
+    family(e, Family { name, help, unit, kind: MetricKind::Gauge, size_hint: 0 }, rows)
 }
 
 /// A counter family: one series per `(labels, value)`. Label sets must be distinct; no rows, no
 /// family.
-pub fn counter_family<L: EncodeLabelSet, V: EncodeCounterValue>(
-    e: &mut DescriptorEncoder<'_>,
+pub fn counter_family<L: LabelSet, V: Into<Value>>(
+    e: &mut dyn MetricEncoder,
     name: &str,
     help: &str,
-    unit: Option<&Unit>,
+    unit: Option<Unit>,
+    rows: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    family(e, Family { name, help, unit, kind: MetricKind::Counter, size_hint: 0 }, rows)
+}
+
+/// One family of `rows`; none without rows.
+fn family<L: LabelSet, V: Into<Value>>(
+    e: &mut dyn MetricEncoder,
+    mut family: Family<'_>,
     rows: impl IntoIterator<Item = (L, V)>,
 ) -> fmt::Result {
     let mut rows = rows.into_iter().peekable();
     if rows.peek().is_none() {
         return Ok(());
     }
-    let mut m = e.encode_descriptor(name, help, unit, MetricType::Counter)?;
-    for (labels, v) in rows {
-        m.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&v, None)?;
-    }
-    Ok(())
+    family.size_hint = rows.size_hint().0;
+    e.family(&family, &mut |sample: &mut SampleSink<'_>| rows.by_ref().try_for_each(|(l, v)| sample(&l, v.into())))
 }
 
 /// Sum rows that resolve to the same labels (a removed cgroup and a new one with the same path,
@@ -445,8 +449,4 @@ fn currency(nano: u64) -> f64 {
 /// Millijoules as joules.
 fn joules(mj: u64) -> f64 {
     mj as f64 / 1e3
-}
-
-fn ratio_unit() -> Unit {
-    Unit::Other("ratio".into())
 }

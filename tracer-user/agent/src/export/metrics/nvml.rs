@@ -2,17 +2,11 @@
 //! memory, and whether NVML is in use.
 use std::{collections::BTreeMap, fmt};
 
-use prometheus_client::{
-    encoding::{DescriptorEncoder, EncodeLabelSet},
-    registry::Unit,
-};
-
-use super::{GpuIdLabels, Scrape, counter, counter_family, gauge, gauge_family, joules, ratio_unit};
+use super::{GpuIdLabels, LabelSet, MetricEncoder, Scrape, Unit, counter, counter_family, gauge, gauge_family, joules};
 
 /// Labels of `gpu_tracer_gpu_info`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct GpuInfoLabels {
-    #[prometheus(flatten)]
     gpu: GpuIdLabels,
     /// NVML index (dcgm-exporter's `gpu` label).
     index: String,
@@ -20,9 +14,18 @@ struct GpuInfoLabels {
     pci_bus_id: String,
 }
 
+impl LabelSet for GpuInfoLabels {
+    fn visit(&self, label: &mut dyn FnMut(&str, &str) -> fmt::Result) -> fmt::Result {
+        self.gpu.visit(label)?;
+        label("index", &self.index)?;
+        label("model", &self.model)?;
+        label("pci_bus_id", &self.pci_bus_id)
+    }
+}
+
 /// NVML's device readings (dcgm-exporter's device metrics with the same meaning) and whether
 /// NVML is in use.
-pub fn nvml_devices(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn nvml_devices(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let n = &s.snapshot.nvml;
     gauge(
         e,
@@ -73,50 +76,50 @@ pub fn nvml_devices(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resul
         e,
         "gpu_power",
         "Power draw (DCGM_FI_DEV_POWER_USAGE).",
-        Some(&Unit::Other("watts".into())),
+        Some(Unit::Watts),
         each(&|d| Some(d.power_mw? as f64 / 1e3)),
     )?;
     counter_family(
         e,
         "gpu_energy",
         "Energy used since the driver loaded (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, which is in mJ).",
-        Some(&Unit::Joules),
+        Some(Unit::Joules),
         each(&|d| Some(joules(d.energy_mj?))),
     )?;
     gauge_family(
         e,
         "gpu_temperature",
         "GPU temperature (DCGM_FI_DEV_GPU_TEMP).",
-        Some(&Unit::Celsius),
+        Some(Unit::Celsius),
         each(&|d| Some(d.temperature_c? as f64)),
     )?;
     gauge_family(
         e,
         "gpu_utilization",
         "Time at least one kernel ran, 0..1 (DCGM_FI_DEV_GPU_UTIL, which is in percent).",
-        Some(&ratio_unit()),
+        Some(Unit::Ratio),
         each(&|d| Some(d.utilization?.gpu_pct as f64 / 100.0)),
     )?;
     gauge_family(
         e,
         "gpu_memory_utilization",
         "Time device memory was read or written, 0..1 (DCGM_FI_DEV_MEM_COPY_UTIL, in percent).",
-        Some(&ratio_unit()),
+        Some(Unit::Ratio),
         each(&|d| Some(d.utilization?.memory_pct as f64 / 100.0)),
     )?;
-    let hz = Some(Unit::Other("hertz".into()));
+    let hz = Some(Unit::Hertz);
     gauge_family(
         e,
         "gpu_sm_clock",
         "SM clock (DCGM_FI_DEV_SM_CLOCK, which is in MHz).",
-        hz.as_ref(),
+        hz,
         each(&|d| Some(d.clocks.sm_mhz? as f64 * 1e6)),
     )?;
     gauge_family(
         e,
         "gpu_memory_clock",
         "Memory clock (DCGM_FI_DEV_MEM_CLOCK, which is in MHz).",
-        hz.as_ref(),
+        hz,
         each(&|d| Some(d.clocks.memory_mhz? as f64 * 1e6)),
     )?;
     // Memory of GPUs and of MIG instances (the instance's own memory, under its MIG UUID).
@@ -132,8 +135,8 @@ pub fn nvml_devices(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Resul
             }
         }
     }
-    let bytes = Some(&Unit::Bytes);
-    let m = |e: &mut DescriptorEncoder<'_>, name, help, f: fn(&tracer_core::nvml::model::MemoryInfo) -> u64| {
+    let bytes = Some(Unit::Bytes);
+    let m = |e: &mut dyn MetricEncoder, name, help, f: fn(&tracer_core::nvml::model::MemoryInfo) -> u64| {
         gauge_family(e, name, help, bytes, mem.iter().map(|(l, m)| (l, f(m))))
     };
     m(

@@ -2,13 +2,11 @@
 //! event queue. Nothing when OTLP export is off.
 use std::fmt;
 
-use prometheus_client::encoding::DescriptorEncoder;
-
-use super::{Scrape, counter, counter_family, gauge};
+use super::{MetricEncoder, Scrape, counter, counter_family, gauge};
 
 /// `otlp_exported_total{signal}`, `otlp_dropped_total{signal,reason}` (every pair, also at 0) and
 /// the event queue's length and capacity.
-pub fn otlp(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn otlp(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let Some(o) = &s.snapshot.otlp else {
         return Ok(());
     };

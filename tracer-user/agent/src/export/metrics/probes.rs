@@ -1,15 +1,13 @@
 //! Each probe family's state: `probe_family_up` (alert on 0) and `probe_family_info` (which state).
 use std::fmt;
 
-use prometheus_client::encoding::DescriptorEncoder;
-
-use super::{Scrape, gauge_family};
+use super::{MetricEncoder, Scrape, gauge_family};
 
 /// `gpu_tracer_probe_family_up{family}`: 1 attached, 0 failed or nothing to probe; a family
 /// switched off by configuration has no series, so `== 0` alerts only on what was meant to run.
 /// `gpu_tracer_probe_family_info{family, state}`: 1 for the state each family is in. The reason
 /// of a failure is free text: it is in `/readyz`, the log and `doctor`, not in a label.
-pub fn probe_families(s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+pub fn probe_families(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let families = &s.snapshot.probe_families;
     gauge_family(
         e,

@@ -7,7 +7,7 @@ use std::fmt;
 
 use prometheus_client::{collector::Collector, encoding::DescriptorEncoder};
 
-use super::{counter, gauge};
+use super::{counter, family::TextEncoder, gauge};
 
 /// What `/proc/self` says, read at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -57,6 +57,7 @@ pub struct ProcessCollector;
 impl Collector for ProcessCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let Some(p) = ProcessStats::of_self() else { return Ok(()) };
+        let mut e = TextEncoder(&mut e);
         counter(
             &mut e,
             "process_cpu_seconds",

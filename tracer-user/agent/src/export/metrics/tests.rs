@@ -2,7 +2,6 @@
 use std::{collections::HashMap, sync::Arc};
 
 use openmetrics_parser::{MetricFamily, MetricsExposition, OpenMetricsType, OpenMetricsValue};
-use prometheus_client::{encoding::DescriptorEncoder, registry::Unit};
 
 use super::*;
 use tracer_core::{
@@ -661,12 +660,12 @@ fn resolver_labels_and_rows_with_the_same_labels_are_summed() {
 
 #[test]
 fn an_added_source_is_encoded_after_the_builtins() {
-    let reg = MetricsRegistry::new().with_source(|s: &Scrape<'_>, e: &mut DescriptorEncoder<'_>| {
+    let reg = MetricsRegistry::new().with_source(|s: &Scrape<'_>, e: &mut dyn MetricEncoder| {
         gauge(
             e,
             "test_extra",
             "An extension source.",
-            Some(&Unit::Joules),
+            Some(Unit::Joules),
             s.snapshot.state.totals.processes as u64 * 10,
         )
     });

@@ -2,33 +2,32 @@
 //!
 //! Two parts:
 //!
-//! - **Every `/metrics` family**, with the same meaning: each [`MetricSource`] of the Prometheus
-//!   registry ([`MetricsRegistry::encode_part`]) is encoded on its own, and each family becomes
-//!   an OTLP metric named `gpu_tracer.` + the family name without the prefix, the unit suffix
-//!   and `_total`, its first `_` made a `.` (`gpu_tracer_attribution_memory_bytes` →
-//!   `gpu_tracer.attribution.memory`, unit `By`). Going through the exposition keeps one
-//!   definition of every family: a family added to `/metrics` is exported over OTLP with no change
-//!   here. Labels become attributes: `namespace`, `pod`, `container`, `gpu` become
-//!   `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`, `hw.id`; the `cgroup` path
-//!   becomes `container.id` and `k8s.pod.uid` (from the snapshot's identity, else parsed from the
-//!   path) and is dropped, as are PIDs, command and kernel names ([`FORBIDDEN_KEYS`]); series that
-//!   then coincide are summed (what `sum without (cgroup)` would give). Empty label values are
-//!   left out. Counters are cumulative monotonic sums, everything else a gauge; byte counts are
-//!   integers (exact), the rest doubles.
+//! - **Every `/metrics` family**, with the same meaning: each [`MetricSource`] of the registry
+//!   writes its typed families ([`MetricsRegistry::write_part`], one source at a time) into this
+//!   module's [`MetricEncoder`], which makes each family an OTLP metric named `gpu_tracer.` + the
+//!   family name without the prefix, the unit suffix and `_total`, its first `_` made a `.`
+//!   (`gpu_tracer_attribution_memory_bytes` → `gpu_tracer.attribution.memory`, unit `By`). The
+//!   sources are the ones `/metrics` is encoded from, so there is one definition of every family:
+//!   a family added to `/metrics` is exported over OTLP with no change here, and no text is
+//!   written or parsed on the way. Labels become attributes: `namespace`, `pod`, `container`,
+//!   `gpu` become `k8s.namespace.name`, `k8s.pod.name`, `k8s.container.name`, `hw.id`; the
+//!   `cgroup` path becomes `container.id` and `k8s.pod.uid` (from the snapshot's identity, else
+//!   parsed from the path) and is dropped, as are PIDs, command and kernel names
+//!   ([`FORBIDDEN_KEYS`]); series that then coincide are summed (what `sum without (cgroup)` would
+//!   give). Empty label values are left out. Counters are cumulative monotonic sums, everything
+//!   else a gauge; byte counts are integers (exact), the rest doubles.
 //! - **The hardware semantic conventions** from the NVML sample: `hw.gpu.memory.usage`,
 //!   `hw.gpu.memory.limit`, `hw.gpu.utilization`, `hw.power`, `hw.energy`, with `hw.id` (the
 //!   UUID), `hw.type=gpu` and `hw.name` (the model).
 //!
 //! [`MetricBuilder`] hands the metrics out one source at a time ([`MetricBuilder::part`]), so the
 //! exporter sends them in requests of at most [`MAX_POINTS_PER_REQUEST`] points while it builds
-//! the next: what one export holds at a time is one source's text and one request, not the whole
-//! node's metrics. Nothing here goes through the OpenTelemetry SDK (no instruments, no
-//! aggregation state kept between exports): a point is built from a line of text and sent.
-use std::{
-    borrow::Cow,
-    collections::{HashSet, hash_map::Entry},
-    sync::Arc,
-};
+//! the next: what one export holds at a time is one source's metrics and one request, not the
+//! whole node's metrics. Nothing here goes through the OpenTelemetry SDK (no instruments, no
+//! aggregation state kept between exports): a point is built from a source's sample and sent.
+//!
+//! [`MetricSource`]: crate::export::metrics::MetricSource
+use std::{borrow::Cow, collections::HashSet, sync::Arc};
 
 /// Maps keyed by the agent's own strings (no hash flooding to defend against).
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -38,7 +37,9 @@ use opentelemetry_proto::tonic::{
     metrics::v1::{AggregationTemporality, Gauge, Metric, NumberDataPoint, Sum, metric, number_data_point},
 };
 
-use crate::export::metrics::{MetricsRegistry, PREFIX};
+use crate::export::metrics::{
+    Family, LabelSet, MetricEncoder, MetricKind, MetricsRegistry, PREFIX, SampleSink, Unit, Value,
+};
 use tracer_core::{
     identity::{ContainerIdentity, cgroup::parse_cgroup_path},
     model::AgentSnapshot,
@@ -48,6 +49,11 @@ use tracer_core::{
 pub const FORBIDDEN_KEYS: &[&str] =
     &["cgroup", "cgroup_path", "pid", "tgid", "comm", "kernel", "kernel_name", "process.pid"];
 
+/// Whether `key` is one of [`FORBIDDEN_KEYS`] (a `match`: this runs for every label of every sample).
+fn forbidden(key: &str) -> bool {
+    matches!(key, "cgroup" | "cgroup_path" | "pid" | "tgid" | "comm" | "kernel" | "kernel_name" | "process.pid")
+}
+
 /// Data points one export request carries at most (about 0.6 MiB at 8 GPUs × 100 containers);
 /// a snapshot with more is sent in several requests, a metric with more split across them.
 pub const MAX_POINTS_PER_REQUEST: usize = 2000;
@@ -56,17 +62,17 @@ pub const MAX_POINTS_PER_REQUEST: usize = 2000;
 /// OpenTelemetry SDKs do).
 pub const OVERFLOW_KEY: &str = "otel.metric.overflow";
 
-/// Builds the OTLP metrics of snapshots; keeps its text buffer between exports.
+/// Builds the OTLP metrics of snapshots.
 #[derive(Debug)]
 pub struct MetricBuilder {
     registry: MetricsRegistry,
-    text: String,
     /// Series one metric may have at most; more are summed into one overflow series.
     max_series: usize,
     /// `start_time_unix_nano` of the cumulative sums: when export started.
     start_unix_ns: u64,
     /// Metrics that hit `max_series` (warned about once each).
     overflowed: HashSet<String>,
+    series: Series,
 }
 
 impl MetricBuilder {
@@ -76,10 +82,10 @@ impl MetricBuilder {
     pub fn new(registry: MetricsRegistry, max_series: usize) -> Self {
         MetricBuilder {
             registry: registry.with_cgroup_label(tracer_core::config::CgroupLabel::Always),
-            text: String::new(),
             max_series: max_series.max(2),
             start_unix_ns: unix_ns_now(),
             overflowed: HashSet::new(),
+            series: Series::default(),
         }
     }
 
@@ -103,18 +109,22 @@ impl MetricBuilder {
             out.extend(hardware(snapshot, time_unix_ns));
             return Ok(());
         }
-        self.registry.encode_part(part, snapshot, &mut self.text)?;
-        let ctx = Ctx { ids, start: self.start_unix_ns, time: time_unix_ns, max_series: self.max_series };
-        for f in parse_exposition(&self.text) {
-            if let Some((m, overflow)) = bridge(&f, &ctx) {
-                if overflow && self.overflowed.insert(m.name.clone()) {
-                    tracing::warn!(metric = %m.name, limit = self.max_series,
-                        "an OTLP metric has more series than otlp.max_series_per_metric; the rest are summed under otel.metric.overflow=true");
-                }
-                out.push(m);
-            }
+        let before = out.len();
+        let mut encoder = OtlpEncoder {
+            ids,
+            start: self.start_unix_ns,
+            time: time_unix_ns,
+            max_series: self.max_series,
+            out: &mut *out,
+            overflowed: &mut self.overflowed,
+            series: &mut self.series,
+        };
+        let written = self.registry.write_part(part, snapshot, &mut encoder);
+        if written.is_err() {
+            // A source that fails is left out whole, as it fails the whole of /metrics.
+            out.truncate(before);
         }
-        Ok(())
+        written
     }
 
     /// Every metric of `snapshot` at once (tests and benchmarks; the exporter goes part by part).
@@ -123,7 +133,7 @@ impl MetricBuilder {
         let now = unix_ns_now();
         let mut out = Vec::new();
         for p in 0..self.parts() {
-            // Encoding into a String cannot fail; a source that fails is left out, as in /metrics.
+            // A source that fails is left out, as in /metrics.
             let _ = self.part(p, snapshot, &ids, now, &mut out);
         }
         out
@@ -168,125 +178,26 @@ pub fn split_off(m: &mut Metric, n: usize) -> Metric {
 
 // ---- the /metrics families ----
 
-/// A sample's labels, borrowing the text unless a value holds an escape.
-pub type Labels<'a> = Vec<(&'a str, Cow<'a, str>)>;
-
-/// One family of an OpenMetrics exposition, borrowing the text.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ExpositionFamily<'a> {
-    /// The `# TYPE` name (with the unit suffix, without `_total`).
-    pub name: &'a str,
-    pub kind: &'a str,
-    pub unit: &'a str,
-    pub help: Cow<'a, str>,
-    /// (labels, value text)
-    pub samples: Vec<(Labels<'a>, &'a str)>,
-}
-
-/// Parse OpenMetrics text as prometheus-client writes it (`# HELP`, `# TYPE`, `# UNIT`, samples
-/// `name{k="v",...} value`). Lines it does not understand are skipped.
-pub fn parse_exposition(text: &str) -> Vec<ExpositionFamily<'_>> {
-    let mut out: Vec<ExpositionFamily<'_>> = Vec::new();
-    let mut help: Option<(&str, &str)> = None;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# ") {
-            let mut parts = rest.splitn(3, ' ');
-            let (what, name, arg) = (parts.next(), parts.next(), parts.next().unwrap_or(""));
-            match (what, name) {
-                (Some("HELP"), Some(n)) => help = Some((n, arg)),
-                (Some("TYPE"), Some(n)) => out.push(ExpositionFamily {
-                    name: n,
-                    kind: arg,
-                    help: help.filter(|(h, _)| *h == n).map_or(Cow::Borrowed(""), |(_, h)| unescape(h)),
-                    ..Default::default()
-                }),
-                (Some("UNIT"), Some(n)) => {
-                    if let Some(f) = out.last_mut().filter(|f| f.name == n) {
-                        f.unit = arg;
-                    }
-                }
-                _ => {}
-            }
-            continue;
-        }
-        let Some(f) = out.last_mut() else { continue };
-        let (name, labels, rest) = match line.bytes().position(|b| b == b'{' || b == b' ') {
-            Some(i) if line.as_bytes()[i] == b'{' => match parse_labels(&line[i + 1..]) {
-                Some((labels, rest)) => (&line[..i], labels, rest),
-                None => continue,
-            },
-            Some(i) => (&line[..i], Vec::new(), &line[i..]),
-            None => continue,
-        };
-        if name != f.name && name.strip_suffix("_total") != Some(f.name) {
-            continue; // `_created` and the like
-        }
-        if let Some(v) = rest.split_whitespace().next() {
-            f.samples.push((labels, v));
-        }
-    }
-    out
-}
-
-/// `k="v",k2="v2"}` → labels and what follows the `}`. Values borrow the text unless they hold an
-/// escape.
-fn parse_labels(s: &str) -> Option<(Labels<'_>, &str)> {
-    let mut labels = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    loop {
-        while i < b.len() && (b[i] == b',' || b[i] == b' ') {
-            i += 1;
-        }
-        if i < b.len() && b[i] == b'}' {
-            return Some((labels, &s[i + 1..]));
-        }
-        let eq = s[i..].find('=')? + i;
-        let key = &s[i..eq];
-        if b.get(eq + 1) != Some(&b'"') {
-            return None;
-        }
-        let start = eq + 2;
-        let mut j = start;
-        let mut owned: Option<String> = None;
-        loop {
-            match *b.get(j)? {
-                b'\\' => {
-                    let o = owned.get_or_insert_with(|| s[start..j].to_owned());
-                    match *b.get(j + 1)? {
-                        b'n' => o.push('\n'),
-                        c => o.push(c as char),
-                    }
-                    j += 2;
-                }
-                b'"' => break,
-                c => {
-                    let len = if c < 0x80 { 1 } else { s[j..].chars().next()?.len_utf8() };
-                    if let Some(o) = owned.as_mut() {
-                        o.push_str(&s[j..j + len]);
-                    }
-                    j += len;
-                }
-            }
-        }
-        labels.push((key, owned.map_or(Cow::Borrowed(&s[start..j]), Cow::Owned)));
-        i = j + 1;
-    }
-}
-
-fn unescape(s: &str) -> Cow<'_, str> {
-    if s.contains('\\') { Cow::Owned(s.replace("\\n", "\n").replace("\\\\", "\\")) } else { Cow::Borrowed(s) }
-}
-
-/// The OTLP name and UCUM unit of an exposition family.
+/// The OTLP name and UCUM unit of an exposition family (its name as `/metrics` has it, e.g.
+/// `gpu_tracer_attribution_memory_bytes`, and its unit, e.g. `bytes`).
 pub fn otel_name(family: &str, unit: &str) -> (String, &'static str) {
     let short = family.strip_prefix(PREFIX).and_then(|s| s.strip_prefix('_')).unwrap_or(family);
     let short = if unit.is_empty() { short } else { short.strip_suffix(&format!("_{unit}")).unwrap_or(short) };
-    let name = match short.split_once('_') {
+    (otel_metric_name(short), ucum(unit))
+}
+
+/// `gpu_tracer.` + a family's name without the prefix, unit and `_total` (as a [`Family`] names
+/// it), its first `_` made a `.`: `attribution_memory` → `gpu_tracer.attribution.memory`.
+fn otel_metric_name(short: &str) -> String {
+    match short.split_once('_') {
         Some((group, rest)) => format!("{PREFIX}.{group}.{rest}"),
         None => format!("{PREFIX}.{short}"),
-    };
-    let ucum = match unit {
+    }
+}
+
+/// The UCUM unit of an exposition unit.
+fn ucum(unit: &str) -> &'static str {
+    match unit {
         "bytes" => "By",
         "seconds" => "s",
         "joules" => "J",
@@ -295,8 +206,7 @@ pub fn otel_name(family: &str, unit: &str) -> (String, &'static str) {
         "celsius" => "Cel",
         "hertz" => "Hz",
         _ => "",
-    };
-    (name, ucum)
+    }
 }
 
 /// Container identity by the `cgroup` label's value (a path, or `id:N`).
@@ -336,16 +246,72 @@ impl<'a> IdentityIndex<'a> {
     }
 }
 
-/// What every point of one export shares.
-struct Ctx<'i, 'a> {
-    ids: &'i IdentityIndex<'a>,
+/// Writes the families of `/metrics` sources as OTLP metrics (the OTLP side of
+/// [`MetricEncoder`]): one metric per family, one point per distinct attribute set.
+struct OtlpEncoder<'x, 'a> {
+    ids: &'x IdentityIndex<'a>,
+    /// `start_time_unix_nano` of the cumulative sums.
     start: u64,
     time: u64,
     max_series: usize,
+    out: &'x mut Vec<Metric>,
+    /// Metrics that hit `max_series` (warned about once each).
+    overflowed: &'x mut HashSet<String>,
+    series: &'x mut Series,
+}
+
+/// The series of the family being built, found by their attributes: kept by the builder so that
+/// its tables keep their capacity from one family (and export) to the next.
+#[derive(Debug, Default)]
+struct Series {
+    /// The attributes' hash → the newest series with it; `next[i]`: the one before it with the
+    /// same hash (`usize::MAX`: none).
+    by_hash: HashMap<u64, usize>,
+    next: Vec<usize>,
+    /// Each series' value, summed.
+    values: Vec<Num>,
+    /// The attributes of the sample at hand, sorted.
+    scratch: Vec<KeyValue>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl Series {
+    /// The series of `points` whose attributes are `self.scratch`.
+    fn find(&self, points: &[NumberDataPoint], hash: u64) -> Option<usize> {
+        let mut at = self.by_hash.get(&hash).copied();
+        while let Some(i) = at {
+            if points[i].attributes == self.scratch {
+                return Some(i);
+            }
+            at = Some(self.next[i]).filter(|&n| n != usize::MAX);
+        }
+        None
+    }
+}
+
+/// Hashes attributes by their string values (the only values a series has). The keys are left
+/// out: within a family they are nearly always the same, and [`Series::find`] compares the whole
+/// attributes anyway.
+struct AttrsHash<'a>(&'a [KeyValue]);
+
+impl std::hash::Hash for AttrsHash<'_> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        for a in self.0 {
+            string_value(a).hash(h);
+        }
+    }
+}
+
+/// A string attribute's value ("" for any other).
+fn string_value(a: &KeyValue) -> &str {
+    match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s,
+        _ => "",
+    }
 }
 
 /// A value of a point: exact integers for byte counts, doubles otherwise.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Num {
     Int(u64),
     Float(f64),
@@ -374,60 +340,98 @@ impl Num {
     }
 }
 
-type Attrs<'a> = Vec<(&'a str, Cow<'a, str>)>;
-
-/// An exposition family as an OTLP metric (`None` for a family with no usable sample), and
-/// whether it hit the cardinality limit.
-fn bridge<'t>(f: &ExpositionFamily<'t>, ctx: &Ctx<'_, 't>) -> Option<(Metric, bool)> {
-    let (name, unit) = otel_name(f.name, f.unit);
-    let counter = f.kind == "counter";
-    let exact = f.unit == "bytes";
-    let mut index: HashMap<Attrs<'t>, usize> = HashMap::with_capacity_and_hasher(f.samples.len(), Default::default());
-    let mut series: Vec<(Attrs<'t>, Num)> = Vec::with_capacity(f.samples.len());
-    let mut overflow: Option<Num> = None;
-    for (labels, value) in &f.samples {
-        let v = match (exact, value.parse::<u64>()) {
-            (true, Ok(v)) => Num::Int(v),
-            _ => match value.parse::<f64>() {
-                Ok(v) if v.is_finite() && exact => Num::Int(v.max(0.0).round() as u64),
-                Ok(v) if v.is_finite() => Num::Float(v),
-                _ => continue,
-            },
-        };
-        let attrs = attributes(labels, ctx.ids);
-        match index.entry(attrs) {
-            Entry::Occupied(e) => series[*e.get()].1.add(v),
-            Entry::Vacant(e) if series.len() + 1 < ctx.max_series => {
-                series.push((e.key().clone(), v));
-                e.insert(series.len() - 1);
-            }
-            Entry::Vacant(_) => match overflow.as_mut() {
-                Some(o) => o.add(v),
-                None => overflow = Some(v),
-            },
+impl Num {
+    /// A sample's value as a point's: byte counts (`exact`) as integers (a double rounded, a
+    /// negative one 0), the rest as doubles; `None` for NaN and infinities, which OTLP leaves out.
+    fn of(value: Value, exact: bool) -> Option<Num> {
+        match value {
+            Value::U64(v) if exact => Some(Num::Int(v)),
+            Value::U64(v) => Some(Num::Float(v as f64)),
+            Value::I64(v) if exact => Some(Num::Int(u64::try_from(v).unwrap_or(0))),
+            Value::I64(v) => Some(Num::Float(v as f64)),
+            Value::F64(v) if !v.is_finite() => None,
+            Value::F64(v) if exact => Some(Num::Int(v.max(0.0).round() as u64)),
+            Value::F64(v) => Some(Num::Float(v)),
         }
     }
-    if series.is_empty() && overflow.is_none() {
-        return None;
+}
+
+impl MetricEncoder for OtlpEncoder<'_, '_> {
+    /// The family as one OTLP metric (none when it has no usable sample). Samples whose attributes
+    /// coincide (they differed only by a cgroup path) are summed; past `max_series` series the rest
+    /// are summed into one `otel.metric.overflow=true` series.
+    fn family(
+        &mut self,
+        family: &Family<'_>,
+        samples: &mut dyn FnMut(&mut SampleSink<'_>) -> std::fmt::Result,
+    ) -> std::fmt::Result {
+        let unit = family.unit.map_or("", Unit::as_str);
+        let exact = family.unit == Some(Unit::Bytes);
+        let counter = family.kind == MetricKind::Counter;
+        let (ids, max_series) = (self.ids, self.max_series);
+        let start = if counter { self.start } else { 0 };
+        let time = self.time;
+        let series = &mut *self.series;
+        series.by_hash.clear();
+        series.next.clear();
+        series.values.clear();
+        // One point per distinct attribute set, in first-seen order; its value is set at the end.
+        let mut points: Vec<NumberDataPoint> = Vec::with_capacity(family.size_hint.min(max_series));
+        let mut overflow: Option<Num> = None;
+        samples(&mut |labels, value| {
+            let Some(v) = Num::of(value, exact) else { return Ok(()) };
+            attributes(labels, ids, &mut series.scratch);
+            let hash = std::hash::BuildHasher::hash_one(&series.hasher, AttrsHash(&series.scratch));
+            if let Some(i) = series.find(&points, hash) {
+                series.values[i].add(v);
+                series.scratch.clear();
+            } else if points.len() + 1 < max_series {
+                let mut attributes = Vec::with_capacity(series.scratch.len());
+                attributes.append(&mut series.scratch);
+                let i = points.len();
+                points.push(NumberDataPoint {
+                    attributes,
+                    start_time_unix_nano: start,
+                    time_unix_nano: time,
+                    ..Default::default()
+                });
+                series.values.push(v);
+                series.next.push(series.by_hash.insert(hash, i).unwrap_or(usize::MAX));
+            } else {
+                series.scratch.clear();
+                match overflow.as_mut() {
+                    Some(o) => o.add(v),
+                    None => overflow = Some(v),
+                }
+            }
+            Ok(())
+        })?;
+        if points.is_empty() && overflow.is_none() {
+            return Ok(());
+        }
+        for (p, v) in points.iter_mut().zip(&series.values) {
+            p.value = Some(v.value());
+        }
+        let name = otel_metric_name(family.name);
+        if let Some(v) = overflow {
+            points.push(point(
+                vec![KeyValue {
+                    key: OVERFLOW_KEY.into(),
+                    value: Some(AnyValue { value: Some(any_value::Value::BoolValue(true)) }),
+                }],
+                v,
+                start,
+                self.time,
+            ));
+            if self.overflowed.insert(name.clone()) {
+                tracing::warn!(metric = %name, limit = max_series,
+                    "an OTLP metric has more series than otlp.max_series_per_metric; the rest are summed under otel.metric.overflow=true");
+            }
+        }
+        let kind = if counter { Instrument::Counter } else { Instrument::Gauge };
+        self.out.push(metric(name, family.help.to_owned(), ucum(unit), kind, points));
+        Ok(())
     }
-    let start = if counter { ctx.start } else { 0 };
-    let mut points: Vec<NumberDataPoint> = series
-        .into_iter()
-        .map(|(a, v)| point(a.into_iter().map(|(k, v)| kv(k, v.into_owned())).collect(), v, start, ctx.time))
-        .collect();
-    if let Some(v) = overflow {
-        points.push(point(
-            vec![KeyValue {
-                key: OVERFLOW_KEY.into(),
-                value: Some(AnyValue { value: Some(any_value::Value::BoolValue(true)) }),
-            }],
-            v,
-            start,
-            ctx.time,
-        ));
-    }
-    let kind = if counter { Instrument::Counter } else { Instrument::Gauge };
-    Some((metric(name, f.help.clone().into_owned(), unit, kind, points), overflow.is_some()))
 }
 
 fn point(attributes: Vec<KeyValue>, v: Num, start: u64, time: u64) -> NumberDataPoint {
@@ -473,30 +477,30 @@ pub fn kv(key: impl Into<String>, value: impl Into<String>) -> KeyValue {
     KeyValue { key: key.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.into())) }) }
 }
 
-/// Prometheus labels → OTLP attributes (sorted by key, empty values left out).
-fn attributes<'a>(labels: &[(&'a str, Cow<'a, str>)], ids: &IdentityIndex<'a>) -> Attrs<'a> {
-    let mut out: Attrs<'a> = Vec::with_capacity(labels.len() + 1);
-    for (k, v) in labels {
-        if *k == "cgroup" {
-            let (cid, uid) = ids.ids(v);
-            out.extend(cid.map(|c| ("container.id", c)));
-            out.extend(uid.map(|u| ("k8s.pod.uid", u)));
-            continue;
-        }
-        if v.is_empty() || FORBIDDEN_KEYS.contains(k) {
-            continue;
-        }
-        let key: &'a str = match *k {
+/// A sample's labels → OTLP attributes in `out` (cleared first; sorted by key, empty values left
+/// out; the `cgroup` label becomes `container.id` and `k8s.pod.uid`).
+fn attributes(labels: &dyn LabelSet, ids: &IdentityIndex<'_>, out: &mut Vec<KeyValue>) {
+    out.clear();
+    // Visiting cannot fail here: the closure never returns an error.
+    let _ = labels.visit(&mut |k, v| {
+        let key = match k {
+            "cgroup" => {
+                let (cid, uid) = ids.ids(v);
+                out.extend(cid.map(|c| kv("container.id", c)));
+                out.extend(uid.map(|u| kv("k8s.pod.uid", u)));
+                return Ok(());
+            }
+            _ if v.is_empty() || forbidden(k) => return Ok(()),
             "namespace" => "k8s.namespace.name",
             "pod" => "k8s.pod.name",
             "container" => "k8s.container.name",
             "gpu" => "hw.id",
             other => other,
         };
-        out.push((key, v.clone()));
-    }
-    out.sort();
-    out
+        out.push(kv(key, v));
+        Ok(())
+    });
+    out.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| string_value(a).cmp(string_value(b))));
 }
 
 // ---- hardware semantic conventions ----
@@ -564,4 +568,13 @@ fn hardware(snapshot: &AgentSnapshot, time: u64) -> Vec<Metric> {
     .into_iter()
     .filter(|m| point_count(m) > 0)
     .collect()
+}
+
+#[cfg(test)]
+#[test]
+fn the_forbidden_match_is_the_list() {
+    assert!(FORBIDDEN_KEYS.iter().all(|k| forbidden(k)));
+    for k in ["namespace", "pod", "container", "gpu", "line", "cgroups", "pids", ""] {
+        assert!(!forbidden(k), "{k}");
+    }
 }

@@ -4,7 +4,7 @@ use gpu_tracer_proto::v1;
 use opentelemetry_proto::tonic::{
     collector::metrics::v1::ExportMetricsServiceRequest,
     common::v1::any_value::Value as AnyV,
-    metrics::v1::{ResourceMetrics, ScopeMetrics, metric},
+    metrics::v1::{ResourceMetrics, ScopeMetrics, metric, number_data_point},
 };
 
 use super::{metrics::*, *};
@@ -157,14 +157,26 @@ fn exposition_names_and_units_map_to_otel() {
     );
     assert_eq!(otel_name("gpu_tracer_container_energy_joules", "joules"), ("gpu_tracer.container.energy".into(), "J"));
     assert_eq!(otel_name("gpu_tracer_bill", ""), ("gpu_tracer.bill".into(), ""));
-    let f = parse_exposition(
-        "# HELP gpu_tracer_x_bytes X.\n# TYPE gpu_tracer_x_bytes gauge\n# UNIT gpu_tracer_x_bytes bytes\n\
-         gpu_tracer_x_bytes{a=\"q\\\"uo,te\",b=\"\"} 12\n# TYPE gpu_tracer_c counter\ngpu_tracer_c_total 3.5\n# EOF\n",
-    );
+    // A family as a source writes it: label values that need escaping in the exposition (quote,
+    // comma) arrive as they are, an empty one is left out, help and unit come along, a counter's
+    // value is a monotonic sum.
+    use crate::export::metrics::{MetricEncoder, Scrape, Unit, counter, gauge_family};
+    let registry = MetricsRegistry::empty().with_source(|_: &Scrape<'_>, e: &mut dyn MetricEncoder| {
+        gauge_family(e, "x", "X.", Some(Unit::Bytes), [([("a", "q\"uo,te"), ("b", "")], 12u64)])?;
+        counter(e, "c", "C.", None, 3.5)
+    });
+    let f = MetricBuilder::new(registry, 20_000).all(&Arc::new(AgentSnapshot::default()));
     assert_eq!(f.len(), 2);
-    assert_eq!(f[0].samples, vec![(vec![("a", "q\"uo,te".into()), ("b", "".into())], "12")]);
-    assert_eq!((f[0].unit, &*f[0].help), ("bytes", "X."));
-    assert_eq!(f[1].samples, vec![(vec![], "3.5")]);
+    assert_eq!((f[0].name.as_str(), f[0].unit.as_str(), f[0].description.as_str()), ("gpu_tracer.x", "By", "X."));
+    let Some(metric::Data::Gauge(g)) = &f[0].data else { panic!("a gauge: {:?}", f[0]) };
+    assert_eq!(g.data_points.len(), 1);
+    assert_eq!(g.data_points[0].attributes, vec![kv("a", "q\"uo,te")]);
+    assert_eq!(g.data_points[0].value, Some(number_data_point::Value::AsInt(12)));
+    assert_eq!(f[1].name, "gpu_tracer.c");
+    let Some(metric::Data::Sum(c)) = &f[1].data else { panic!("a sum: {:?}", f[1]) };
+    assert!(c.is_monotonic);
+    assert_eq!(c.data_points[0].attributes, vec![]);
+    assert_eq!(c.data_points[0].value, Some(number_data_point::Value::AsDouble(3.5)));
 }
 
 /// The sample snapshot of the Prometheus tests as the one request the exporter's parts make.
@@ -289,9 +301,11 @@ fn every_metrics_family_has_an_otlp_metric() {
     let metrics = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
     let names: std::collections::BTreeSet<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names.len(), metrics.len(), "one metric per name");
-    for f in parse_exposition(&text) {
-        let (name, _) = otel_name(f.name, f.unit);
-        assert!(names.contains(name.as_str()), "{} has no OTLP metric {name}", f.name);
+    let families = crate::export::metrics::tests::parse(&text).families;
+    assert!(families.len() > 50, "{}", families.len());
+    for f in families.values() {
+        let (name, _) = otel_name(&f.family_name, &f.unit);
+        assert!(names.contains(name.as_str()), "{} has no OTLP metric {name}", f.family_name);
     }
 }
 
