@@ -19,25 +19,15 @@ use std::{
     fmt::Write as _,
     hint::black_box,
     io::{BufRead, BufReader},
-    net::SocketAddr,
     path::PathBuf,
     process::{Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
-use gpu_tracer_proto::{prost::Message as _, v1};
-use opentelemetry_proto::tonic::collector::{
-    logs::v1::{
-        ExportLogsServiceRequest, ExportLogsServiceResponse,
-        logs_service_server::{LogsService, LogsServiceServer},
-    },
-    metrics::v1::{
-        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-        metrics_service_server::{MetricsService, MetricsServiceServer},
-    },
-};
+use gpu_tracer_proto::v1;
+use otlp_collector::Collector;
 use tracer_agent::export::{
     api::{
         hub::EventHub,
@@ -84,107 +74,10 @@ const EVENT_RATE: f64 = 20_000.0;
 /// others are RM control calls (not exported).
 const ALLOC_EVERY: u64 = 10;
 
-// ---------------------------------------------------------------------------------------------
-// The receiver.
-
-/// One metric request as it arrived.
-struct Arrived {
-    bytes: usize,
-    points: usize,
-}
-
-#[derive(Default)]
-struct Received {
-    metrics: Mutex<Vec<Arrived>>,
-    /// (requests, records, bytes) of log exports.
-    logs: Mutex<(u64, u64, u64)>,
-}
-
-#[derive(Clone)]
-struct Grpc(Arc<Received>);
-
-fn points(req: &ExportMetricsServiceRequest) -> usize {
-    req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics).map(point_count).sum()
-}
-
-#[tonic::async_trait]
-impl MetricsService for Grpc {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        let req = request.into_inner();
-        let a = Arrived { bytes: req.encoded_len(), points: points(&req) };
-        self.0.metrics.lock().unwrap_or_else(|p| p.into_inner()).push(a);
-        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
-    }
-}
-
-#[tonic::async_trait]
-impl LogsService for Grpc {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportLogsServiceRequest>,
-    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
-        let req = request.into_inner();
-        let records: usize = req.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum();
-        let mut l = self.0.logs.lock().unwrap_or_else(|p| p.into_inner());
-        l.0 += 1;
-        l.1 += records as u64;
-        l.2 += req.encoded_len() as u64;
-        Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
-    }
-}
-
-/// An OTLP/gRPC receiver on 127.0.0.1 (its own one-worker runtime) until dropped.
-struct Receiver {
-    rt: tokio::runtime::Runtime,
-    addr: SocketAddr,
-    got: Arc<Received>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Receiver {
-    fn start() -> Result<Receiver> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("otlp-receiver")
-            .enable_all()
-            .build()
-            .context("the receiver's runtime")?;
-        let listener =
-            rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).context("binding the OTLP receiver")?;
-        let addr = listener.local_addr()?;
-        let got = Arc::new(Received::default());
-        let svc = Grpc(got.clone());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = rt.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(MetricsServiceServer::new(svc.clone()).max_decoding_message_size(256 << 20))
-                .add_service(LogsServiceServer::new(svc).max_decoding_message_size(256 << 20))
-                .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
-        Ok(Receiver { rt, addr, got, stop: Some(tx), task: Some(task) })
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            let _ = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), t).await });
-        }
-    }
+/// The OTLP/gRPC collector double (`tests/otlp-collector`) on 127.0.0.1, as the receiver: large
+/// requests taken whole, each request's points and bytes kept (not its body).
+fn receiver() -> Result<Collector> {
+    Collector::grpc().max_message_bytes(256 << 20).keep_requests(false).start().context("binding the OTLP receiver")
 }
 
 /// The exporter's settings: gRPC to `endpoint`, a metric export every `interval`, the default
@@ -316,7 +209,7 @@ fn await_export(exporter: &OtlpExporter, tid: i32, n: u64, open: Instant) -> Res
 }
 
 fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> {
-    let receiver = Receiver::start()?;
+    let receiver = receiver()?;
     let mut feed = node::NodeFeed::new();
     // Different snapshots, published in turn: every export collects a new interval.
     let pool: Vec<Arc<AgentSnapshot>> = (0..8).map(|_| Arc::new(feed.next())).collect();
@@ -347,7 +240,7 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
         };
         let (begin, end) = await_export(&exporter, tid, k as u64 + 1, open)?;
         let cpu = thread_cpu_ns_of(tid);
-        seen_requests.push(receiver.got.metrics.lock().unwrap_or_else(|p| p.into_inner()).len());
+        seen_requests.push(receiver.received().metric_requests());
         first_start.get_or_insert(begin);
         if k >= WARMUP_EXPORTS {
             cpu_ms.push((cpu - last_cpu) as f64 / 1e6);
@@ -362,7 +255,7 @@ fn measure_export(exports: usize, interval: Duration) -> Result<ExportMeasured> 
     exporter.shutdown(Duration::from_secs(5));
     // Every request the receiver got for the timed exports, grouped by export.
     let arrived: Vec<(f64, f64, f64)> = {
-        let got = receiver.got.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        let got = receiver.received().metrics();
         seen_requests
             .windows(2)
             .skip(WARMUP_EXPORTS)
@@ -641,7 +534,7 @@ fn subscribe(socket: PathBuf, n: usize) -> std::thread::JoinHandle<Result<Vec<(u
 }
 
 fn rss_run(config: RssConfig, intervals: u32, interval: Duration) -> Result<RssRun> {
-    let receiver = if config.otlp { Some(Receiver::start()?) } else { None };
+    let receiver = if config.otlp { Some(receiver()?) } else { None };
     let dir = std::env::temp_dir().join(format!("gt-bench-exporters-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join("api.sock");
@@ -649,7 +542,7 @@ fn rss_run(config: RssConfig, intervals: u32, interval: Duration) -> Result<RssR
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let mut child = Command::new(exe)
         .arg("__exporters_rss")
-        .arg(receiver.as_ref().map_or("-".to_string(), Receiver::endpoint))
+        .arg(receiver.as_ref().map_or("-".to_string(), Collector::endpoint))
         .arg(&socket)
         .arg(config.subscribers.to_string())
         .arg(intervals.to_string())

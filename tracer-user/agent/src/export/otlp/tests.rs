@@ -7,6 +7,8 @@ use opentelemetry_proto::tonic::{
     metrics::v1::{ResourceMetrics, ScopeMetrics, metric, number_data_point},
 };
 
+use otlp_collector::{Code, Collector, Signal};
+
 use super::{metrics::*, *};
 use crate::export::metrics::tests::sample_snapshot;
 use tracer_core::config::otlp::*;
@@ -400,130 +402,6 @@ fn an_unreachable_collector_costs_counted_drops_and_bounded_memory() {
     }
 }
 
-/// A collector over TLS: counts the points and log records it takes.
-mod tls_collector {
-    use std::sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    };
-
-    use opentelemetry_proto::tonic::collector::{
-        logs::v1::{
-            ExportLogsServiceRequest, ExportLogsServiceResponse,
-            logs_service_server::{LogsService, LogsServiceServer},
-        },
-        metrics::v1::{
-            ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-            metrics_service_server::{MetricsService, MetricsServiceServer},
-        },
-    };
-    use prost::Message as _;
-
-    use super::super::metrics::point_count;
-
-    #[derive(Clone, Default)]
-    pub struct Got(pub Arc<AtomicU64>);
-
-    fn points(r: &ExportMetricsServiceRequest) -> u64 {
-        r.resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-            .map(point_count)
-            .sum::<usize>() as u64
-    }
-
-    #[tonic::async_trait]
-    impl MetricsService for Got {
-        async fn export(
-            &self,
-            r: tonic::Request<ExportMetricsServiceRequest>,
-        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-            self.0.fetch_add(points(r.get_ref()), Ordering::Relaxed);
-            Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
-        }
-    }
-
-    #[tonic::async_trait]
-    impl LogsService for Got {
-        async fn export(
-            &self,
-            _: tonic::Request<ExportLogsServiceRequest>,
-        ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
-            Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
-        }
-    }
-
-    /// OTLP/gRPC over TLS with `cert`/`key`; with `client_ca`, client certificates signed by it
-    /// are required.
-    pub async fn grpc(cert: &str, key: &str, client_ca: Option<&str>, got: Got) -> std::net::SocketAddr {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut tls =
-            tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key));
-        if let Some(ca) = client_ca {
-            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-        }
-        let server = tonic::transport::Server::builder()
-            .tls_config(tls)
-            .unwrap()
-            .add_service(MetricsServiceServer::new(got.clone()))
-            .add_service(LogsServiceServer::new(got))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-        tokio::spawn(server);
-        addr
-    }
-
-    /// OTLP/HTTP (protobuf) over TLS with `cert`/`key`: `POST /v1/metrics` answers an empty
-    /// `ExportMetricsServiceResponse`.
-    pub async fn https(cert: &str, key: &str, got: Got) -> std::net::SocketAddr {
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
-        let chain: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>().unwrap();
-        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else { return };
-                let (acceptor, got) = (acceptor.clone(), got.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let got = got.clone();
-                        async move {
-                            use http_body_util::BodyExt as _;
-                            let path = req.uri().path().to_owned();
-                            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                            let answer = if path == "/v1/metrics" {
-                                let r = ExportMetricsServiceRequest::decode(body).unwrap_or_default();
-                                got.0.fetch_add(points(&r), Ordering::Relaxed);
-                                ExportMetricsServiceResponse::default().encode_to_vec()
-                            } else {
-                                ExportLogsServiceResponse::default().encode_to_vec()
-                            };
-                            Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
-                                bytes::Bytes::from(answer),
-                            )))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                        .await;
-                });
-            }
-        });
-        addr
-    }
-}
-
 /// A self-signed certificate for `localhost` in `dir`: (cert PEM, key PEM, cert path, key path).
 fn self_signed(dir: &std::path::Path, name: &str) -> (String, String, std::path::PathBuf, std::path::PathBuf) {
     let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
@@ -552,17 +430,13 @@ fn tls_to_the_collector_checks_the_certificate_both_ways() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key, cert_path, _) = self_signed(dir.path(), "collector");
     let (client_cert, _, client_cert_path, client_key_path) = self_signed(dir.path(), "agent");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let grpc = tls_collector::Got::default();
-    let grpc_addr = rt.block_on(tls_collector::grpc(&cert, &key, None, grpc.clone()));
-    let mtls = tls_collector::Got::default();
-    let mtls_addr = rt.block_on(tls_collector::grpc(&cert, &key, Some(&client_cert), mtls.clone()));
-    let https = tls_collector::Got::default();
-    let https_addr = rt.block_on(tls_collector::https(&cert, &key, https.clone()));
+    let grpc = Collector::grpc().tls(&cert, &key).start().unwrap();
+    let mtls = Collector::grpc().tls(&cert, &key).client_ca(&client_cert).start().unwrap();
+    let https = Collector::http().tls(&cert, &key).start().unwrap();
     let snap = Arc::new(sample_snapshot());
     let points = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap).iter().map(point_count).sum::<usize>();
-    let cfg = |addr: std::net::SocketAddr, protocol, ca: bool, client: bool| OtlpConfig {
-        endpoint: Some(format!("https://localhost:{}", addr.port())),
+    let cfg = |c: &Collector, protocol, ca: bool, client: bool| OtlpConfig {
+        endpoint: Some(c.endpoint()),
         protocol,
         certificate: ca.then(|| cert_path.clone()),
         client_certificate: client.then(|| client_cert_path.clone()),
@@ -572,9 +446,9 @@ fn tls_to_the_collector_checks_the_certificate_both_ways() {
         ..Default::default()
     };
     for (what, cfg, got) in [
-        ("gRPC", cfg(grpc_addr, OtlpProtocol::Grpc, true, false), &grpc),
-        ("gRPC with a client certificate", cfg(mtls_addr, OtlpProtocol::Grpc, true, true), &mtls),
-        ("HTTP", cfg(https_addr, OtlpProtocol::HttpProtobuf, true, false), &https),
+        ("gRPC", cfg(&grpc, OtlpProtocol::Grpc, true, false), &grpc),
+        ("gRPC with a client certificate", cfg(&mtls, OtlpProtocol::Grpc, true, true), &mtls),
+        ("HTTP", cfg(&https, OtlpProtocol::HttpProtobuf, true, false), &https),
     ] {
         let settings = OtlpSettings::resolve(&cfg, env(&[])).unwrap();
         let x = OtlpExporter::start(settings, &ResourceInfo::default()).unwrap().unwrap();
@@ -582,15 +456,15 @@ fn tls_to_the_collector_checks_the_certificate_both_ways() {
         let s = await_round(&x);
         assert!(s.metric_rounds >= 1, "{what}: {s:?}");
         assert_eq!(s.dropped_for("metrics"), 0, "{what}: {s:?}");
-        assert!(got.0.load(Ordering::Relaxed) >= points as u64, "{what}");
+        assert!(got.received().metric_points() >= points as u64, "{what}");
         x.shutdown(Duration::from_millis(500));
     }
     // The mTLS collector refuses an agent without a client certificate; the system's roots do not
     // vouch for a self-signed collector. Either way: counted drops and a reason, no panic.
     for (what, cfg) in [
-        ("no client certificate", cfg(mtls_addr, OtlpProtocol::Grpc, true, false)),
-        ("gRPC, system roots", cfg(grpc_addr, OtlpProtocol::Grpc, false, false)),
-        ("HTTP, system roots", cfg(https_addr, OtlpProtocol::HttpProtobuf, false, false)),
+        ("no client certificate", cfg(&mtls, OtlpProtocol::Grpc, true, false)),
+        ("gRPC, system roots", cfg(&grpc, OtlpProtocol::Grpc, false, false)),
+        ("HTTP, system roots", cfg(&https, OtlpProtocol::HttpProtobuf, false, false)),
     ] {
         let x = match OtlpExporter::start(OtlpSettings::resolve(&cfg, env(&[])).unwrap(), &ResourceInfo::default()) {
             Ok(x) => x.unwrap(),
@@ -615,59 +489,21 @@ fn tls_to_the_collector_checks_the_certificate_both_ways() {
     }
 }
 
-/// A gRPC logs collector that answers `code` to its first `fail` requests, then takes them.
-#[derive(Clone)]
-struct FlakyLogs {
-    fail: Arc<AtomicU64>,
-    code: tonic::Code,
-    records: Arc<AtomicU64>,
-}
-
-#[tonic::async_trait]
-impl opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService for FlakyLogs {
-    async fn export(
-        &self,
-        r: tonic::Request<ExportLogsServiceRequest>,
-    ) -> Result<
-        tonic::Response<opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse>,
-        tonic::Status,
-    > {
-        if self.fail.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
-            return Err(tonic::Status::new(self.code, "not now"));
-        }
-        let n: usize = r.get_ref().resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum();
-        self.records.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(tonic::Response::new(Default::default()))
-    }
-}
-
 /// A collector that is briefly unavailable loses nothing: the batch is sent again at the next log
 /// tick. One that stays unavailable costs the batch after 3 attempts, counted; a refusal that will
 /// not pass (INVALID_ARGUMENT) drops it at once. Every record is accounted for either way.
 #[test]
 fn log_batches_are_sent_again_when_the_failure_may_pass_and_only_then() {
-    use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     // (what, failures before success, code, records exported, retries, dropped)
     let cases = [
-        ("unavailable twice", 2, tonic::Code::Unavailable, 10, 2, 0),
-        ("unavailable for good", 1000, tonic::Code::Unavailable, 0, 2, 10),
-        ("invalid argument", 1, tonic::Code::InvalidArgument, 0, 0, 10),
+        ("unavailable twice", 2, Code::Unavailable, 10, 2, 0),
+        ("unavailable for good", 1000, Code::Unavailable, 0, 2, 10),
+        ("invalid argument", 1, Code::InvalidArgument, 0, 0, 10),
     ];
     for (what, fail, code, exported, retries, dropped) in cases {
-        let c = FlakyLogs { fail: Arc::new(fail.into()), code, records: Arc::default() };
-        let addr = rt.block_on(async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = l.local_addr().unwrap();
-            tokio::spawn(
-                tonic::transport::Server::builder()
-                    .add_service(LogsServiceServer::new(c.clone()))
-                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
-            );
-            addr
-        });
+        let c = Collector::grpc().fail_first(Signal::Logs, fail, code).start().unwrap();
         let cfg = OtlpConfig {
-            endpoint: Some(format!("http://{addr}")),
+            endpoint: Some(c.endpoint()),
             metric_export_interval_ms: 3_600_000,
             log_export_interval_ms: 100,
             ..Default::default()
@@ -690,7 +526,7 @@ fn log_batches_are_sent_again_when_the_failure_may_pass_and_only_then() {
             (exported, retries, dropped),
             "{what}: {s:?}"
         );
-        assert_eq!(c.records.load(Ordering::Relaxed), exported, "{what}");
+        assert_eq!(c.received().log_records(), exported, "{what}");
         if dropped > 0 {
             assert!(s.last_error.is_some_and(|e| e.contains("not now")), "{what}: the reason is kept");
         }
