@@ -56,6 +56,156 @@ pub const RUNTIME_CRATES: &[&str] =
 /// [`RUNTIME_CRATES`], and why.
 pub const PURE_LAYERS: &[(&str, &str)] = &[("tracer-core", "no kernel, no async runtime, no network")];
 
+/// The crates whose top-level modules must form no cycle (the layering inside a crate, which the
+/// compiler does not keep): their source folders.
+pub const ACYCLIC_CRATES: &[&str] =
+    &["tracer-user/core/src", "tracer-user/agent/src", "tracer-user/client/src", "tracer-user/cli/src"];
+
+/// The top-level module a source file belongs to (`src/foo.rs`, `src/foo/…` → `foo`), and whether
+/// the file is the module's own root (where `super::` is the crate root). `None` for the crate root
+/// and for test files (`tests.rs`, anything under a `tests/` folder).
+fn top_module(rel: &Path) -> Option<(String, bool)> {
+    let parts: Vec<_> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let file = parts.last()?;
+    if file == "tests.rs" || parts.iter().any(|p| p == "tests") {
+        return None;
+    }
+    match parts.as_slice() {
+        [f] if f == "lib.rs" || f == "main.rs" => None,
+        [f] => Some((f.trim_end_matches(".rs").to_string(), true)),
+        [d, f] => Some((d.clone(), f == "mod.rs")),
+        [d, ..] => Some((d.clone(), false)),
+        [] => None,
+    }
+}
+
+/// The top-level modules one file's code names (`crate::x`, `use crate::{x, …}`, and `super::x` in
+/// a module root), comments and an inline `#[cfg(test)] mod tests` left out.
+pub fn references(text: &str, module_root: bool) -> BTreeSet<String> {
+    let code: String = text
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = BTreeSet::new();
+    let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
+    let mut prefixes = vec!["crate::"];
+    if module_root {
+        prefixes.push("super::");
+    }
+    for prefix in prefixes {
+        for (at, _) in code.match_indices(prefix) {
+            let rest = &code[at + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                // The names at the group's first level: `{a, b::{c, d}, e::f}` → a, b, e.
+                let (mut depth, mut item) = (0, String::new());
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            out.insert(ident(item.trim()));
+                            item.clear();
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        item.push(c);
+                    }
+                }
+                out.insert(ident(item.trim()));
+            } else {
+                out.insert(ident(rest));
+            }
+        }
+    }
+    out.retain(|m| !m.is_empty() && m != "self" && m.chars().next().is_some_and(|c| c.is_ascii_lowercase()));
+    out
+}
+
+/// The arrows between one crate's top-level modules, each with a file that makes it.
+pub fn module_graph(src: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut files = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut modules = BTreeSet::new();
+    let mut refs = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(src).unwrap_or(f);
+        let Some((me, root)) = top_module(rel) else { continue };
+        modules.insert(me.clone());
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        refs.push((me, rel.display().to_string(), references(&text, root)));
+    }
+    let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for m in &modules {
+        graph.entry(m.clone()).or_default();
+    }
+    for (me, file, to) in refs {
+        for t in to.into_iter().filter(|t| *t != me && modules.contains(t)) {
+            graph.entry(me.clone()).or_default().entry(t).or_insert_with(|| file.clone());
+        }
+    }
+    graph
+}
+
+/// One cycle of `graph`, as the modules along it (the first repeated at the end), if there is one.
+pub fn find_cycle<V>(graph: &BTreeMap<String, BTreeMap<String, V>>) -> Option<Vec<String>> {
+    // 0: not seen, 1: on the current path, 2: done.
+    fn visit<V>(
+        v: &str,
+        graph: &BTreeMap<String, BTreeMap<String, V>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(v.to_string(), 1);
+        path.push(v.to_string());
+        for w in graph.get(v).into_iter().flat_map(|m| m.keys()) {
+            match state.get(w.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let start = path.iter().position(|p| p == w).unwrap_or(0);
+                    let mut cycle = path[start..].to_vec();
+                    cycle.push(w.clone());
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(c) = visit(w, graph, state, path) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        path.pop();
+        state.insert(v.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for v in graph.keys() {
+        if state.get(v.as_str()).copied().unwrap_or(0) == 0 {
+            let mut path = Vec::new();
+            if let Some(c) = visit(v, graph, &mut state, &mut path) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +277,45 @@ mod tests {
         assert!(g["b"].is_empty());
         assert!(documented("a -> b").is_err());
         assert!(documented("<!-- crate-graph -->\na ->\na -> b\n<!-- /crate-graph -->").is_err());
+    }
+
+    #[test]
+    fn the_modules_of_each_user_space_crate_form_no_cycle() {
+        let mut problems = Vec::new();
+        for src in ACYCLIC_CRATES {
+            let graph = module_graph(&root().join(src));
+            assert!(graph.len() > 3, "{src}: found only {} modules; is the path right?", graph.len());
+            if let Some(cycle) = find_cycle(&graph) {
+                let arrows: Vec<String> =
+                    cycle.windows(2).map(|w| format!("{} -> {} ({})", w[0], w[1], graph[&w[0]][&w[1]])).collect();
+                problems.push(format!("{src}: {}", arrows.join(", ")));
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "top-level modules that depend on each other (move what both need below both, or merge them):\n  {}",
+            problems.join("\n  ")
+        );
+    }
+
+    #[test]
+    fn module_references_and_cycles_are_found() {
+        let r = references("use crate::{a, b::{c, d}, e::f};\nlet x = crate::g::h();\n// crate::no\nsuper::s();", true);
+        assert_eq!(r, ["a", "b", "e", "g", "s"].into_iter().map(String::from).collect());
+        assert!(!references("super::s();", false).contains("s"));
+        assert!(references("#[cfg(test)]\nmod tests { use crate::t; }", true).is_empty());
+        let g = |arrows: &[(&str, &str)]| {
+            let mut g: BTreeMap<String, BTreeMap<String, ()>> = BTreeMap::new();
+            for (a, b) in arrows {
+                g.entry(a.to_string()).or_default().insert(b.to_string(), ());
+                g.entry(b.to_string()).or_default();
+            }
+            g
+        };
+        assert_eq!(find_cycle(&g(&[("a", "b"), ("b", "c"), ("a", "c")])), None);
+        assert_eq!(
+            find_cycle(&g(&[("a", "b"), ("b", "c"), ("c", "a")])),
+            Some(["a", "b", "c", "a"].into_iter().map(String::from).collect())
+        );
     }
 }

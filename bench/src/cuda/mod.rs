@@ -288,7 +288,7 @@ fn symbol_probe(lib: &Path) -> Result<Ebpf> {
         // cuda_count writes no record: keep the ring buffer at its smallest.
         .map_max_entries(map_names::EVENTS, 4096)
         .map_max_entries(map_names::BULK_EVENTS, 4096)
-        .map_max_entries(map_names::TRACKED_TGIDS, tracer_agent::source::tracked::entries_for_pid_max())
+        .map_max_entries(map_names::TRACKED_TGIDS, tracer_agent::probe::tracked_tgids_entries())
         .load(tracer_agent::probe::EBPF_OBJECT)
         .context("loading the eBPF object")?;
     {

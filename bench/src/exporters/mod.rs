@@ -47,8 +47,8 @@ use tracer_core::{
         api::{ApiAddr, HubSettings},
         otlp::DEFAULT_EVENT_KINDS,
     },
+    filter::EventKey,
     model::AgentSnapshot,
-    wire::filter::EventKey,
 };
 
 use crate::{

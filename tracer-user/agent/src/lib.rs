@@ -18,6 +18,7 @@
 //!
 //! Decoding, the ledgers, attribution and the model are `tracer_core`'s.
 pub mod allocation;
+pub mod bpf;
 pub mod cuda;
 pub mod doctor;
 pub mod enrich;

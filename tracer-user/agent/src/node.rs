@@ -25,11 +25,9 @@ use tracer_core::{
     config::{Config, api::HubSettings, otlp::OtlpSettings},
     cost::bill::BillWriter,
     decode::Event,
+    filter::EventKey,
     model::{EventContext, probes::ProbeReport},
-    wire::{
-        events::{kind_of, to_proto},
-        filter::EventKey,
-    },
+    wire::events::{kind_of, to_proto},
 };
 
 use crate::{

@@ -24,8 +24,9 @@ use tracer_client::{
 use tracer_core::{
     config::{Config, parse_seconds},
     cost,
+    filter::Filters,
     model::EventContext,
-    wire::{events::to_proto, filter::Filters},
+    wire::events::to_proto,
 };
 
 #[derive(Args)]

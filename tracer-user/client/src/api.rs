@@ -269,7 +269,7 @@ pub struct FilterArgs {
     pub exclude_namespace: Vec<String>,
 }
 
-pub use tracer_core::wire::filter::parse_kind;
+pub use tracer_core::filter::parse_kind;
 
 impl FilterArgs {
     /// The include and exclude filters of a `SubscribeRequest`.

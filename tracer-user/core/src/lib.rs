@@ -12,7 +12,8 @@
 //!   events.
 //! - [`model`]: the immutable snapshot every output reads (`AgentSnapshot`), the probe report, the
 //!   counters; [`profile`]: a profiling session's recording (`Recorder` → `Recording`).
-//! - [`wire`]: the model as `gputracer.v1` messages and back, and the event filters.
+//! - [`wire`]: the model as `gputracer.v1` messages and back.
+//! - [`filter`]: the event filters of `Subscribe`, the OTLP export and the config.
 //! - [`clock`], [`format`], [`tls`]: the one clock, sizes and times for people, the HTTPS
 //!   clients' rustls configuration; [`fixtures`] (feature `encode`): one of every event, for tests.
 pub mod allocation;
@@ -22,6 +23,7 @@ pub mod config;
 pub mod cost;
 pub mod cuda;
 pub mod decode;
+pub mod filter;
 #[cfg(any(test, feature = "encode"))]
 pub mod fixtures;
 pub mod format;

@@ -30,7 +30,6 @@ pub mod driver_entry;
 pub mod kernel_log;
 pub(crate) mod lifecycle_layout;
 pub mod module_btf;
-pub mod raw;
 pub mod trampoline;
 
 /// The compiled kernel programs, embedded at build time.
@@ -103,6 +102,13 @@ fn syscall_mode(f: &KernelFeatures) -> (AttachMode, &'static str) {
 }
 
 /// The report of an agent that loads no eBPF (every family off: NVML-only mode) on this kernel.
+/// `TRACKED_TGIDS` entries for this machine's `pid_max` (tgids are < pid_max; the source maps the
+/// array with the size the loaded map has).
+pub fn tracked_tgids_entries() -> u32 {
+    let pid_max = crate::proc::pid_max().unwrap_or(4_194_304);
+    pid_max.div_ceil(tracer_common::TRACKED_TGIDS_PER_ENTRY as u64).clamp(1, 1 << 20) as u32
+}
+
 pub fn nvml_only_report() -> ProbeReport {
     ProbeReport::nvml_only(detect_features())
 }
@@ -256,7 +262,7 @@ impl Probes {
     ) -> Result<Probes, ProbeError> {
         let features = detect_features();
         let (mode, attach_reason) = choose_mode(cfg.attach_mode, &features);
-        let tracked_entries = crate::source::tracked::entries_for_pid_max();
+        let tracked_entries = tracked_tgids_entries();
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(map_names::EVENTS, cfg.ring_buffer_bytes)
             .map_max_entries(map_names::BULK_EVENTS, cfg.ring_buffer_bytes)
@@ -513,26 +519,10 @@ pub(crate) fn library_summary(r: &tracer_core::model::probes::LibraryReport) -> 
     }
 }
 
-/// `what: e: cause: cause...` (aya's messages leave out their causes, the syscall's errno among
-/// them), and whether a cause is EACCES/EPERM: the kernel refused.
-pub(crate) fn error_with_causes(what: &str, e: &(dyn std::error::Error + 'static)) -> (String, bool) {
-    let mut msg = format!("{what}: {e}");
-    let mut denied = false;
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        msg.push_str(&format!(": {c}"));
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            denied |= matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM));
-        }
-        cause = c.source();
-    }
-    (msg, denied)
-}
-
 /// `what` failed with `e`: the message with its causes, and when the kernel refused the
 /// tracepoint's perf event, why that happens with CAP_PERFMON held and the fix.
 pub(crate) fn tracepoint_error(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
-    let (mut msg, denied) = error_with_causes(what, e);
+    let (mut msg, denied) = crate::bpf::error_with_causes(what, e);
     if denied {
         let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
         msg.push_str(&format!(

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use super::raw;
+use crate::bpf as raw;
 
 pub(crate) const SYSFS: &str = "/sys/kernel/btf";
 

@@ -4,14 +4,15 @@
 //! the function's ftrace site, no breakpoint, no perf event), measured in docs/kernels.md.
 //!
 //! aya 0.14 loads fentry only against vmlinux's BTF (it passes no `attach_btf_obj_fd`), so each
-//! program is loaded here once per target function with [`raw`], naming the module's BTF object
+//! program is loaded here once per target function with [`raw`](crate::bpf), naming the module's BTF object
 //! and the function's type id in it, and attached with `BPF_RAW_TRACEPOINT_OPEN`.
+use crate::bpf as raw;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use aya::Ebpf;
 use tracer_common::prog_names;
 
-use super::{module_btf, raw};
+use super::module_btf;
 
 /// The links (and their programs); dropping them detaches.
 #[derive(Default)]

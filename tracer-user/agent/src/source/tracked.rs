@@ -7,12 +7,6 @@ use std::os::fd::{AsFd, AsRawFd};
 use aya::{Ebpf, maps::Map};
 use tracer_common::{TRACKED_TGIDS_PER_ENTRY, map_names};
 
-/// Entries the map needs for this machine's `pid_max` (tgids are < pid_max).
-pub fn entries_for_pid_max() -> u32 {
-    let pid_max = crate::proc::pid_max().unwrap_or(4_194_304);
-    pid_max.div_ceil(TRACKED_TGIDS_PER_ENTRY as u64).clamp(1, 1 << 20) as u32
-}
-
 /// A shared mapping of `TRACKED_TGIDS`.
 pub(crate) struct TrackedTgids {
     ptr: *mut u8,

@@ -141,7 +141,7 @@ impl ApiSettings {
         }
         self.history_kinds
             .iter()
-            .map(|k| crate::wire::filter::parse_kind(k))
+            .map(|k| crate::filter::parse_kind(k))
             .collect::<Result<_, _>>()
             .map(Some)
             .map_err(|why| ConfigError::Invalid { key: "api.history_kinds", why })

@@ -126,8 +126,8 @@ pub struct OtlpConfig {
     /// Of those kinds, only the events that match one of these filters (none: all of them) and
     /// none of `exclude` — the `Subscribe` filters (docs/api.md) in TOML, kinds by name:
     /// `[[otlp.exclude]]` / `namespace = ["kube-system"]`.
-    pub include: Vec<crate::wire::filter::FilterConfig>,
-    pub exclude: Vec<crate::wire::filter::FilterConfig>,
+    pub include: Vec<crate::filter::FilterConfig>,
+    pub exclude: Vec<crate::filter::FilterConfig>,
     /// Events waiting for export at most; a full queue drops (counted). Default 8192.
     pub log_queue: usize,
     /// Log records per export request at most. Default 512.
@@ -210,7 +210,7 @@ pub struct OtlpSettings {
     /// Event kinds (`EventKind` values) exported as log records.
     pub event_kinds: BTreeSet<i32>,
     /// Of those, the events exported (`otlp.include` / `otlp.exclude`).
-    pub filters: crate::wire::filter::Filters,
+    pub filters: crate::filter::Filters,
     pub log_queue: usize,
     pub log_batch: usize,
     pub log_export_interval: Duration,
@@ -385,8 +385,8 @@ fn tls_settings(
     Ok(Some(OtlpTls { ca_pem: ca.map(read).transpose()?, identity }))
 }
 
-fn event_filters(cfg: &OtlpConfig) -> Result<crate::wire::filter::Filters, OtlpSettingError> {
-    crate::wire::filter::FilterConfig::filters(&cfg.include, &cfg.exclude).map_err(|why| OtlpSettingError {
+fn event_filters(cfg: &OtlpConfig) -> Result<crate::filter::Filters, OtlpSettingError> {
+    crate::filter::FilterConfig::filters(&cfg.include, &cfg.exclude).map_err(|why| OtlpSettingError {
         key: "otlp.include/otlp.exclude",
         value: String::new(),
         why: format!("{why}; the fields are those of an EventFilter (docs/api.md), kinds by name"),

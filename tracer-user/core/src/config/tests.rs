@@ -105,7 +105,7 @@ fn every_key_is_accepted_including_the_optional_ones() {
     full.otlp.client_key = Some("/ck.pem".into());
     full.otlp.headers.insert("x-api.key".into(), "v".into());
     full.otlp.resource_attributes.insert("k8s.cluster.name".into(), "c".into());
-    full.otlp.include = vec![crate::wire::filter::FilterConfig {
+    full.otlp.include = vec![crate::filter::FilterConfig {
         namespace: vec!["a".into()],
         cgroup_id: vec![7],
         violations_only: true,

@@ -436,7 +436,7 @@ fn attach_at(
     let point =
         UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
     let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| {
-        let (msg, denied) = crate::probe::error_with_causes(&format!("attaching {prog}"), &e);
+        let (msg, denied) = crate::bpf::error_with_causes(&format!("attaching {prog}"), &e);
         if denied {
             let why = format!(
                 "{msg}: the kernel allows perf-event uprobes only with CAP_SYS_ADMIN (multi-uprobe links, Linux \

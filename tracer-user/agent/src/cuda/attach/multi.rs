@@ -8,7 +8,7 @@
 //!
 //! aya 0.14 cannot load a program for this attach type (its `UProbe::load` passes no expected
 //! attach type, and the kernel picks the cookie helper by it at load time), so the cuda programs
-//! are loaded a second time here, from the same object and sharing its maps (`probe::raw`), with
+//! are loaded a second time here, from the same object and sharing its maps (`crate::bpf`), with
 //! `expected_attach_type = BPF_TRACE_UPROBE_MULTI`.
 use std::{
     collections::HashMap,
@@ -21,7 +21,7 @@ use std::{
 use aya::Ebpf;
 use tracer_common::prog_names;
 
-use crate::probe::raw::{self, LoadAs};
+use crate::bpf::{self as raw, LoadAs};
 
 /// The programs loaded for multi links: entry probes and return probes.
 pub(crate) const PROGRAMS: [(&str, bool); 8] = [

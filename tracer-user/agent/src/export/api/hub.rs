@@ -33,8 +33,8 @@ use gpu_tracer_proto::{EncodedSubscribeResponse, prost, v1};
 use tokio::sync::watch;
 use tracer_core::config::api::HubSettings;
 
-pub use tracer_core::wire::filter::EventKey;
-use tracer_core::wire::filter::Filters;
+pub use tracer_core::filter::EventKey;
+use tracer_core::filter::Filters;
 
 pub use tracer_core::model::ApiStats as HubStats;
 

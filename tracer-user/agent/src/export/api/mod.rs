@@ -6,6 +6,7 @@
 //! The subscription filters and the snapshot and status as messages are `tracer_core::wire`'s.
 pub mod hub;
 pub mod listen;
+pub mod profiles;
 pub mod service;
 
 #[cfg(test)]

@@ -14,13 +14,11 @@ use gpu_tracer_proto::{
 use tokio_stream::Stream;
 
 use super::hub::{EventHub, Published, Received, Subscription};
+use super::profiles::{ProfileControl, ProfileStream};
 use crate::export::http::ServeState;
-use crate::profile::desk::{ProfileControl, ProfileStream};
+use tracer_core::filter::Filters;
 use tracer_core::model::probes::ProbeReport;
-use tracer_core::wire::{
-    filter::Filters,
-    snapshot::{snapshot_to_proto, status_to_proto},
-};
+use tracer_core::wire::snapshot::{snapshot_to_proto, status_to_proto};
 
 /// What the service reads: the agent loop writes it.
 #[derive(Debug)]
@@ -165,7 +163,7 @@ impl GpuTracer for ApiService {
         &self,
         request: Request<v1::EndProfileRequest>,
     ) -> Result<Response<v1::EndProfileResponse>, Status> {
-        crate::profile::desk::end(self.state.profiles()?, request.into_inner().session_id)?;
+        super::profiles::end(self.state.profiles()?, request.into_inner().session_id)?;
         Ok(Response::new(v1::EndProfileResponse {}))
     }
 

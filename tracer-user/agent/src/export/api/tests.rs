@@ -20,7 +20,7 @@ use crate::export::{
 };
 use tracer_client::api::{self, ConnectSettings};
 use tracer_core::config::api::{ApiAddr, HubSettings};
-use tracer_core::wire::filter::{EventKey, FilterError, Filters};
+use tracer_core::filter::{EventKey, FilterError, Filters};
 
 /// An event of `kind` from cgroup `cgroup_id` in pod `ns/pod`, at wall time `wall`.
 fn event(kind: v1::EventKind, cgroup_id: u64, ns: &str, pod: &str, wall: u64) -> v1::Event {
@@ -708,9 +708,9 @@ fn addresses_parse_with_reasons() {
     for bad in ["unix://relative.sock", "tcp://localhost", "/run/x.sock", "http://1.2.3.4:5"] {
         assert!(bad.parse::<ApiAddr>().is_err(), "{bad}");
     }
-    assert_eq!(tracer_core::wire::filter::parse_kind("rm_alloc"), Ok(v1::EventKind::RmAlloc as i32));
-    assert_eq!(tracer_core::wire::filter::parse_kind("EVENT_KIND_VIOLATION"), Ok(v1::EventKind::Violation as i32));
-    assert!(tracer_core::wire::filter::parse_kind("unspecified").unwrap_err().contains("rm_alloc"));
+    assert_eq!(tracer_core::filter::parse_kind("rm_alloc"), Ok(v1::EventKind::RmAlloc as i32));
+    assert_eq!(tracer_core::filter::parse_kind("EVENT_KIND_VIOLATION"), Ok(v1::EventKind::Violation as i32));
+    assert!(tracer_core::filter::parse_kind("unspecified").unwrap_err().contains("rm_alloc"));
 }
 
 /// With history kinds set, kinds outside them are wanted only while someone subscribes.
@@ -740,8 +740,9 @@ mod profile_sessions {
     use gpu_tracer_proto::{tonic::Code, v1};
 
     use crate::{
+        export::api::profiles::request_to_spec,
         pipeline::PerEventSelection::{Cgroup, Process},
-        profile::desk::{request_to_spec, union},
+        profile::desk::union,
     };
     use tracer_core::profile::TargetSpec;
 

@@ -163,7 +163,7 @@ pub struct OtlpExporter {
     latest: Arc<Mutex<Option<Arc<AgentSnapshot>>>>,
     events: mpsc::Sender<EncodedSubscribeResponse>,
     kinds: std::collections::BTreeSet<i32>,
-    filters: tracer_core::wire::filter::Filters,
+    filters: tracer_core::filter::Filters,
     counters: Arc<Counters>,
     stop: Option<oneshot::Sender<Instant>>,
     done: std::sync::mpsc::Receiver<()>,

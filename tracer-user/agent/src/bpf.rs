@@ -1,6 +1,7 @@
 //! The few `bpf(2)` commands aya 0.14 does not issue for us, on the same object and maps: loading a
 //! program with an expected attach type aya does not pass (multi-uprobe links, fentry/fexit on a
-//! module function with its BTF object), and attaching such a program.
+//! module function with its BTF object), and attaching such a program; and how a refusal from the
+//! kernel reads ([`error_with_causes`]). Used by `probe` and `cuda::attach` alike.
 //!
 //! The object is parsed again with aya-obj (the crate aya itself parses with), its map references
 //! pointed at the maps aya created, so every copy loaded here shares aya's maps.
@@ -209,4 +210,20 @@ pub(crate) fn attach_tracing(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
         _pad: u32,
     }
     sys_bpf_fd(BPF_RAW_TRACEPOINT_OPEN, &mut RawTpAttr { name: 0, prog_fd: prog.as_raw_fd() as u32, _pad: 0 })
+}
+
+/// `what: e: cause: cause...` (aya's messages leave out their causes, the syscall's errno among
+/// them), and whether a cause is EACCES/EPERM: the kernel refused.
+pub(crate) fn error_with_causes(what: &str, e: &(dyn std::error::Error + 'static)) -> (String, bool) {
+    let mut msg = format!("{what}: {e}");
+    let mut denied = false;
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        msg.push_str(&format!(": {c}"));
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            denied |= matches!(io.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+        }
+        cause = c.source();
+    }
+    (msg, denied)
 }
