@@ -61,6 +61,43 @@ pub const PURE_LAYERS: &[(&str, &str)] = &[("tracer-core", "no kernel, no async 
 pub const ACYCLIC_CRATES: &[&str] =
     &["tracer-user/core/src", "tracer-user/agent/src", "tracer-user/client/src", "tracer-user/cli/src"];
 
+/// The product crates' source folders, whose files keep to [`MAX_FILE_LINES`].
+pub const PRODUCT_SOURCES: &[&str] = &[
+    "tracer-common/src",
+    "tracer-ebpf/src",
+    "proto/src",
+    "tracer-user/core/src",
+    "tracer-user/agent/src",
+    "tracer-user/client/src",
+    "tracer-user/cli/src",
+];
+
+/// The most lines a product source file may have, its inline `#[cfg(test)] mod tests` not counted.
+pub const MAX_FILE_LINES: usize = 800;
+
+/// A file's lines up to its inline `#[cfg(test)] mod tests`, if it has one.
+pub fn code_lines(text: &str) -> usize {
+    text.split("\n#[cfg(test)]\nmod tests").next().unwrap_or_default().lines().count()
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 /// The top-level module a source file belongs to (`src/foo.rs`, `src/foo/…` → `foo`), and whether
 /// the file is the module's own root (where `super::` is the crate root). `None` for the crate root
 /// and for test files (`tests.rs`, anything under a `tests/` folder).
@@ -130,18 +167,7 @@ pub fn references(text: &str, module_root: bool) -> BTreeSet<String> {
 
 /// The arrows between one crate's top-level modules, each with a file that makes it.
 pub fn module_graph(src: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
-    let mut files = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
+    let files = rust_files(src);
     let mut modules = BTreeSet::new();
     let mut refs = Vec::new();
     for f in &files {
@@ -317,5 +343,37 @@ mod tests {
             find_cycle(&g(&[("a", "b"), ("b", "c"), ("c", "a")])),
             Some(["a", "b", "c", "a"].into_iter().map(String::from).collect())
         );
+    }
+
+    #[test]
+    fn no_product_file_is_over_the_size_budget() {
+        let mut over = Vec::new();
+        let mut seen = 0;
+        for dir in PRODUCT_SOURCES {
+            for f in rust_files(&root().join(dir)) {
+                let rel = f.strip_prefix(root()).unwrap_or(&f).display().to_string();
+                let name = f.file_name().unwrap_or_default().to_string_lossy();
+                if name == "tests.rs" || rel.contains("/tests/") {
+                    continue;
+                }
+                seen += 1;
+                let n = code_lines(&std::fs::read_to_string(&f).unwrap());
+                if n > MAX_FILE_LINES {
+                    over.push(format!("{rel}: {n} lines"));
+                }
+            }
+        }
+        assert!(seen > 100, "found only {seen} product files; are PRODUCT_SOURCES right?");
+        assert!(
+            over.is_empty(),
+            "files over {MAX_FILE_LINES} lines (split them by what they do; tests go in a tests.rs beside them):\n  {}",
+            over.join("\n  ")
+        );
+    }
+
+    #[test]
+    fn code_lines_stop_at_the_inline_tests() {
+        assert_eq!(code_lines("a\nb\n#[cfg(test)]\nmod tests {\n x\n}\n"), 2);
+        assert_eq!(code_lines("a\nb\nc\n"), 3);
     }
 }

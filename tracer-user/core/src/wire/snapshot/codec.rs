@@ -181,7 +181,7 @@ impl Codec<PathBuf, String> for Path {
 
 /// Both directions of a struct whose fields map one to one onto a message's:
 ///
-/// ```ignore
+/// ```text
 /// wire_message! {
 ///     Model => Message {          // the model type => the `gputracer.v1` message it is
 ///         lost,                   // the same name on both sides, carried as is (codec `Same`)
