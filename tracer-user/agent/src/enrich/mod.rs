@@ -299,12 +299,12 @@ impl Enricher {
     }
 
     /// `tgid` exited: forget its cached facts (the PID may be reused).
-    pub fn process_exited(&mut self, tgid: u32) {
+    pub(crate) fn process_exited(&mut self, tgid: u32) {
         self.processes.remove(&tgid);
     }
 
     /// Is `pid` a process (its own thread group leader), not a thread?
-    pub fn is_process(&self, pid: u32) -> bool {
+    pub(crate) fn is_process(&self, pid: u32) -> bool {
         tgid_of(&self.proc_root, pid) == Some(pid)
     }
 

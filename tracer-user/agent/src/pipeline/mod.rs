@@ -226,7 +226,7 @@ impl Agent {
 
     /// Give the kernel's device check the NVIDIA majors `/proc/devices` lists now (`nvidia-uvm` is
     /// often loaded after the agent started).
-    pub fn refresh_device_majors(&mut self) {
+    pub(crate) fn refresh_device_majors(&mut self) {
         let Some(k) = self.kernel.as_mut() else { return };
         if let Err(e) = k.probes.refresh_majors(&self.cfg.proc_root) {
             tracing::warn!(error = %e, "cannot update the device check's majors");
@@ -252,7 +252,7 @@ impl Agent {
 
     /// The context of an event of `tgid` in `cgroup_id` made now (for events user space makes),
     /// with its monotonic timestamp.
-    pub fn context_now(&mut self, tgid: u32, cgroup_id: u64) -> (u64, EventContext) {
+    pub(crate) fn context_now(&mut self, tgid: u32, cgroup_id: u64) -> (u64, EventContext) {
         let now = clock::monotonic_ns();
         let process = self.enrich.process_now(tgid);
         let ctx = EventContext {
@@ -274,7 +274,7 @@ impl Agent {
 
     /// Probe the libcuda copies `tgid` maps that are not probed yet (a process that started
     /// before the tracer, with its own copy); as when a process opens an NVIDIA device.
-    pub fn probe_libcuda_of(&mut self, tgid: u32) {
+    pub(crate) fn probe_libcuda_of(&mut self, tgid: u32) {
         let Some(k) = self.kernel.as_mut() else { return };
         if self.cfg.families.cuda {
             self.late_libcuda.process_opened_device(
@@ -288,7 +288,7 @@ impl Agent {
     }
 
     /// The cgroup id of process `tgid` (from `/proc/PID/cgroup`), if it exists.
-    pub fn cgroup_id_of_process(&self, tgid: u32) -> Option<u64> {
+    pub(crate) fn cgroup_id_of_process(&self, tgid: u32) -> Option<u64> {
         self.enrich.cgroup_id_of(tgid)
     }
 
@@ -314,7 +314,7 @@ impl Agent {
     }
 
     /// The cgroup of container `namespace/pod/container`, among those resolved.
-    pub fn cgroup_of_container(&self, namespace: &str, pod: &str, container: &str) -> Option<u64> {
+    pub(crate) fn cgroup_of_container(&self, namespace: &str, pod: &str, container: &str) -> Option<u64> {
         self.identities.cgroup_of_container(namespace, pod, container)
     }
 
@@ -345,7 +345,10 @@ impl Agent {
     /// Per-event mode for exactly these selections, each until its deadline (`ktime_ns` on
     /// CLOCK_MONOTONIC, `u64::MAX`: none); the previous selections are replaced, an empty list
     /// turns per-event mode off.
-    pub fn set_per_event_until(&mut self, selections: &[(PerEventSelection, u64)]) -> Result<(), aya::maps::MapError> {
+    pub(crate) fn set_per_event_until(
+        &mut self,
+        selections: &[(PerEventSelection, u64)],
+    ) -> Result<(), aya::maps::MapError> {
         let missing = || aya::maps::MapError::InvalidName { name: tracer_common::map_names::CUDA_PER_EVENT.into() };
         self.kernel.as_mut().ok_or_else(missing)?.set_per_event(selections)
     }
@@ -359,7 +362,7 @@ impl Agent {
     }
 
     /// Toggle the kernel-side diagnostics (SIGUSR1); logs what it did.
-    pub fn toggle_kernel_log(&mut self) {
+    pub(crate) fn toggle_kernel_log(&mut self) {
         let Some(on) = self.kernel.as_ref().map(|k| !k.probes.diagnostics()) else {
             tracing::warn!("SIGUSR1: no probes loaded, no kernel-side diagnostics to switch");
             return;

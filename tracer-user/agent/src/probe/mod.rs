@@ -411,7 +411,7 @@ impl Probes {
 
     /// Re-read `/proc/devices` and give the kernel any NVIDIA major that appeared since start
     /// (`nvidia-uvm` is often loaded on demand, after the agent). Returns whether it changed.
-    pub fn refresh_majors(&mut self, proc_root: &Path) -> Result<bool, ProbeError> {
+    pub(crate) fn refresh_majors(&mut self, proc_root: &Path) -> Result<bool, ProbeError> {
         if !self.accepted.enabled {
             return Ok(false);
         }
@@ -434,7 +434,7 @@ impl Probes {
     /// Driver-entry mode with `nvidia-uvm` not loaded at start (it is often loaded on demand, by
     /// the first CUDA process): once the module is there, attach its probes too. Returns whether
     /// they were attached now; an attach error is returned (and tried again next time).
-    pub fn attach_late_uvm(&mut self) -> Result<bool, String> {
+    pub(crate) fn attach_late_uvm(&mut self) -> Result<bool, String> {
         let waiting = self.report.attach_mode == ProbeMode::Attached(AttachMode::DriverEntry)
             && matches!(self.report.driver, FamilyStatus::Attached { .. })
             && self.report.features.driver_entry.as_ref().is_some_and(|e| e.uvm.is_none());
@@ -484,7 +484,7 @@ impl Probes {
     }
 
     /// Switch the kernel-side diagnostics ([`kernel_log`]) on or off, at once, without reloading.
-    pub fn set_diagnostics(&mut self, on: bool) -> Result<(), ProbeError> {
+    pub(crate) fn set_diagnostics(&mut self, on: bool) -> Result<(), ProbeError> {
         let m = self.ebpf.map_mut(map_names::CONFIG).ok_or(ProbeError::MissingMap(map_names::CONFIG))?;
         let mut a: Array<&mut MapData, TracerConfig> =
             Array::try_from(m).map_err(|source| ProbeError::Map { map: map_names::CONFIG, source })?;

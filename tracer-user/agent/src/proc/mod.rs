@@ -200,11 +200,13 @@ pub mod parse {
         Some(mounts_of(guard("mountinfo", || MountInfos::from_buf_read(text.as_bytes())).ok()?))
     }
 
-    pub fn mapped_files(text: &str) -> Option<Vec<PathBuf>> {
+    #[cfg(test)]
+    pub(crate) fn mapped_files(text: &str) -> Option<Vec<PathBuf>> {
         Some(files_of(guard("maps", || MemoryMaps::from_buf_read(text.as_bytes())).ok()?))
     }
 
-    pub fn char_devices(text: &str) -> Option<Vec<(u32, String)>> {
+    #[cfg(test)]
+    pub(crate) fn char_devices(text: &str) -> Option<Vec<(u32, String)>> {
         let d = guard("devices", || procfs::Devices::from_buf_read(text.as_bytes())).ok()?;
         Some(d.char_devices.into_iter().map(|c| (c.major, c.name)).collect())
     }

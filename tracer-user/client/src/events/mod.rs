@@ -94,12 +94,13 @@ impl<W: Write> EventWriter<W> {
     }
 
     /// Events written so far.
-    pub fn events_written(&self) -> u64 {
+    pub(crate) fn events_written(&self) -> u64 {
         self.events
     }
 
+    #[cfg(test)]
     /// Bytes written so far (handed to the underlying writer, not necessarily flushed).
-    pub fn bytes_written(&self) -> u64 {
+    pub(crate) fn bytes_written(&self) -> u64 {
         self.bytes
     }
 
@@ -161,9 +162,10 @@ impl<W: Write> EventStream<W> {
         }
     }
 
+    #[cfg(test)]
     /// [`emit`](EventStream::emit) for a message built only if the stream still takes events, so a
     /// finished stream costs its callers nothing (not even the lookups the message needs).
-    pub fn emit_with(&mut self, build: impl FnOnce() -> v1::Event) -> bool {
+    pub(crate) fn emit_with(&mut self, build: impl FnOnce() -> v1::Event) -> bool {
         !self.is_done() && self.emit(&build())
     }
 

@@ -177,7 +177,7 @@ impl GpuResourceNames {
     }
 
     /// Whether a device-plugin resource name or DRA driver name is a GPU.
-    pub fn is_gpu(&self, name: &str) -> bool {
+    pub(crate) fn is_gpu(&self, name: &str) -> bool {
         self.patterns.iter().any(|p| match p.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
             None => name == p,

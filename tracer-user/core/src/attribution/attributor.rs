@@ -153,7 +153,7 @@ impl Attributor {
     }
 
     /// An attributor keeping at most `max_containers` containers (at least 1).
-    pub fn with_max_containers(settings: &AttributionSettings, max_containers: usize) -> Self {
+    pub(crate) fn with_max_containers(settings: &AttributionSettings, max_containers: usize) -> Self {
         Self {
             max_containers: max_containers.max(1),
             settings: settings.clone(),
@@ -169,8 +169,9 @@ impl Attributor {
         self.bill
     }
 
+    #[cfg(test)]
     /// Sum of every kept container's cost so far (with `bill()`'s lines it makes the total).
-    pub fn containers_cost(&self) -> u128 {
+    pub(crate) fn containers_cost(&self) -> u128 {
         self.containers.values().map(|c| c.cost as u128).sum()
     }
 

@@ -45,7 +45,7 @@ impl Line {
     pub const OTHERS: [Line; 4] = [Line::Idle, Line::DriverReserved, Line::Unattributed, Line::Evicted];
 
     /// The value of the `line` label of `gpu_tracer_bill_total`.
-    pub fn bill_label(self) -> &'static str {
+    pub(crate) fn bill_label(self) -> &'static str {
         match self {
             Line::Container => "containers",
             Line::Idle => "idle",

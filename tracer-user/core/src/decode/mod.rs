@@ -102,7 +102,7 @@ pub enum DeviceKind {
 
 impl DeviceKind {
     /// From `tracer_common::device_kind`.
-    pub fn from_wire(k: u8) -> Self {
+    pub(crate) fn from_wire(k: u8) -> Self {
         match k {
             device_kind::CTL => DeviceKind::Ctl,
             device_kind::GPU => DeviceKind::Gpu,
@@ -114,7 +114,7 @@ impl DeviceKind {
         }
     }
     /// To `tracer_common::device_kind`.
-    pub fn to_wire(self) -> u8 {
+    pub(crate) fn to_wire(self) -> u8 {
         match self {
             DeviceKind::Unknown => device_kind::UNKNOWN,
             DeviceKind::Ctl => device_kind::CTL,
@@ -152,11 +152,11 @@ pub struct Device {
 
 impl Device {
     /// Decode a wire `DeviceRef`.
-    pub fn from_wire(d: &tracer_common::DeviceRef) -> Self {
+    pub(crate) fn from_wire(d: &tracer_common::DeviceRef) -> Self {
         Device { kind: DeviceKind::from_wire(d.kind), minor: d.minor, file_id: d.file_id }
     }
     /// Encode as a wire `DeviceRef`.
-    pub fn to_wire(&self) -> tracer_common::DeviceRef {
+    pub(crate) fn to_wire(self) -> tracer_common::DeviceRef {
         tracer_common::DeviceRef { kind: self.kind.to_wire(), _pad: [0; 3], minor: self.minor, file_id: self.file_id }
     }
 }
@@ -314,7 +314,7 @@ pub enum Location {
 
 impl Location {
     /// From the 2-bit `NVOS32_ATTR_LOCATION` field (attr bits 26:25).
-    pub fn from_attr(attr: u32) -> Self {
+    pub(crate) fn from_attr(attr: u32) -> Self {
         match tracer_common::nv::attr_location(attr) {
             tracer_common::nv::ATTR_LOCATION_VIDMEM => Location::Vidmem,
             tracer_common::nv::ATTR_LOCATION_PCI => Location::Sysmem,
@@ -323,7 +323,7 @@ impl Location {
         }
     }
     /// The `attr` bits that decode to `self` (for encoding).
-    pub fn to_attr(self) -> u32 {
+    pub(crate) fn to_attr(self) -> u32 {
         let v = match self {
             Location::Vidmem => tracer_common::nv::ATTR_LOCATION_VIDMEM,
             Location::Sysmem => tracer_common::nv::ATTR_LOCATION_PCI,

@@ -81,7 +81,7 @@ impl GpuMap {
     }
 
     /// The physical GPU with this `GPU-…` UUID.
-    pub fn by_uuid(&self, uuid: &str) -> Option<&PhysicalGpu> {
+    pub(crate) fn by_uuid(&self, uuid: &str) -> Option<&PhysicalGpu> {
         self.gpus.iter().find(|g| g.uuid == uuid)
     }
 
@@ -157,7 +157,7 @@ pub struct VisibleDevices {
 
 impl VisibleDevices {
     /// `NVIDIA_VISIBLE_DEVICES=all`: the NVIDIA container runtime mounts every GPU.
-    pub fn nvidia_all(&self) -> bool {
+    pub(crate) fn nvidia_all(&self) -> bool {
         self.nvidia.as_deref().is_some_and(|v| v.trim() == "all")
     }
 }
@@ -471,8 +471,9 @@ impl Guardrails {
         out
     }
 
+    #[cfg(test)]
     /// Forget a container that went away: if it comes back under the same names it is judged anew.
-    pub fn forget_container(&mut self, container: &ContainerRef) {
+    pub(crate) fn forget_container(&mut self, container: &ContainerRef) {
         self.raised.retain(|(c, _, _)| c != container);
     }
 

@@ -106,7 +106,7 @@ impl Process {
 
     /// Make sure `client` exists (as a placeholder if it was never seen allocated). Returns false
     /// if the handle table is full.
-    pub fn ensure_client(&mut self, client: u32, file_id: Option<u64>, max_handles: usize) -> bool {
+    pub(crate) fn ensure_client(&mut self, client: u32, file_id: Option<u64>, max_handles: usize) -> bool {
         if let Some(c) = self.clients.get_mut(&client) {
             if c.file_id.is_none() {
                 c.file_id = file_id;
@@ -153,7 +153,7 @@ impl Process {
     /// Remove `handle` and all its descendants from `client` (the whole client if `handle` is the
     /// client). Returns the allocations the removed handles referred to, with their handles, or
     /// `None` if the handle is unknown.
-    pub fn remove_subtree(&mut self, client: u32, handle: u32) -> Option<Vec<(u32, AllocId)>> {
+    pub(crate) fn remove_subtree(&mut self, client: u32, handle: u32) -> Option<Vec<(u32, AllocId)>> {
         if handle == client {
             let c = self.clients.remove(&client)?;
             self.handles = self.handles.saturating_sub(c.objects.len());
@@ -187,7 +187,7 @@ impl Process {
     /// The device instance of the nearest device ancestor of `handle` (itself included):
     /// `Some(Some(d))` a device with a known instance, `Some(None)` a device whose instance is
     /// unknown, `None` no device found.
-    pub fn device_of(&self, client: u32, handle: u32) -> Option<Option<u32>> {
+    pub(crate) fn device_of(&self, client: u32, handle: u32) -> Option<Option<u32>> {
         let c = self.clients.get(&client)?;
         let mut h = handle;
         // Bounded walk (the RM hierarchy is a few levels deep).
@@ -202,7 +202,7 @@ impl Process {
     }
 
     /// Every (client, handle, allocation) this process refers to.
-    pub fn all_allocs(&self) -> Vec<(u32, u32, AllocId)> {
+    pub(crate) fn all_allocs(&self) -> Vec<(u32, u32, AllocId)> {
         let mut v = Vec::new();
         for (&client, c) in &self.clients {
             for (&h, o) in &c.objects {

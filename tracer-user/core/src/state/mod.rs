@@ -214,7 +214,7 @@ impl TracerState {
     }
 
     /// A state with the given bounds.
-    pub fn with_config(cfg: StateConfig) -> Self {
+    pub(crate) fn with_config(cfg: StateConfig) -> Self {
         TracerState {
             cfg,
             processes: HashMap::new(),
@@ -407,8 +407,9 @@ impl TracerState {
         true
     }
 
+    #[cfg(test)]
     /// Live usage of a process, if it is tracked.
-    pub fn process_usage(&self, tgid: u32) -> Option<Usage> {
+    pub(crate) fn process_usage(&self, tgid: u32) -> Option<Usage> {
         self.processes.get(&tgid).map(|p| p.usage)
     }
 

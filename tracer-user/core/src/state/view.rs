@@ -80,9 +80,10 @@ impl TracerState {
         }
     }
 
+    #[cfg(test)]
     /// Check that every byte bucket adds up across processes, cgroups, GPUs and the total, and
     /// agrees with the live allocations. Returns the first discrepancy.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
         type Field = (&'static str, fn(&Usage) -> u64);
         let fields: [Field; 6] = [
             ("vidmem_bytes", |u| u.vidmem_bytes),

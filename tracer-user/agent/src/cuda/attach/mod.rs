@@ -87,7 +87,7 @@ impl AttachError {
 
     /// The cuda family's status after this error: nothing to probe (no libcuda on this node) or
     /// failed.
-    pub fn family_status(&self) -> FamilyStatus {
+    pub(crate) fn family_status(&self) -> FamilyStatus {
         if self.is_nothing_to_probe() {
             FamilyStatus::NothingToProbe { error: self.to_string() }
         } else {
@@ -96,7 +96,7 @@ impl AttachError {
     }
 
     /// True when there was nothing to probe (no library), as opposed to probes that failed.
-    pub fn is_nothing_to_probe(&self) -> bool {
+    pub(crate) fn is_nothing_to_probe(&self) -> bool {
         matches!(self, AttachError::NoLibrary { .. })
     }
 }

@@ -185,16 +185,6 @@ impl PlacementKind {
             PlacementKind::AfterLandingPad => "after-landing-pad",
         }
     }
-
-    /// Whether the probe is on another function than the symbol (a thunk was followed).
-    pub fn followed_thunk(self) -> bool {
-        matches!(
-            self,
-            PlacementKind::ThunkTarget
-                | PlacementKind::ThunkTargetAfterEndbr
-                | PlacementKind::ThunkTargetAfterPrologueSkip
-        )
-    }
 }
 
 /// One followed thunk: the slot it jumps through and where the slot points.
@@ -238,7 +228,7 @@ pub struct ProbePlacement {
 
 impl ProbePlacement {
     /// Whether a uretprobe may use this point (`[rsp]` is the caller's return address).
-    pub fn valid_for_return(&self) -> bool {
+    pub(crate) fn valid_for_return(&self) -> bool {
         self.stack_delta == 0
     }
 }
@@ -288,7 +278,7 @@ impl PlacementError {
     }
 
     /// The library simply lacks this entry point (skip and report, not fatal).
-    pub fn is_missing_symbol(&self) -> bool {
+    pub(crate) fn is_missing_symbol(&self) -> bool {
         matches!(self, PlacementError::SymbolMissing { .. })
     }
 }
@@ -453,7 +443,7 @@ impl<'a> Placer<'a> {
     }
 
     /// See [`place_for_return`].
-    pub fn place_for_return(&self, symbol: &str) -> Result<ProbePlacement, PlacementError> {
+    pub(crate) fn place_for_return(&self, symbol: &str) -> Result<ProbePlacement, PlacementError> {
         let p =
             if self.machine == elf::EM_AARCH64 { self.place_aarch64(symbol, true)? } else { self.place_inner(symbol)? };
         if !p.valid_for_return() {

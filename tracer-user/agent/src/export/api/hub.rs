@@ -122,19 +122,19 @@ impl EventHub {
     /// Keep only these `EventKind`s in the history while no subscriber is connected (`None`:
     /// every kind). High-rate kinds (RM controls, other ioctls) then cost the agent nothing when
     /// nobody listens; with a subscriber connected every event is published.
-    pub fn with_history_kinds(mut self, kinds: Option<std::collections::BTreeSet<i32>>) -> Self {
+    pub(crate) fn with_history_kinds(mut self, kinds: Option<std::collections::BTreeSet<i32>>) -> Self {
         self.history_kinds = kinds;
         self
     }
 
     /// Does anyone take events (a history to keep, or a subscriber)? When not, the caller can
     /// skip building the message.
-    pub fn wants_events(&self) -> bool {
+    pub(crate) fn wants_events(&self) -> bool {
         self.settings.history > 0 || self.subscribers.load(Ordering::Relaxed) > 0
     }
 
     /// Does anyone take an event of this `EventKind` (a subscriber, or a history that keeps it)?
-    pub fn wants_kind(&self, kind: i32) -> bool {
+    pub(crate) fn wants_kind(&self, kind: i32) -> bool {
         self.subscribers.load(Ordering::Relaxed) > 0
             || (self.settings.history > 0 && self.history_kinds.as_ref().is_none_or(|k| k.contains(&kind)))
     }
@@ -177,7 +177,7 @@ impl EventHub {
     }
 
     /// The number of the newest event published (0 before the first).
-    pub fn newest_seq(&self) -> u64 {
+    pub(crate) fn newest_seq(&self) -> u64 {
         self.next_seq.load(Ordering::Relaxed) - 1
     }
 

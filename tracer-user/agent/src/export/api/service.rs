@@ -37,7 +37,7 @@ impl ApiState {
     }
 
     /// Serve `Profile` through the agent loop's desk.
-    pub fn with_profiles(mut self, control: ProfileControl) -> Self {
+    pub(crate) fn with_profiles(mut self, control: ProfileControl) -> Self {
         self.profiles = Some(control);
         self
     }
@@ -47,7 +47,7 @@ impl ApiState {
     }
 
     /// The probe report changed (a libcuda copy probed or detached).
-    pub fn set_report(&self, report: ProbeReport) {
+    pub(crate) fn set_report(&self, report: ProbeReport) {
         *self.report.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(report);
     }
 

@@ -240,7 +240,7 @@ impl ServeState {
     }
 
     /// The HTTP server's counters (the agent puts them in each snapshot it publishes).
-    pub fn http_stats(&self) -> HttpStats {
+    pub(crate) fn http_stats(&self) -> HttpStats {
         HttpStats {
             refused_server_limit: self.refused_server_limit.load(Ordering::Relaxed),
             refused_peer_limit: self.refused_peer_limit.load(Ordering::Relaxed),
@@ -249,13 +249,13 @@ impl ServeState {
     }
 
     /// The loop is alive: call once per `agent.step()`.
-    pub fn heartbeat(&self) {
+    pub(crate) fn heartbeat(&self) {
         let ms = self.epoch.elapsed().as_millis().min(u64::MAX as u128) as u64;
         self.last_beat_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
     /// The probes are attached (or NVML-only mode was chosen); `attach_mode` is shown by `/readyz`.
-    pub fn mark_attached(&self, attach_mode: &str) {
+    pub(crate) fn mark_attached(&self, attach_mode: &str) {
         *self.attached.lock().unwrap_or_else(|p| p.into_inner()) = Some(attach_mode.to_owned());
     }
 
@@ -274,7 +274,7 @@ impl ServeState {
     }
 
     /// The latest published snapshot and when it was published (wall clock, ns since the epoch).
-    pub fn latest_with_time(&self) -> Option<(Arc<AgentSnapshot>, u64)> {
+    pub(crate) fn latest_with_time(&self) -> Option<(Arc<AgentSnapshot>, u64)> {
         let slot = self.snapshot.read().unwrap_or_else(|p| p.into_inner());
         slot.clone().map(|s| (s, self.published_at_unix_ns.load(Ordering::Relaxed)))
     }

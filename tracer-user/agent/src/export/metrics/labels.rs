@@ -23,7 +23,7 @@ pub struct ContainerLabels {
 
 impl ContainerLabels {
     /// Labels that carry only the cgroup: its path, or `id:N` when the path was never resolved.
-    pub fn for_cgroup(cgroup_id: u64, path: Option<&str>) -> Self {
+    pub(crate) fn for_cgroup(cgroup_id: u64, path: Option<&str>) -> Self {
         ContainerLabels { cgroup: path.map_or_else(|| format!("id:{cgroup_id}"), str::to_owned), ..Default::default() }
     }
 }

@@ -124,7 +124,7 @@ impl Scrape<'_> {
 
     /// The labels of a cgroup known only by id (attribution lines): its path comes from the
     /// snapshot's identity, else from the state's cgroup rows.
-    pub fn container_by_id(&self, cgroup_id: u64) -> ContainerLabels {
+    pub(crate) fn container_by_id(&self, cgroup_id: u64) -> ContainerLabels {
         let path = self.snapshot.containers.get(&cgroup_id).and_then(|i| i.cgroup_path.as_deref()).or_else(|| {
             self.snapshot.state.cgroups.iter().find(|c| c.cgroup_id == cgroup_id).and_then(|c| c.path.as_deref())
         });
@@ -192,7 +192,7 @@ pub enum ExpositionFormat {
 
 impl ExpositionFormat {
     /// The `Content-Type` of an answer in this format.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             ExpositionFormat::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
             ExpositionFormat::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
@@ -251,14 +251,16 @@ impl MetricsRegistry {
         }
     }
 
+    #[cfg(test)]
     /// Add a source, encoded after the ones already there.
-    pub fn with_source(mut self, source: impl MetricSource) -> Self {
+    pub(crate) fn with_source(mut self, source: impl MetricSource) -> Self {
         self.sources.push(Arc::new(source));
         self
     }
 
+    #[cfg(test)]
     /// Use this resolver for the container labels (e.g. the Kubernetes pod index).
-    pub fn with_resolver(mut self, resolver: impl ContainerResolver) -> Self {
+    pub(crate) fn with_resolver(mut self, resolver: impl ContainerResolver) -> Self {
         self.resolver = Arc::new(resolver);
         self
     }
@@ -271,7 +273,7 @@ impl MetricsRegistry {
 
     /// Also expose this process's `process_*` families (CPU, memory, fds, threads, start time),
     /// read from `/proc/self` at each scrape: the agent's own health, as every exporter has it.
-    pub fn with_process_metrics(mut self) -> Self {
+    pub(crate) fn with_process_metrics(mut self) -> Self {
         self.process = true;
         self
     }

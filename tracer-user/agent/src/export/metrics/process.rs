@@ -23,7 +23,7 @@ pub struct ProcessStats {
 
 impl ProcessStats {
     /// This process's figures; `None` when `/proc/self/stat` cannot be read or parsed.
-    pub fn of_self() -> Option<ProcessStats> {
+    pub(crate) fn of_self() -> Option<ProcessStats> {
         let me = crate::proc::myself(std::path::Path::new("/proc")).ok()?;
         let stat = crate::proc::read_stat(&me).ok()?;
         let btime = crate::proc::boot_time_secs()?;

@@ -239,9 +239,10 @@ impl OtlpExporter {
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot);
     }
 
+    #[cfg(test)]
     /// Queue `ev` as a log record if the exporter [`accepts`](Self::accepts) it; a full queue
     /// drops it (counted).
-    pub fn offer_event(&self, ev: &v1::Event) {
+    pub(crate) fn offer_event(&self, ev: &v1::Event) {
         if self.accepts(ev) {
             self.offer_encoded(crate::export::api::hub::EventHub::encode(ev));
         }

@@ -141,7 +141,7 @@ pub struct KubeEnv {
 
 impl KubeEnv {
     /// Read this process's environment and host name.
-    pub fn from_process() -> Self {
+    pub(crate) fn from_process() -> Self {
         let nonempty = |v: Option<OsString>| v.filter(|v| !v.is_empty());
         Self {
             kubeconfig_var: nonempty(std::env::var_os("KUBECONFIG")),

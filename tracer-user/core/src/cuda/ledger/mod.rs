@@ -250,9 +250,10 @@ impl CudaLedger {
         }
     }
 
+    #[cfg(test)]
     /// Cgroups removed while a process of theirs was still in the ledger (see
     /// [`CudaLedger::cgroup_removed`]).
-    pub fn removed_pending(&self) -> usize {
+    pub(crate) fn removed_pending(&self) -> usize {
         self.removed.len()
     }
 
