@@ -680,8 +680,8 @@ fn render_export(s: &mut String, r: &Result<ExportMeasured, String>) {
          container id, namespace, pod, container, owner, GPU request and kubelet allocation); the agent's \
          counters. Not in it: violations, allocation-vs-use rows, the ledger cross-check. The real \
          `OtlpExporter` (`export::otlp`, gRPC, default settings but a metric export every {} ms) sends it to an \
-         OTLP/gRPC receiver in the bench process (the `opentelemetry-proto` crate's tonic service, on its own \
-         thread); a different interval's snapshot is published before each export. Per export: the CPU time of \
+         OTLP/gRPC receiver in the bench process (the collector double `tests/otlp-collector`: the \
+         `opentelemetry-proto` crate's tonic service, on its own thread); a different interval's snapshot is published before each export. Per export: the CPU time of \
          the `otlp-export` thread (its per-thread CPU clock, read when the export is counted: everything the \
          thread did since the previous export — each source's typed families made OTLP metrics, protobuf \
          encoding, gRPC, in requests of at most {MAX_POINTS_PER_REQUEST} points); the wall \
