@@ -680,6 +680,35 @@ fn refused(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Issue 45 item 1: a token file that holds nothing (empty, a newline, blanks) is refused at start
+/// naming the setting, for the API as for /metrics and for the clients' `--token-file`; before,
+/// an empty `api.token_file` switched the API's authentication off. Nothing is loaded.
+#[test]
+fn an_empty_token_file_is_refused_wherever_a_token_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for (name, text) in [("empty", ""), ("newline", "\n"), ("blank", "  \t\n\n")] {
+        let token = dir.path().join(name);
+        std::fs::write(&token, text).unwrap();
+        let token = token.to_str().unwrap();
+        for key in ["api", "metrics"] {
+            let cfg = dir.path().join(format!("{key}-{name}.toml"));
+            std::fs::write(&cfg, format!("[{key}]\ntoken_file = \"{token}\"\n")).unwrap();
+            let (code, err) =
+                refused(&["--config", cfg.to_str().unwrap(), "agent", "--listen", "127.0.0.1:0", "--duration", "1"]);
+            assert_eq!(code, Some(1), "{key}.token_file {name:?}: {err}");
+            assert!(err.contains(&format!("{key}.token_file ({token}): the file is empty")), "{key} {name}: {err}");
+            checked += 1;
+        }
+        let (code, err) =
+            refused(&["api", "get-status", "--connect", "unix:///nonexistent/api.sock", "--token-file", token]);
+        assert_eq!(code, Some(1), "--token-file {name:?}: {err}");
+        assert!(err.contains(&format!("--token-file ({token}): the file is empty")), "{name}: {err}");
+        checked += 1;
+    }
+    println!("reliability: empty_token_files_refused={checked}");
+}
+
 /// Issue 13 item 6: a misconfiguration is an error at start naming the key, the reason and the
 /// fix — not accepted silently (a typo'd nested key left NVML on auto, `--driver-version abc` ran
 /// with the default layouts, `--dev-dir /nonexistent` said ready, `--duration nan` never stopped).

@@ -87,15 +87,12 @@ impl NodeAgent {
             Some(addr) => Some(ListenSettings {
                 addr,
                 tls: cfg.api.tls_cert.clone().zip(cfg.api.tls_key.clone()),
-                token: match &cfg.api.token_file {
-                    Some(p) => Some(
-                        std::fs::read_to_string(p)
-                            .with_context(|| format!("reading api.token_file {}", p.display()))?
-                            .trim()
-                            .to_string(),
-                    ),
-                    None => None,
-                },
+                token: cfg
+                    .api
+                    .token_file
+                    .as_deref()
+                    .map(|p| tracer_core::config::read_token_file("api.token_file", p))
+                    .transpose()?,
             }),
             None => None,
         };

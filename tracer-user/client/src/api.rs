@@ -210,8 +210,8 @@ pub struct ConnectArgs {
 pub enum ConnectArgsError {
     #[error("--connect {0}")]
     Addr(String),
-    #[error("reading --token-file {path}: {source}")]
-    Token { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Token(tracer_core::config::TokenFileError),
 }
 
 impl ConnectArgs {
@@ -220,12 +220,7 @@ impl ConnectArgs {
         let Some(addr) = &self.connect else { return Ok(None) };
         let addr = addr.parse().map_err(ConnectArgsError::Addr)?;
         let token = match &self.token_file {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .map_err(|source| ConnectArgsError::Token { path: p.clone(), source })?
-                    .trim()
-                    .to_string(),
-            ),
+            Some(p) => Some(tracer_core::config::read_token_file("--token-file", p).map_err(ConnectArgsError::Token)?),
             None => None,
         };
         Ok(Some(ConnectSettings { addr, token, tls_ca: self.tls_ca.clone(), tls_domain: self.tls_domain.clone() }))

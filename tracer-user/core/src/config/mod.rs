@@ -12,12 +12,14 @@ mod driver;
 mod error;
 mod flags;
 pub mod otlp;
+mod token;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 pub(crate) use self::driver::parse_driver_version;
+pub use self::token::{TokenFileError, read_token_file};
 pub use self::{
     api::ApiSettings,
     driver::{ResolvedDriverVersion, resolve_driver_version},

@@ -206,7 +206,9 @@ impl BearerToken {
     pub fn check(&self, req: Request<()>) -> Result<Request<()>, Status> {
         let given = req.metadata().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
         let given = given.strip_prefix("Bearer ").unwrap_or("");
-        if constant_time_eq(given.as_bytes(), self.0.as_bytes()) {
+        // An empty token never matches (fail closed): the settings refuse one, and if one got here
+        // anyway it must not let in a request that carries none.
+        if !self.0.is_empty() && constant_time_eq(given.as_bytes(), self.0.as_bytes()) {
             Ok(req)
         } else {
             Err(Status::unauthenticated(

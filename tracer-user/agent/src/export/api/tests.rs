@@ -780,3 +780,25 @@ mod profile_sessions {
         }
     }
 }
+
+/// Issue 45 item 1: an empty token refuses every call, with or without a header (before, a
+/// request without one matched it).
+#[test]
+fn an_empty_bearer_token_lets_nothing_in() {
+    use super::service::BearerToken;
+    let with = |auth: Option<&str>| {
+        let mut req = tonic::Request::new(());
+        if let Some(a) = auth {
+            req.metadata_mut().insert("authorization", a.parse().unwrap());
+        }
+        req
+    };
+    let empty = BearerToken::new("");
+    for auth in [None, Some("Bearer "), Some("Bearer x")] {
+        assert_eq!(empty.check(with(auth)).unwrap_err().code(), Code::Unauthenticated, "{auth:?}");
+    }
+    let t = BearerToken::new("s3cret");
+    assert!(t.check(with(Some("Bearer s3cret"))).is_ok());
+    assert!(t.check(with(None)).is_err());
+    assert!(t.check(with(Some("Bearer s3cre"))).is_err());
+}

@@ -163,15 +163,9 @@ impl ServeSecurity {
             }
         };
         let token = match token_file {
-            Some(p) => {
-                let t = std::fs::read_to_string(p)
-                    .map_err(|e| err("metrics.token_file", p, format!("cannot read: {e}")))?;
-                let t = t.trim();
-                if t.is_empty() {
-                    return Err(err("metrics.token_file", p, "the file is empty".into()));
-                }
-                Some(Secret(t.to_string()))
-            }
+            Some(p) => Some(Secret(
+                tracer_core::config::read_token_file("metrics.token_file", p).map_err(|e| err(e.key, p, e.why))?,
+            )),
             None => None,
         };
         Ok(ServeSecurity { tls, token })
