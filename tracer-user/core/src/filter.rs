@@ -11,8 +11,16 @@ use gpu_tracer_proto::v1;
 pub enum FilterError {
     #[error("{list}[{index}].{field}: an empty value matches nothing; leave the field out instead")]
     Empty { list: &'static str, index: usize, field: &'static str },
-    #[error("{list}[{index}].kind: {value} is not an event kind of gputracer.v1 (EventKind 1..=29; 0 is UNSPECIFIED)")]
+    #[error(
+        "{list}[{index}].kind: {value} is not an event kind of gputracer.v1 (EventKind 1..={}; 0 is UNSPECIFIED)",
+        last_event_kind()
+    )]
     UnknownKind { list: &'static str, index: usize, value: i32 },
+}
+
+/// The highest `gputracer.v1.EventKind` this build knows (the kinds are numbered from 1 without gaps).
+pub fn last_event_kind() -> i32 {
+    (1..).take_while(|k| v1::EventKind::try_from(*k).is_ok()).last().unwrap_or(0)
 }
 
 /// One checked `EventFilter`.

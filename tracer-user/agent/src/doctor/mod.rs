@@ -281,6 +281,10 @@ pub(crate) fn exporter_checks(cfg: &Config, env: impl Fn(&str) -> Option<String>
                 Some(_) => ", TLS with the system's roots",
             };
             let what = format!("{} ({}{tls}, from {})", s.endpoint, s.protocol.as_str(), s.endpoint_source);
+            if let Err(e) = crate::export::otlp::OtlpExporter::check(&s) {
+                // What the agent would refuse at start: a header, a TLS file, the URL.
+                return vec![Check::with("otlp", CheckStatus::Fail, format!("{what}: {e}")), api_check(cfg)];
+            }
             match reach(&s.endpoint, s.protocol.default_port()) {
                 Ok(addr) => Check::with("otlp", CheckStatus::Ok, format!("{what}: {addr} accepts connections")),
                 Err(e) => Check::with(

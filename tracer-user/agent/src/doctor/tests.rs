@@ -67,6 +67,14 @@ fn exporter_checks_say_where_data_goes_and_whether_it_gets_there() {
     });
     assert_eq!(bad.status, CheckStatus::Fail, "{bad:?}");
     assert!(bad.detail.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{bad:?}");
+    // What the agent refuses at start, doctor fails too (issue 45 item 3: it said "reachable").
+    let header = otlp(&|k: &str| match k {
+        "OTEL_EXPORTER_OTLP_ENDPOINT" => Some(up.clone()),
+        "OTEL_EXPORTER_OTLP_HEADERS" => Some("bad header=x".into()),
+        _ => None,
+    });
+    assert_eq!(header.status, CheckStatus::Fail, "{header:?}");
+    assert!(header.detail.contains("otlp.headers"), "{header:?}");
 
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("api.sock");

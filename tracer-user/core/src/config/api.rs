@@ -173,6 +173,12 @@ impl ApiSettings {
         bounded("api.history", self.history, 1_000_000)?;
         bounded("api.max_subscribers", self.max_subscribers, 10_000)?;
         bounded("api.subscriber_buffer", self.subscriber_buffer, 1 << 20)?;
+        if self.max_subscribers == 0 {
+            return Err(ConfigError::Invalid {
+                key: "api.max_subscribers",
+                why: "must be at least 1 (api.listen = \"off\" turns the API off)".into(),
+            });
+        }
         if self.subscriber_buffer == 0 {
             return Err(ConfigError::Invalid { key: "api.subscriber_buffer", why: "must be at least 1".into() });
         }

@@ -193,6 +193,12 @@ fn values_are_range_checked_with_the_reason() {
         c.attribution.blend_memory_weight = w;
         assert!(invalid(&c).starts_with("invalid setting attribution.blend_memory_weight: "), "{w}");
     }
+    // Issue 45 item 7: an API that serves no subscriber is refused, not accepted and useless.
+    let mut c = Config::default();
+    c.api.max_subscribers = 0;
+    assert!(invalid(&c).starts_with("invalid setting api.max_subscribers: must be at least 1"), "{}", invalid(&c));
+    c.api.max_subscribers = 1;
+    c.validate().unwrap();
 }
 
 /// `--driver-version abc` used to fall back silently to the built-in default (build_info said so).

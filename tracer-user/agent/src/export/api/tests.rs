@@ -113,6 +113,13 @@ fn filters_refuse_empty_values_and_unknown_kinds() {
             FilterError::UnknownKind { list: "include", index: 0, value: k }
         );
     }
+    // The error names the kinds this build knows (it said 1..=29 when 30 and 31 were valid).
+    let last = tracer_core::filter::last_event_kind();
+    assert!(last >= 31 && v1::EventKind::try_from(last + 1).is_err(), "{last}");
+    let f = v1::EventFilter { kind: vec![last], ..Default::default() };
+    Filters::new(&[f], &[]).unwrap();
+    let e = FilterError::UnknownKind { list: "include", index: 0, value: last + 1 }.to_string();
+    assert!(e.contains(&format!("EventKind 1..={last};")), "{e}");
 }
 
 /// `event` as the hub would hold it.

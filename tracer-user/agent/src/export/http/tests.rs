@@ -433,7 +433,8 @@ fn unusable_tls_or_token_files_are_errors_naming_the_setting() {
     let e = ServeSecurity::load(Some(&junk), Some(&junk), None).unwrap_err();
     assert_eq!(e.key, "metrics.tls_cert", "{e}");
     let e = ServeSecurity::load(None, None, Some(&empty)).unwrap_err();
-    assert_eq!((e.key, e.why.as_str()), ("metrics.token_file", "the file is empty"));
+    assert_eq!(e.key, "metrics.token_file", "{e}");
+    assert!(e.why.starts_with("the file is empty"), "{e}");
     let e = ServeSecurity::load(None, None, Some(&missing)).unwrap_err();
     assert!(e.to_string().starts_with("metrics.token_file (") && e.to_string().contains("cannot read"), "{e}");
     let e = ServeSecurity::load(Some(&junk), None, None).unwrap_err();

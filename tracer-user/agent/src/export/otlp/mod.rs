@@ -182,13 +182,35 @@ impl std::fmt::Debug for OtlpExporter {
 impl OtlpExporter {
     /// Start exporting with `settings` (`None`: export is off, and so is this). Nothing connects
     /// yet: a collector that is not there costs counted drops later, not an error now.
+    /// Check `settings` as [`start`](Self::start) does — the endpoint as a URL, every header
+    /// name and value, the TLS files (PEM that parses, a key that matches) — without connecting
+    /// (`doctor`). Safe to call from inside an async runtime.
+    pub fn check(settings: &OtlpSettings) -> Result<(), OtlpError> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OtlpError::Thread)?;
+        let built = {
+            let _in_runtime = rt.enter();
+            Transport::build(settings).map(drop)
+        };
+        rt.shutdown_background();
+        built.map_err(OtlpError::from)
+    }
+
     pub fn start(settings: Option<OtlpSettings>, who: &ResourceInfo) -> Result<Option<OtlpExporter>, OtlpError> {
         let Some(settings) = settings else { return Ok(None) };
         let resource = who.resource(&settings.resource_attributes);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OtlpError::Thread)?;
-        let transport = {
+        let built = {
             let _in_runtime = rt.enter();
-            Transport::build(&settings)?
+            Transport::build(&settings)
+        };
+        let transport = match built {
+            Ok(t) => t,
+            Err(e) => {
+                // Dropping a runtime waits for it, which panics when the caller is itself async
+                // (the agent starts the exporter from its runtime): hand it off instead.
+                rt.shutdown_background();
+                return Err(e.into());
+            }
         };
         let scope = InstrumentationScope {
             name: "gpu-tracer".into(),

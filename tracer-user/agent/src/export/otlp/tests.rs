@@ -532,3 +532,70 @@ fn log_batches_are_sent_again_when_the_failure_may_pass_and_only_then() {
         }
     }
 }
+
+/// Issue 45 item 3: a setting the exporter cannot use (a header name or value HTTP cannot carry,
+/// from the file or from OTEL_EXPORTER_OTLP_HEADERS; a CA or client certificate whose PEM body is
+/// garbage) is an error naming it — from `start` called inside the agent's runtime, where it
+/// panicked ("Cannot drop a runtime in a context where blocking is not allowed"), and from
+/// `check`, which `doctor` runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_bad_setting_is_an_error_naming_it_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+        .unwrap();
+    let base = OtlpConfig { endpoint: Some("http://127.0.0.1:4317".into()), ..Default::default() };
+    let header = |k: &str, v: &str| OtlpConfig { headers: [(k.to_owned(), v.to_owned())].into(), ..base.clone() };
+    // What, the settings, the environment, and the key the error names.
+    type Case<'a> = (&'a str, OtlpConfig, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        ("a header name with a space", header("bad header", "x"), vec![], "otlp.headers"),
+        ("a header value with a newline", header("x-token", "a\nb"), vec![], "otlp.headers"),
+        (
+            "a header from the environment",
+            base.clone(),
+            vec![("OTEL_EXPORTER_OTLP_HEADERS", "bad header=x")],
+            "otlp.headers",
+        ),
+        (
+            "a newline from the environment",
+            base.clone(),
+            vec![("OTEL_EXPORTER_OTLP_HEADERS", "x-token=a%0Ab")],
+            "otlp.headers",
+        ),
+        (
+            "a CA file of garbage",
+            OtlpConfig {
+                endpoint: Some("https://127.0.0.1:4317".into()),
+                certificate: Some(garbage.clone()),
+                ..base.clone()
+            },
+            vec![],
+            "",
+        ),
+    ];
+    let mut refused = 0;
+    for (what, cfg, envs, key) in cases {
+        for protocol in [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf] {
+            let cfg = OtlpConfig { protocol, ..cfg.clone() };
+            let settings = match OtlpSettings::resolve(&cfg, env(&envs)) {
+                // Refused while resolving already: named there.
+                Err(e) => {
+                    assert!(e.to_string().contains(e.key), "{what}: {e}");
+                    refused += 1;
+                    continue;
+                }
+                Ok(s) => s.expect("an endpoint is set"),
+            };
+            let checked = OtlpExporter::check(&settings).expect_err(what);
+            let started = OtlpExporter::start(Some(settings), &ResourceInfo::default()).map(|_| ()).expect_err(what);
+            for e in [checked, started] {
+                let OtlpError::Setting(s) = &e else { panic!("{what}: {e}") };
+                assert!(s.key.contains(key), "{what} ({protocol:?}): {e}");
+                assert!(!s.why.is_empty(), "{what}: {e}");
+            }
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 10);
+}
