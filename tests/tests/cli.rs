@@ -512,6 +512,7 @@ fn agent_serves_health_and_metrics_whose_attribution_adds_up() {
     );
     let dev = driver.dev_dir().to_str().unwrap().to_string();
     let api_dir = std::env::temp_dir().join(format!("gt-cli-api-{}", std::process::id()));
+    std::fs::create_dir_all(api_dir.join("run")).unwrap();
     let api = format!("unix://{}/run/api.sock", api_dir.display());
     let mut child = start_with(
         &["--no-cuda", "--nvml", "required", "--nvml-library", &lib, "--price-per-gpu-hour", "3.6"],

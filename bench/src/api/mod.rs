@@ -231,6 +231,7 @@ async fn read_frames(mut stream: tonic::Streaming<api::Received>, n: u64) -> (u6
 /// `subscribers` clients, and reads every stream to its end.
 fn deliver(n: u64, rate: Option<f64>, subscribers: usize, reader: Reader) -> Result<Delivery, String> {
     let dir = std::env::temp_dir().join(format!("gt-bench-api-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let path = dir.join("api.sock");
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

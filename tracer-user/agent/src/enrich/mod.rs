@@ -315,13 +315,23 @@ impl Enricher {
         std::fs::metadata(root.join(rel.trim_start_matches('/'))).ok().map(|m| m.ino())
     }
 
-    /// A cgroup id from a numeric id or a path relative to the cgroup2 mount.
+    /// A cgroup id from a numeric id or a path relative to the cgroup2 mount. The path must stay
+    /// inside the mount (no `..`) and name a cgroup there (a directory on the mount's file system):
+    /// `--cgroup ../../../../etc` found the inode of /etc.
     pub fn cgroup_id(&self, path_or_id: &str) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt as _;
+        use std::path::Component;
         if let Ok(id) = path_or_id.parse::<u64>() {
             return Some(id);
         }
         let root = self.cgroups.root()?;
-        std::fs::metadata(root.join(path_or_id.trim_start_matches('/'))).ok().map(|m| m.ino())
+        let rel = Path::new(path_or_id.trim_start_matches('/'));
+        if !rel.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
+            return None;
+        }
+        let mount = std::fs::metadata(root).ok()?;
+        let m = std::fs::metadata(root.join(rel)).ok()?;
+        (m.is_dir() && m.dev() == mount.dev()).then(|| m.ino())
     }
 }
 

@@ -65,3 +65,31 @@ fn without_lookups_by_id_a_miss_walks_at_most_every_200_ms() {
     assert_eq!((r.lookups.walks, r.lookups.by_walk), (2, 2), "{:?}", r.lookups);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// Issue 45 item 5: a cgroup named by path stays inside the cgroup2 mount: `..`, a file, or a
+/// directory on another file system (here a symlink to /proc) is no cgroup; a real one is found,
+/// with or without a leading `/` or `./`. The "mount" is a temporary directory.
+#[test]
+fn a_cgroup_path_cannot_leave_the_cgroup2_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cg");
+    std::fs::create_dir_all(root.join("kubepods/pod1")).unwrap();
+    std::fs::write(root.join("kubepods/cgroup.procs"), "").unwrap();
+    std::os::unix::fs::symlink("/proc", root.join("elsewhere")).unwrap();
+    let e = Enricher::new(PathBuf::from("/proc"), Some(root.clone()));
+    let ino = std::fs::metadata(root.join("kubepods/pod1")).unwrap().ino();
+    for ok in ["kubepods/pod1", "/kubepods/pod1", "./kubepods/pod1"] {
+        assert_eq!(e.cgroup_id(ok), Some(ino), "{ok}");
+    }
+    for bad in [
+        "../cg/kubepods/pod1",
+        "kubepods/../../../../etc",
+        "../../../../etc",
+        "kubepods/cgroup.procs",
+        "elsewhere",
+        "nope",
+    ] {
+        assert_eq!(e.cgroup_id(bad), None, "{bad}");
+    }
+    assert_eq!(e.cgroup_id("12345"), Some(12345), "an id is taken as it is");
+}

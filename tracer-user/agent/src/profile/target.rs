@@ -66,7 +66,7 @@ fn resolve_only(agent: &mut Agent, spec: &TargetSpec) -> Result<Resolved, Resolv
         TargetSpec::Cgroup(c) => {
             let id = agent.cgroup_id(c).ok_or_else(|| {
                 ResolveError::NotFound(format!(
-                    "--cgroup {c}: no such cgroup (a path relative to the cgroup2 mount, as in /proc/PID/cgroup, or an id)"
+                    "--cgroup {c}: no such cgroup (a path inside the cgroup2 mount, without `..`, as in /proc/PID/cgroup, or an id)"
                 ))
             })?;
             let ident = agent.identity_of(id);

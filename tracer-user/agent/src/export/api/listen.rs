@@ -144,12 +144,25 @@ fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ListenError> {
     let addr = ApiAddr::Unix(path.into());
     let bind_err = |source: std::io::Error, hint: String| ListenError::Bind { addr: addr.clone(), source, hint };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            bind_err(
-                e,
-                format!("create {} (the agent runs as root on a node), or choose another --grpc-listen", dir.display()),
-            )
-        })?;
+        // Only the default socket's directory (/run/gpu-tracer, on a tmpfs that starts empty) is
+        // made; any other must exist, so a typo makes no directories as root.
+        if addr.to_string() == tracer_core::config::api::DEFAULT_LISTEN {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                bind_err(
+                    e,
+                    format!(
+                        "create {} (the agent runs as root on a node), or choose another --grpc-listen",
+                        dir.display()
+                    ),
+                )
+            })?;
+        } else if !dir.is_dir() {
+            return Err(bind_err(
+                std::io::Error::new(std::io::ErrorKind::NotFound, format!("no directory {}", dir.display())),
+                "create it first, or choose a socket path in a directory that exists (only the default's, /run/gpu-tracer, is made)"
+                    .into(),
+            ));
+        }
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {

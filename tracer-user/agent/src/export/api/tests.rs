@@ -392,6 +392,7 @@ struct Running {
 impl Running {
     async fn start(hub: HubSettings, token: Option<&str>) -> Running {
         let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
         let path = dir.path().join("sub/api.sock");
         let hub = Arc::new(EventHub::new(hub));
         let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
@@ -666,8 +667,15 @@ async fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
     let file = path.with_file_name("file");
     std::fs::write(&file, "x").unwrap();
     let settings = ListenSettings { addr: ApiAddr::Unix(file.clone()), tls: None, token: None };
-    assert!(matches!(listen::serve(&settings, state).await.unwrap_err(), listen::ListenError::NotASocket(_)));
+    assert!(matches!(listen::serve(&settings, state.clone()).await.unwrap_err(), listen::ListenError::NotASocket(_)));
     assert!(file.exists());
+    // Issue 45 item 5: a socket in a directory that does not exist is an error naming it; nothing
+    // is created (only the default's /run/gpu-tracer is made).
+    let nowhere = path.with_file_name("no/such/dir/api.sock");
+    let settings = ListenSettings { addr: ApiAddr::Unix(nowhere.clone()), tls: None, token: None };
+    let err = listen::serve(&settings, state).await.unwrap_err().to_string();
+    assert!(err.contains("no directory") && err.contains("no/such/dir"), "{err}");
+    assert!(!path.with_file_name("no").exists(), "no directory was made");
     r.stop().await;
 }
 
