@@ -834,3 +834,34 @@ fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
     assert!(config["detail"].as_str().unwrap().starts_with("invalid setting dev_dir: /nonexistent/dev"), "{config}");
     assert!(v["checks"].as_array().unwrap().len() > 5, "doctor still looks at the rest: {v:#}");
 }
+
+/// Issue 45 item 4: text from outside reaches the terminal escaped. A "Prometheus" whose error
+/// body carries a title-setting sequence and a colour code: `cost --prometheus` names the error
+/// with the sequences shown (`\x1b]0;...`), never sends them.
+#[test]
+fn hostile_text_from_a_server_is_escaped_on_the_terminal() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let body = "{\"status\":\"error\",\"error\":\"\u{1b}]0;pwned\u{7}\u{1b}[31mred\u{202e}\"}";
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { return };
+            let mut buf = [0u8; 8192];
+            let _ = c.read(&mut buf);
+            let _ = write!(
+                c,
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let (code, err) = refused(&["cost", "--prometheus", &format!("http://127.0.0.1:{port}")]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("400"), "{err}");
+    assert!(
+        !err.contains('\u{1b}') && !err.contains('\u{7}') && !err.contains('\u{202e}'),
+        "raw control characters: {err:?}"
+    );
+    assert!(err.contains("\\x1b]0;pwned\\x07\\x1b[31mred\\u{202e}"), "{err}");
+}

@@ -15,7 +15,12 @@ pub(crate) struct DoctorArgs {
 
 pub(crate) async fn run_doctor(cfg: Config, a: DoctorArgs) -> Result<()> {
     let report = doctor::run(&cfg).await;
-    let text = if a.json { report.to_json()? + "\n" } else { report.render_text() };
+    // Details quote paths, library names and errors from the node.
+    let text = if a.json {
+        report.to_json()? + "\n"
+    } else {
+        tracer_core::format::printable(&report.render_text()).into_owned()
+    };
     let mut stdout = std::io::stdout();
     stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).context("writing the report to stdout")?;
     if report.failed() {

@@ -7,9 +7,15 @@ use tracer_core::config::{Config, Overrides};
 
 /// A line for people on stderr. A stderr that cannot be written (full, closed) is no reason to stop
 /// or to panic, as `eprintln!` would: the line is dropped.
+/// What it prints may hold text from outside (an error body, a name from Kubernetes): control
+/// characters are shown escaped, never sent to the terminal (`tracer_core::format::printable`).
 macro_rules! note {
     ($($arg:tt)*) => {{
-        let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("{}\n", format_args!($($arg)*)));
+        let line = format!($($arg)*);
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("{}\n", tracer_core::format::printable(&line)),
+        );
     }};
 }
 

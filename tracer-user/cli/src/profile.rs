@@ -135,7 +135,8 @@ pub(crate) async fn run_profile(mut cfg: Config, a: ProfileArgs) -> Result<()> {
     if a.json {
         writeln!(stdout, "{}", serde_json::to_string(&out.summary)?)?;
     } else {
-        write!(stdout, "{}", summary::render(&out.summary))?;
+        // Kernel and process names come from the workload.
+        write!(stdout, "{}", tracer_core::format::printable(&summary::render(&out.summary)))?;
         writeln!(stdout, "trace: {} (open it in https://ui.perfetto.dev)", a.output.display())?;
     }
     Ok(())

@@ -126,6 +126,8 @@ impl TopOut {
         } else {
             top::render(snap, &top::RenderOptions { per_process: a.per_process, width: top::terminal_width() })
         };
+        // Names, commands and paths in the frame come from Kubernetes and /proc.
+        let out = if a.json { out } else { tracer_core::format::printable(&out).into_owned() };
         let mut stdout = std::io::stdout();
         if self.tty {
             // Redraw in place.

@@ -1,6 +1,12 @@
 //! The compact table style every people-facing table uses (`top`, the attribution tables, `cost`).
 use comfy_table::{ContentArrangement, Table, TableComponent, presets};
 
+/// `table` as text, its cells' control characters escaped (they hold names from Kubernetes,
+/// commands and cgroup paths from /proc: text from outside).
+pub(crate) fn render(table: &Table) -> String {
+    tracer_core::format::printable(&table.to_string()).into_owned()
+}
+
 /// A table with `header` in the compact style every people-facing table uses: horizontal rules
 /// only, one line per row (a 30-pod node stays readable), columns sized to the content within
 /// `width`, one space of padding on the left.

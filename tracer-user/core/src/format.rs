@@ -72,3 +72,49 @@ pub fn unix_time(ns: u64) -> String {
         tm.tm_sec
     )
 }
+
+/// `text` safe to print on a terminal: control characters other than newline and tab (ESC, BEL,
+/// carriage return, ... — what makes a terminal escape sequence or rewrites a line) and Unicode's
+/// bidirectional overrides (which reorder what is shown) are written as `\x1b`, `\u{202e}`.
+/// Everything that comes from outside and is printed for people goes through this: error bodies
+/// from Prometheus or the API server, names from Kubernetes, commands and cgroup paths from
+/// `/proc`, kernel names from workloads.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            if (c as u32) < 0x80 {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            } else {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn escape_sequences_and_bidi_overrides_are_shown_not_obeyed() {
+        assert_eq!(printable("plain\tline\nnext é ✓"), "plain\tline\nnext é ✓");
+        assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            printable("\x1b]0;pwned\x07red \x1b[31mX\x1b[0m\r"),
+            "\\x1b]0;pwned\\x07red \\x1b[31mX\\x1b[0m\\x0d"
+        );
+        assert_eq!(printable("a\u{202e}cod.exe"), "a\\u{202e}cod.exe");
+        assert_eq!(printable("\u{9b}31m"), "\\u{9b}31m", "the 8-bit CSI too");
+    }
+}

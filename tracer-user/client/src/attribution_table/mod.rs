@@ -272,7 +272,7 @@ fn render_gpu(s: &AttributionSnapshot, g: &GpuAttribution, width: u16, out: &mut
         fmt_energy(energy_total),
         fmt_cost(cost_total),
     ]);
-    out.push_str(&table.to_string());
+    out.push_str(&crate::table::render(&table));
     out.push('\n');
 }
 

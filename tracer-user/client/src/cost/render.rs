@@ -71,7 +71,7 @@ pub fn table(r: &Report, width: u16) -> String {
             col.set_cell_alignment(comfy_table::CellAlignment::Right);
         }
     }
-    let _ = writeln!(out, "{t}");
+    let _ = writeln!(out, "{}", crate::table::render(&t));
     for w in &r.warnings {
         let _ = writeln!(out, "warning: {w}");
     }

@@ -142,7 +142,7 @@ pub fn render(s: &AgentSnapshot, o: &RenderOptions) -> String {
     if s.state.cgroups.is_empty() {
         table.add_row(vec![Cell::new("(no process has an NVIDIA device open)")]);
     }
-    out.push_str(&table.to_string());
+    out.push_str(&crate::table::render(&table));
     out.push('\n');
     if !incomplete.is_empty() {
         out.push_str("* the ledger may be short here (NVML's per-process memory in the attribution is not):\n");
@@ -208,7 +208,7 @@ fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
             }
         }
     }
-    table.to_string() + "\n"
+    crate::table::render(&table) + "\n"
 }
 
 #[cfg(test)]

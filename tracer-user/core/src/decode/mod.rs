@@ -113,6 +113,7 @@ impl DeviceKind {
             _ => DeviceKind::Unknown,
         }
     }
+    #[cfg(any(test, feature = "encode"))]
     /// To `tracer_common::device_kind`.
     pub(crate) fn to_wire(self) -> u8 {
         match self {
@@ -155,6 +156,7 @@ impl Device {
     pub(crate) fn from_wire(d: &tracer_common::DeviceRef) -> Self {
         Device { kind: DeviceKind::from_wire(d.kind), minor: d.minor, file_id: d.file_id }
     }
+    #[cfg(any(test, feature = "encode"))]
     /// Encode as a wire `DeviceRef`.
     pub(crate) fn to_wire(self) -> tracer_common::DeviceRef {
         tracer_common::DeviceRef { kind: self.kind.to_wire(), _pad: [0; 3], minor: self.minor, file_id: self.file_id }
@@ -322,6 +324,7 @@ impl Location {
             _ => Location::Unknown,
         }
     }
+    #[cfg(any(test, feature = "encode"))]
     /// The `attr` bits that decode to `self` (for encoding).
     pub(crate) fn to_attr(self) -> u32 {
         let v = match self {
