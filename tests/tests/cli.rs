@@ -865,3 +865,22 @@ fn hostile_text_from_a_server_is_escaped_on_the_terminal() {
     );
     assert!(err.contains("\\x1b]0;pwned\\x07\\x1b[31mred\\u{202e}"), "{err}");
 }
+
+/// Issue 45 item 7: `--help` and `--version` that cannot be written (stdout is /dev/full) are an
+/// error naming why, not exit 0 with nothing shown; a closed pipe (`--help | head`) stays quiet.
+#[test]
+fn help_that_cannot_be_written_is_an_error() {
+    for args in [&["--help"][..], &["--version"], &["top", "--help"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = Command::new(gpu_tracer()).args(args).stdout(full).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("No space left on device"), "{args:?}: {err}");
+    }
+    let out = Command::new(gpu_tracer()).arg("--help").stdin(Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: gpu-tracer"));
+    let (code, err) = refused(&["--no-such-flag"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("unexpected argument '--no-such-flag'"), "{err}");
+}

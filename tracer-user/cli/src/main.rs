@@ -146,8 +146,30 @@ fn main() {
     }
 }
 
+/// What clap's `exit` does — help and version on stdout with exit 0, usage errors on stderr with
+/// exit 2 — but a help or version text that cannot be written (stdout full or closed) is an error
+/// naming why, exit 1, not a silent success.
+fn exit_with(e: clap::Error) -> ! {
+    use std::io::Write as _;
+    let printed =
+        e.print().and_then(|()| if e.use_stderr() { std::io::stderr().flush() } else { std::io::stdout().flush() });
+    if let Err(io) = printed {
+        if io.kind() == std::io::ErrorKind::BrokenPipe {
+            // The reader stopped reading (`--help | head`): what it wanted, it got.
+            std::process::exit(e.exit_code());
+        }
+        let what = if e.use_stderr() { "the usage error" } else { "the help or version text" };
+        note!("error: writing {what}: {io}");
+        std::process::exit(1);
+    }
+    std::process::exit(e.exit_code())
+}
+
 fn run() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => exit_with(e),
+    };
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.common.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
