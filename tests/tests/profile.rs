@@ -370,6 +370,22 @@ fn profile_refuses_what_it_cannot_record_with_a_clear_message() {
     assert!(err.contains("--duration"), "{err}");
 }
 
+/// `gpu-tracer agent` on the fake driver at `dev_dir` and the fake libcuda (thunk prologues), with
+/// `config`, for `secs` seconds, its API at `api`, /metrics on an ephemeral port.
+fn agent_command(dev_dir: &Path, config: &Path, secs: u32, api: &str) -> Command {
+    let mut c = Command::new(gpu_tracer());
+    c.args(["--log", "info", "--dev-dir"])
+        .arg(dev_dir)
+        .arg("--config")
+        .arg(config)
+        .arg("--libcuda")
+        .arg(fake_libcuda("thunk"))
+        .args(["--simulated-devices", "agent", "--listen", "127.0.0.1:0", "--duration", &secs.to_string()])
+        .args(["--grpc-listen", api])
+        .stdout(Stdio::null());
+    c
+}
+
 /// `gpu-tracer agent` with the cuda family on the fake libcuda (synchronisation and copy calls
 /// probed too) and its API on a Unix socket in `dir`; returns it and the API address once it
 /// serves.
@@ -377,27 +393,8 @@ fn start_agent(driver: &FakeDriver, dir: &Path) -> (AgentProcess, String) {
     let config = dir.join("agent.toml");
     std::fs::write(&config, "cuda_timed_calls = true\n").unwrap();
     let api = format!("unix://{}", dir.join("api.sock").display());
-    let mut agent = AgentProcess::spawn(
-        Command::new(gpu_tracer())
-            .args(["--log", "info", "--dev-dir"])
-            .arg(driver.dev_dir())
-            .arg("--config")
-            .arg(&config)
-            .arg("--libcuda")
-            .arg(fake_libcuda("thunk"))
-            .args([
-                "--simulated-devices",
-                "agent",
-                "--listen",
-                "127.0.0.1:0",
-                "--duration",
-                "300",
-                "--grpc-listen",
-                &api,
-            ])
-            .stdout(Stdio::null()),
-    )
-    .expect("spawn gpu-tracer agent");
+    let mut agent =
+        AgentProcess::spawn(&mut agent_command(driver.dev_dir(), &config, 300, &api)).expect("spawn gpu-tracer agent");
     agent.grpc_addr().unwrap_or_else(|e| panic!("the agent did not serve its API: {e}"));
     (agent, api)
 }
@@ -668,27 +665,7 @@ fn profile_records_nvml_readings_of_the_gpu_the_workload_uses() {
     std::fs::write(&config, format!("snapshot_interval_ms = 500\n[nvml]\nmode = \"required\"\nlibrary = {lib:?}\n"))
         .unwrap();
     let api = format!("unix://{}", dir.path().join("api.sock").display());
-    let mut agent = AgentProcess::spawn(
-        Command::new(gpu_tracer())
-            .args(["--log", "info", "--dev-dir"])
-            .arg(driver.dev_dir())
-            .arg("--config")
-            .arg(&config)
-            .arg("--libcuda")
-            .arg(fake_libcuda("thunk"))
-            .args([
-                "--simulated-devices",
-                "agent",
-                "--listen",
-                "127.0.0.1:0",
-                "--duration",
-                "120",
-                "--grpc-listen",
-                &api,
-            ])
-            .stdout(Stdio::null()),
-    )
-    .unwrap();
+    let mut agent = AgentProcess::spawn(&mut agent_command(driver.dev_dir(), &config, 120, &api)).unwrap();
     agent.grpc_addr().unwrap();
     let trace = dir.path().join("agent.pftrace");
     let child = start_profile(
