@@ -9,22 +9,8 @@
 //! (a bogus non-NULL handle would crash the real library).
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
-use super::Libcuda;
-
-type CuResult = c_int;
-type LaunchFn = unsafe extern "C" fn(
-    *mut c_void,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CuResult;
+// `LaunchFn`: cuLaunchKernel's signature (cuda.h), the workload's own.
+use super::{CuResult, LaunchKernelFn as LaunchFn, Libcuda};
 
 /// The CUDA version asked of `cuGetProcAddress` (12.0, as cudart 12 asks).
 const PROC_ADDRESS_VERSION: c_int = 12000;
