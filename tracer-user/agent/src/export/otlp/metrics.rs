@@ -1,4 +1,5 @@
-//! The OTLP metrics of one snapshot, built directly as `opentelemetry-proto` messages.
+//! The OTLP metrics of one snapshot, written directly as the protobuf bytes of export requests
+//! ([`wire`](super::wire)).
 //!
 //! Two parts:
 //!
@@ -20,11 +21,13 @@
 //!   `hw.gpu.memory.limit`, `hw.gpu.utilization`, `hw.power`, `hw.energy`, with `hw.id` (the
 //!   UUID), `hw.type=gpu` and `hw.name` (the model).
 //!
-//! [`MetricBuilder`] hands the metrics out one source at a time ([`MetricBuilder::part`]), so the
-//! exporter sends them in requests of at most [`MAX_POINTS_PER_REQUEST`] points while it builds
-//! the next: what one export holds at a time is one source's metrics and one request, not the
-//! whole node's metrics. Nothing here goes through the OpenTelemetry SDK (no instruments, no
-//! aggregation state kept between exports): a point is built from a source's sample and sent.
+//! [`MetricBuilder`] writes the metrics one source at a time ([`MetricBuilder::part`]) into a
+//! [`RequestWriter`], which lays them out as requests of at most [`MAX_POINTS_PER_REQUEST`]
+//! points; the exporter sends the full ones after each source: what one export holds at a time
+//! is one source's requests, not the whole node's metrics, and a point's attributes are written
+//! once, as their wire bytes (no message structs, no strings per attribute). Nothing here goes
+//! through the OpenTelemetry SDK (no instruments, no aggregation state kept between exports): a
+//! point is written from a source's sample and sent.
 //!
 //! [`MetricSource`]: crate::export::metrics::MetricSource
 use std::{borrow::Cow, collections::HashSet, sync::Arc};
@@ -33,9 +36,13 @@ use std::{borrow::Cow, collections::HashSet, sync::Arc};
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use opentelemetry_proto::tonic::{
+    collector::metrics::v1::ExportMetricsServiceRequest,
     common::v1::{AnyValue, KeyValue, any_value},
-    metrics::v1::{AggregationTemporality, Gauge, Metric, NumberDataPoint, Sum, metric, number_data_point},
+    metrics::v1::{Metric, metric},
 };
+use prost::Message as _;
+
+use super::wire::{Instrument, MetricHead, Num, Point, RequestWriter, put_attribute, put_bool_attribute};
 
 use crate::export::metrics::{
     Family, LabelSet, MetricEncoder, MetricKind, MetricsRegistry, PREFIX, SampleSink, Unit, Value,
@@ -95,21 +102,23 @@ impl MetricBuilder {
         self.registry.parts() + 1
     }
 
-    /// Append the metrics of part `part` of `snapshot` to `out`, with `time_unix_ns` as their
-    /// time. `ids` is [`IdentityIndex::new`] of the same snapshot (built once per export).
+    /// Write the metrics of part `part` of `snapshot` to `out`, with `time_unix_ns` as their
+    /// time. `ids` is [`IdentityIndex::new`] of the same snapshot (built once per export). A
+    /// source that fails is left out whole (as it fails the whole of /metrics): `out` is as it
+    /// was before the call.
     pub fn part(
         &mut self,
         part: usize,
         snapshot: &Arc<AgentSnapshot>,
         ids: &IdentityIndex<'_>,
         time_unix_ns: u64,
-        out: &mut Vec<Metric>,
+        out: &mut RequestWriter,
     ) -> std::fmt::Result {
         if part >= self.registry.parts() {
-            out.extend(hardware(snapshot, time_unix_ns));
+            hardware(snapshot, time_unix_ns, &mut self.series.arena, out);
             return Ok(());
         }
-        let before = out.len();
+        let before = out.checkpoint();
         let mut encoder = OtlpEncoder {
             ids,
             start: self.start_unix_ns,
@@ -121,22 +130,32 @@ impl MetricBuilder {
         };
         let written = self.registry.write_part(part, snapshot, &mut encoder);
         if written.is_err() {
-            // A source that fails is left out whole, as it fails the whole of /metrics.
-            out.truncate(before);
+            out.rollback(before);
         }
         written
     }
 
-    /// Every metric of `snapshot` at once (tests and benchmarks; the exporter goes part by part).
-    pub fn all(&mut self, snapshot: &Arc<AgentSnapshot>) -> Vec<Metric> {
+    /// Every part of `snapshot` written to `out`, at `time_unix_ns` (a source that fails is left
+    /// out, as in /metrics); take the requests with [`RequestWriter::take_last`].
+    pub fn write_all(&mut self, snapshot: &Arc<AgentSnapshot>, time_unix_ns: u64, out: &mut RequestWriter) {
         let ids = IdentityIndex::new(snapshot);
-        let now = unix_ns_now();
-        let mut out = Vec::new();
         for p in 0..self.parts() {
-            // A source that fails is left out, as in /metrics.
-            let _ = self.part(p, snapshot, &ids, now, &mut out);
+            let _ = self.part(p, snapshot, &ids, time_unix_ns, out);
         }
-        out
+    }
+
+    /// Every metric of `snapshot` at once, decoded from the bytes an export sends (tests and
+    /// benchmarks; the exporter goes part by part).
+    pub fn all(&mut self, snapshot: &Arc<AgentSnapshot>) -> Vec<Metric> {
+        let mut out = RequestWriter::new(&Default::default(), &Default::default(), usize::MAX);
+        self.write_all(snapshot, unix_ns_now(), &mut out);
+        let mut metrics = Vec::new();
+        while let Some((body, _)) = out.take_last() {
+            // The writer's bytes always decode (the tests hold it to that).
+            let req = ExportMetricsServiceRequest::decode(body).unwrap_or_default();
+            metrics.extend(req.resource_metrics.into_iter().flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics));
+        }
+        metrics
     }
 }
 
@@ -155,25 +174,6 @@ pub fn point_count(m: &Metric) -> usize {
         Some(metric::Data::Summary(s)) => s.data_points.len(),
         None => 0,
     }
-}
-
-/// Split `m` after its first `n` points: `m` keeps them, the returned metric (same name,
-/// description, unit and kind) has the rest.
-pub fn split_off(m: &mut Metric, n: usize) -> Metric {
-    let mut rest =
-        Metric { name: m.name.clone(), description: m.description.clone(), unit: m.unit.clone(), ..Default::default() };
-    rest.data = match &mut m.data {
-        Some(metric::Data::Gauge(g)) => {
-            Some(metric::Data::Gauge(Gauge { data_points: g.data_points.split_off(n.min(g.data_points.len())) }))
-        }
-        Some(metric::Data::Sum(s)) => Some(metric::Data::Sum(Sum {
-            data_points: s.data_points.split_off(n.min(s.data_points.len())),
-            aggregation_temporality: s.aggregation_temporality,
-            is_monotonic: s.is_monotonic,
-        })),
-        _ => None,
-    };
-    rest
 }
 
 // ---- the /metrics families ----
@@ -254,90 +254,131 @@ struct OtlpEncoder<'x, 'a> {
     start: u64,
     time: u64,
     max_series: usize,
-    out: &'x mut Vec<Metric>,
+    out: &'x mut RequestWriter,
     /// Metrics that hit `max_series` (warned about once each).
     overflowed: &'x mut HashSet<String>,
     series: &'x mut Series,
 }
 
-/// The series of the family being built, found by their attributes: kept by the builder so that
-/// its tables keep their capacity from one family (and export) to the next.
+/// The series of the family being built, found by their attributes' bytes: kept by the builder
+/// so that its tables keep their capacity from one family (and export) to the next.
 #[derive(Debug, Default)]
 struct Series {
-    /// The attributes' hash → the newest series with it; `next[i]`: the one before it with the
+    /// The attributes of the family's points, as written on the wire, one after the other.
+    arena: Vec<u8>,
+    points: Vec<Point>,
+    /// The attributes' hash → the newest point with it; `next[i]`: the one before it with the
     /// same hash (`usize::MAX`: none).
     by_hash: HashMap<u64, usize>,
     next: Vec<usize>,
-    /// Each series' value, summed.
-    values: Vec<Num>,
-    /// The attributes of the sample at hand, sorted.
-    scratch: Vec<KeyValue>,
+    /// Where the sample at hand's attributes were written in the arena, in the order its labels
+    /// came, and a copy of them to put them in order from.
+    spans: Vec<Span>,
+    scratch: Vec<u8>,
     hasher: foldhash::fast::RandomState,
 }
 
 impl Series {
-    /// The series of `points` whose attributes are `self.scratch`.
-    fn find(&self, points: &[NumberDataPoint], hash: u64) -> Option<usize> {
-        let mut at = self.by_hash.get(&hash).copied();
-        while let Some(i) = at {
-            if points[i].attributes == self.scratch {
-                return Some(i);
+    fn clear(&mut self) {
+        self.arena.clear();
+        self.points.clear();
+        self.by_hash.clear();
+        self.next.clear();
+    }
+
+    /// The point whose attributes are the same bytes as `arena[at..]` (the sample at hand's).
+    fn find(&self, hash: u64, at: usize) -> Option<usize> {
+        let attrs = &self.arena[at..];
+        let mut i = self.by_hash.get(&hash).copied();
+        while let Some(p) = i {
+            let q = &self.points[p];
+            if &self.arena[q.start as usize..q.end as usize] == attrs {
+                return Some(p);
             }
-            at = Some(self.next[i]).filter(|&n| n != usize::MAX);
+            i = Some(self.next[p]).filter(|&n| n != usize::MAX);
         }
         None
     }
-}
 
-/// Hashes attributes by their string values (the only values a series has). The keys are left
-/// out: within a family they are nearly always the same, and [`Series::find`] compares the whole
-/// attributes anyway.
-struct AttrsHash<'a>(&'a [KeyValue]);
-
-impl std::hash::Hash for AttrsHash<'_> {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        for a in self.0 {
-            string_value(a).hash(h);
+    /// Append a sample's labels to the arena as OTLP attributes: sorted by key (then value),
+    /// empty values left out, the `cgroup` label made `container.id` and `k8s.pod.uid`.
+    fn attributes(&mut self, labels: &dyn LabelSet, ids: &IdentityIndex<'_>) {
+        let at = self.arena.len();
+        let (arena, spans) = (&mut self.arena, &mut self.spans);
+        spans.clear();
+        let mut push = |k: &str, v: &str| {
+            let start = arena.len() as u32;
+            let (key, value) = put_attribute(arena, k, v);
+            let mut prefix = [0u8; 16];
+            let n = k.len().min(16);
+            prefix[..n].copy_from_slice(&k.as_bytes()[..n]);
+            spans.push(Span {
+                prefix: u128::from_be_bytes(prefix),
+                start,
+                end: arena.len() as u32,
+                key: key as u32,
+                key_len: k.len() as u32,
+                value: value as u32,
+            });
+        };
+        // Visiting cannot fail here: the closure never returns an error.
+        let _ = labels.visit(&mut |k, v| {
+            let key = match k {
+                "cgroup" => {
+                    let (cid, uid) = ids.ids(v);
+                    if let Some(c) = cid {
+                        push("container.id", &c);
+                    }
+                    if let Some(u) = uid {
+                        push("k8s.pod.uid", &u);
+                    }
+                    return Ok(());
+                }
+                _ if v.is_empty() || forbidden(k) => return Ok(()),
+                "namespace" => "k8s.namespace.name",
+                "pod" => "k8s.pod.name",
+                "container" => "k8s.container.name",
+                "gpu" => "hw.id",
+                other => other,
+            };
+            push(key, v);
+            Ok(())
+        });
+        // Sorted by key, then value: the prefixes decide nearly every comparison.
+        let arena = &self.arena;
+        let order = |x: &Span, y: &Span| {
+            x.prefix.cmp(&y.prefix).then_with(|| {
+                let kv = |s: &Span| {
+                    let k = &arena[s.key as usize..(s.key + s.key_len) as usize];
+                    (k, &arena[s.value as usize..s.end as usize])
+                };
+                kv(x).cmp(&kv(y))
+            })
+        };
+        if self.spans.windows(2).all(|w| order(&w[0], &w[1]).is_le()) {
+            return;
+        }
+        self.spans.sort_unstable_by(order);
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.arena[at..]);
+        self.arena.truncate(at);
+        for s in &self.spans {
+            self.arena.extend_from_slice(&self.scratch[s.start as usize - at..s.end as usize - at]);
         }
     }
 }
 
-/// A string attribute's value ("" for any other).
-fn string_value(a: &KeyValue) -> &str {
-    match a.value.as_ref().and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(s)) => s,
-        _ => "",
-    }
-}
-
-/// A value of a point: exact integers for byte counts, doubles otherwise.
+/// Where one attribute of the sample at hand is in the arena: the whole `KeyValue` field
+/// (`start..end`), its key (`key`, `key_len` bytes) and its value (`value..end`); `prefix` is the
+/// key's first 16 bytes, big-endian, to order keys without a call.
 #[derive(Clone, Copy, Debug)]
-enum Num {
-    Int(u64),
-    Float(f64),
-}
-
-impl Num {
-    fn add(&mut self, other: Num) {
-        *self = match (*self, other) {
-            (Num::Int(a), Num::Int(b)) => Num::Int(a.saturating_add(b)),
-            (a, b) => Num::Float(a.as_f64() + b.as_f64()),
-        }
-    }
-
-    fn as_f64(self) -> f64 {
-        match self {
-            Num::Int(i) => i as f64,
-            Num::Float(f) => f,
-        }
-    }
-
-    fn value(self) -> number_data_point::Value {
-        match self {
-            Num::Int(i) => number_data_point::Value::AsInt(i64::try_from(i).unwrap_or(i64::MAX)),
-            Num::Float(f) => number_data_point::Value::AsDouble(f),
-        }
-    }
+struct Span {
+    prefix: u128,
+    start: u32,
+    end: u32,
+    key: u32,
+    key_len: u32,
+    value: u32,
 }
 
 impl Num {
@@ -365,40 +406,28 @@ impl MetricEncoder for OtlpEncoder<'_, '_> {
         family: &Family<'_>,
         samples: &mut dyn FnMut(&mut SampleSink<'_>) -> std::fmt::Result,
     ) -> std::fmt::Result {
-        let unit = family.unit.map_or("", Unit::as_str);
         let exact = family.unit == Some(Unit::Bytes);
         let counter = family.kind == MetricKind::Counter;
         let (ids, max_series) = (self.ids, self.max_series);
-        let start = if counter { self.start } else { 0 };
-        let time = self.time;
         let series = &mut *self.series;
-        series.by_hash.clear();
-        series.next.clear();
-        series.values.clear();
-        // One point per distinct attribute set, in first-seen order; its value is set at the end.
-        let mut points: Vec<NumberDataPoint> = Vec::with_capacity(family.size_hint.min(max_series));
+        series.clear();
+        series.points.reserve(family.size_hint.min(max_series));
+        // One point per distinct attribute set, in first-seen order.
         let mut overflow: Option<Num> = None;
         samples(&mut |labels, value| {
             let Some(v) = Num::of(value, exact) else { return Ok(()) };
-            attributes(labels, ids, &mut series.scratch);
-            let hash = std::hash::BuildHasher::hash_one(&series.hasher, AttrsHash(&series.scratch));
-            if let Some(i) = series.find(&points, hash) {
-                series.values[i].add(v);
-                series.scratch.clear();
-            } else if points.len() + 1 < max_series {
-                let mut attributes = Vec::with_capacity(series.scratch.len());
-                attributes.append(&mut series.scratch);
-                let i = points.len();
-                points.push(NumberDataPoint {
-                    attributes,
-                    start_time_unix_nano: start,
-                    time_unix_nano: time,
-                    ..Default::default()
-                });
-                series.values.push(v);
+            let at = series.arena.len();
+            series.attributes(labels, ids);
+            let hash = std::hash::BuildHasher::hash_one(&series.hasher, &series.arena[at..]);
+            if let Some(i) = series.find(hash, at) {
+                series.points[i].value.add(v);
+                series.arena.truncate(at);
+            } else if series.points.len() + 1 < max_series {
+                let i = series.points.len();
+                series.points.push(Point { start: at as u32, end: series.arena.len() as u32, value: v });
                 series.next.push(series.by_hash.insert(hash, i).unwrap_or(usize::MAX));
             } else {
-                series.scratch.clear();
+                series.arena.truncate(at);
                 match overflow.as_mut() {
                     Some(o) => o.add(v),
                     None => overflow = Some(v),
@@ -406,70 +435,30 @@ impl MetricEncoder for OtlpEncoder<'_, '_> {
             }
             Ok(())
         })?;
-        if points.is_empty() && overflow.is_none() {
+        if series.points.is_empty() && overflow.is_none() {
             return Ok(());
-        }
-        for (p, v) in points.iter_mut().zip(&series.values) {
-            p.value = Some(v.value());
         }
         let name = otel_metric_name(family.name);
         if let Some(v) = overflow {
-            points.push(point(
-                vec![KeyValue {
-                    key: OVERFLOW_KEY.into(),
-                    value: Some(AnyValue { value: Some(any_value::Value::BoolValue(true)) }),
-                }],
-                v,
-                start,
-                self.time,
-            ));
+            let at = series.arena.len();
+            put_bool_attribute(&mut series.arena, OVERFLOW_KEY, true);
+            series.points.push(Point { start: at as u32, end: series.arena.len() as u32, value: v });
             if self.overflowed.insert(name.clone()) {
                 tracing::warn!(metric = %name, limit = max_series,
                     "an OTLP metric has more series than otlp.max_series_per_metric; the rest are summed under otel.metric.overflow=true");
             }
         }
-        let kind = if counter { Instrument::Counter } else { Instrument::Gauge };
-        self.out.push(metric(name, family.help.to_owned(), ucum(unit), kind, points));
+        let head = MetricHead {
+            name: &name,
+            description: family.help,
+            unit: ucum(family.unit.map_or("", Unit::as_str)),
+            kind: if counter { Instrument::Counter } else { Instrument::Gauge },
+            start: if counter { self.start } else { 0 },
+            time: self.time,
+        };
+        self.out.metric(&head, &series.arena, &series.points);
         Ok(())
     }
-}
-
-fn point(attributes: Vec<KeyValue>, v: Num, start: u64, time: u64) -> NumberDataPoint {
-    NumberDataPoint {
-        attributes,
-        start_time_unix_nano: start,
-        time_unix_nano: time,
-        value: Some(v.value()),
-        ..Default::default()
-    }
-}
-
-/// How a metric's points are reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Instrument {
-    Gauge,
-    /// A monotonic cumulative sum.
-    Counter,
-    /// A non-monotonic cumulative sum.
-    UpDownCounter,
-}
-
-fn metric(
-    name: String,
-    description: String,
-    unit: &str,
-    kind: Instrument,
-    data_points: Vec<NumberDataPoint>,
-) -> Metric {
-    let data = match kind {
-        Instrument::Gauge => metric::Data::Gauge(Gauge { data_points }),
-        Instrument::Counter | Instrument::UpDownCounter => metric::Data::Sum(Sum {
-            data_points,
-            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-            is_monotonic: kind == Instrument::Counter,
-        }),
-    };
-    Metric { name, description, unit: unit.to_owned(), data: Some(data), ..Default::default() }
 }
 
 /// A string attribute.
@@ -477,49 +466,24 @@ pub fn kv(key: impl Into<String>, value: impl Into<String>) -> KeyValue {
     KeyValue { key: key.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.into())) }) }
 }
 
-/// A sample's labels → OTLP attributes in `out` (cleared first; sorted by key, empty values left
-/// out; the `cgroup` label becomes `container.id` and `k8s.pod.uid`).
-fn attributes(labels: &dyn LabelSet, ids: &IdentityIndex<'_>, out: &mut Vec<KeyValue>) {
-    out.clear();
-    // Visiting cannot fail here: the closure never returns an error.
-    let _ = labels.visit(&mut |k, v| {
-        let key = match k {
-            "cgroup" => {
-                let (cid, uid) = ids.ids(v);
-                out.extend(cid.map(|c| kv("container.id", c)));
-                out.extend(uid.map(|u| kv("k8s.pod.uid", u)));
-                return Ok(());
-            }
-            _ if v.is_empty() || forbidden(k) => return Ok(()),
-            "namespace" => "k8s.namespace.name",
-            "pod" => "k8s.pod.name",
-            "container" => "k8s.container.name",
-            "gpu" => "hw.id",
-            other => other,
-        };
-        out.push(kv(key, v));
-        Ok(())
-    });
-    out.sort_unstable_by(|a, b| a.key.cmp(&b.key).then_with(|| string_value(a).cmp(string_value(b))));
-}
-
 // ---- hardware semantic conventions ----
 
-/// `hw.*` metrics of the NVML sample (none without NVML).
-fn hardware(snapshot: &AgentSnapshot, time: u64) -> Vec<Metric> {
+/// Writes the `hw.*` metrics of the NVML sample to `out` (none without NVML); `arena` is
+/// scratch space for the points' attributes.
+fn hardware(snapshot: &AgentSnapshot, time: u64, arena: &mut Vec<u8>, out: &mut RequestWriter) {
     let Some(sample) = snapshot.nvml.sample.as_deref() else {
-        return Vec::new();
+        return;
     };
-    type Points = Vec<(Vec<KeyValue>, Num)>;
+    type Points<'s> = Vec<(Vec<(&'static str, &'s str)>, Num)>;
     let (mut usage, mut limit, mut util, mut power, mut energy): (Points, Points, Points, Points, Points) =
         Default::default();
-    let hw = |uuid: &str, name: Option<&str>, parent: Option<&str>| {
-        let mut a = vec![kv("hw.id", uuid), kv("hw.type", "gpu")];
-        a.extend(name.map(|n| kv("hw.name", n)));
-        a.extend(parent.map(|p| kv("hw.parent", p)));
-        a.push(kv("hw.vendor", "NVIDIA"));
+    fn hw<'s>(uuid: &'s str, name: Option<&'s str>, parent: Option<&'s str>) -> Vec<(&'static str, &'s str)> {
+        let mut a = vec![("hw.id", uuid), ("hw.type", "gpu")];
+        a.extend(name.map(|n| ("hw.name", n)));
+        a.extend(parent.map(|p| ("hw.parent", p)));
+        a.push(("hw.vendor", "NVIDIA"));
         a
-    };
+    }
     for d in sample.devices.iter().filter(|d| !d.lost) {
         let attrs = hw(&d.uuid, d.name.as_deref(), None);
         if let Some(m) = &d.memory {
@@ -528,7 +492,7 @@ fn hardware(snapshot: &AgentSnapshot, time: u64) -> Vec<Metric> {
         }
         if let Some(u) = &d.utilization {
             let mut a = attrs.clone();
-            a.push(kv("hw.gpu.task", "general"));
+            a.push(("hw.gpu.task", "general"));
             util.push((a, Num::Float(f64::from(u.gpu_pct) / 100.0)));
         }
         if let Some(mw) = d.power_mw {
@@ -547,27 +511,32 @@ fn hardware(snapshot: &AgentSnapshot, time: u64) -> Vec<Metric> {
     }
     // `hw.energy` counts from when the driver loaded, which the sample does not say: a start time
     // of 0 is what the specification allows for a cumulative point whose start is unknown.
-    let fam = |name: &str, description: &str, unit: &str, kind: Instrument, points: Points| {
-        let points = points.into_iter().map(|(a, v)| point(a, v, 0, time)).collect();
-        metric(name.to_owned(), description.to_owned(), unit, kind, points)
+    let mut fam = |name: &str, description: &str, unit: &str, kind: Instrument, points: Points<'_>| {
+        arena.clear();
+        let points: Vec<Point> = points
+            .into_iter()
+            .map(|(attrs, value)| {
+                let start = arena.len() as u32;
+                for (k, v) in attrs {
+                    put_attribute(arena, k, v);
+                }
+                Point { start, end: arena.len() as u32, value }
+            })
+            .collect();
+        out.metric(&MetricHead { name, description, unit, kind, start: 0, time }, arena, &points);
     };
     use Instrument::{Counter, Gauge, UpDownCounter};
-    [
-        fam(
-            "hw.gpu.memory.usage",
-            "GPU memory in use (total - free, driver-reserved included), per GPU and MIG instance.",
-            "By",
-            UpDownCounter,
-            usage,
-        ),
-        fam("hw.gpu.memory.limit", "GPU memory size.", "By", UpDownCounter, limit),
-        fam("hw.gpu.utilization", "Time at least one kernel ran, 0..1 (NVML's GPU utilization).", "1", Gauge, util),
-        fam("hw.power", "Power draw.", "W", Gauge, power),
-        fam("hw.energy", "Energy since the driver loaded.", "J", Counter, energy),
-    ]
-    .into_iter()
-    .filter(|m| point_count(m) > 0)
-    .collect()
+    fam(
+        "hw.gpu.memory.usage",
+        "GPU memory in use (total - free, driver-reserved included), per GPU and MIG instance.",
+        "By",
+        UpDownCounter,
+        usage,
+    );
+    fam("hw.gpu.memory.limit", "GPU memory size.", "By", UpDownCounter, limit);
+    fam("hw.gpu.utilization", "Time at least one kernel ran, 0..1 (NVML's GPU utilization).", "1", Gauge, util);
+    fam("hw.power", "Power draw.", "W", Gauge, power);
+    fam("hw.energy", "Energy since the driver loaded.", "J", Counter, energy);
 }
 
 #[cfg(test)]

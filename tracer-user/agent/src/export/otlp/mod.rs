@@ -13,8 +13,9 @@
 //!   full queue is a counted drop). The thread decodes and batches the queue into log records
 //!   ([`logs`]) and sends a batch when it is full or every `log_export_interval`.
 //!
-//! The requests are `opentelemetry-proto` messages built here and sent by [`transport`] (gRPC
-//! through the generated clients, or HTTP/protobuf through hyper; rustls for `https://`). The
+//! The metric requests are written as protobuf bytes ([`wire`], from the typed families of
+//! `/metrics` in [`metrics`]); the log requests are `opentelemetry-proto` messages; both are sent
+//! by [`transport`] (gRPC through tonic, or HTTP/protobuf through hyper; rustls for `https://`). The
 //! OpenTelemetry SDK is not used: its observable instruments and aggregation cost about 0.4 s of
 //! CPU per export at 8 GPUs × 100 containers (`docs/benchmarks.md` §9, before), and its
 //! periodic reader and batch processors drop silently.
@@ -28,13 +29,14 @@
 //! collector does. The counts are [`OtlpExporter::stats`] (`model::OtlpStats`, in each snapshot
 //! and in `/metrics` as `gpu_tracer_otlp_*`).
 //!
-//! Files: `transport.rs` (sending per
-//! protocol), `metrics.rs` (snapshot → metrics), `logs.rs` (events → log records).
+//! Files: `transport.rs` (sending per protocol), `metrics.rs` (snapshot → metrics), `wire.rs`
+//! (metrics → request bytes), `logs.rs` (events → log records).
 pub mod logs;
 pub mod metrics;
 #[cfg(test)]
 mod tests;
 mod transport;
+pub mod wire;
 
 use std::{
     sync::{
@@ -44,19 +46,20 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bytes::Bytes;
 use gpu_tracer_proto::{EncodedSubscribeResponse, v1};
 use opentelemetry_proto::tonic::{
-    collector::{logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest},
+    collector::logs::v1::ExportLogsServiceRequest,
     common::v1::InstrumentationScope,
     logs::v1::{ResourceLogs, ScopeLogs},
-    metrics::v1::{Metric, ResourceMetrics, ScopeMetrics},
     resource::v1::Resource,
 };
 use tokio::sync::{mpsc, oneshot};
 
 use self::{
-    metrics::{IdentityIndex, MAX_POINTS_PER_REQUEST, MetricBuilder, kv, point_count, split_off, unix_ns_now},
+    metrics::{IdentityIndex, MAX_POINTS_PER_REQUEST, MetricBuilder, kv, unix_ns_now},
     transport::{Accepted, SendError, Transport},
+    wire::RequestWriter,
 };
 use crate::export::metrics::MetricsRegistry;
 pub use tracer_core::config::otlp::{OtlpConfig, OtlpFlags, OtlpProtocol, OtlpSettingError, OtlpSettings};
@@ -224,6 +227,7 @@ impl OtlpExporter {
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let worker = Worker {
             builder: MetricBuilder::new(MetricsRegistry::new(), settings.max_series_per_metric),
+            requests: RequestWriter::new(&resource, &scope, MAX_POINTS_PER_REQUEST),
             settings: settings.clone(),
             transport,
             resource,
@@ -339,6 +343,8 @@ impl OtlpExporter {
 struct Worker {
     settings: OtlpSettings,
     builder: MetricBuilder,
+    /// The metric requests of the export under way (its buffers kept from one export to the next).
+    requests: RequestWriter,
     transport: Transport,
     resource: Resource,
     scope: InstrumentationScope,
@@ -420,61 +426,36 @@ impl Worker {
     }
 
     /// Send the latest snapshot's metrics: part by part, in requests of at most
-    /// `MAX_POINTS_PER_REQUEST` points (a metric with more is split across requests).
+    /// `MAX_POINTS_PER_REQUEST` points (a metric with more is split across requests), each sent
+    /// as soon as the part that filled it is written.
     async fn export_metrics(&mut self, deadline: Option<Instant>) {
         let Some(snapshot) = self.latest.lock().unwrap_or_else(|e| e.into_inner()).clone() else { return };
         let ids = IdentityIndex::new(&snapshot);
         let now = unix_ns_now();
-        let (mut pending, mut points) = (Vec::<Metric>::new(), 0usize);
         let mut all_sent = true;
-        let mut part_metrics = Vec::new();
         for part in 0..self.builder.parts() {
-            if let Err(e) = self.builder.part(part, &snapshot, &ids, now, &mut part_metrics) {
+            if let Err(e) = self.builder.part(part, &snapshot, &ids, now, &mut self.requests) {
                 self.counters.error(format!("building metrics: {e}"));
             }
-            for mut m in part_metrics.drain(..) {
-                let mut n = point_count(&m);
-                while points + n > MAX_POINTS_PER_REQUEST {
-                    let rest = split_off(&mut m, MAX_POINTS_PER_REQUEST - points);
-                    pending.push(m);
-                    all_sent &= self.send_metrics(std::mem::take(&mut pending), deadline).await;
-                    points = 0;
-                    m = rest;
-                    n = point_count(&m);
-                }
-                if n > 0 {
-                    points += n;
-                    pending.push(m);
-                }
+            while let Some((body, points)) = self.requests.take() {
+                all_sent &= self.send_metrics(body, points, deadline).await;
             }
         }
-        if !pending.is_empty() {
-            all_sent &= self.send_metrics(pending, deadline).await;
+        while let Some((body, points)) = self.requests.take_last() {
+            all_sent &= self.send_metrics(body, points, deadline).await;
         }
         if all_sent {
             self.counters.metric_rounds.fetch_add(1, Ordering::Relaxed);
         }
-        // An export allocates a few MiB briefly on this thread's arena (crate::memory).
-        crate::memory::release_free();
     }
 
-    /// Send one request of `metrics`; `true` when the collector took it (rejected points are
-    /// still counted).
-    async fn send_metrics(&mut self, metrics: Vec<Metric>, deadline: Option<Instant>) -> bool {
-        let points = metrics.iter().map(point_count).sum::<usize>() as u64;
-        if metrics.is_empty() {
-            return true;
-        }
-        let req = ExportMetricsServiceRequest {
-            resource_metrics: vec![ResourceMetrics {
-                resource: Some(self.resource.clone()),
-                scope_metrics: vec![ScopeMetrics { scope: Some(self.scope.clone()), metrics, ..Default::default() }],
-                ..Default::default()
-            }],
-        };
+    /// Send one request (`body`, an `ExportMetricsServiceRequest` of `points` points); `true`
+    /// when the collector took it (rejected points are still counted).
+    async fn send_metrics(&mut self, body: Bytes, points: usize, deadline: Option<Instant>) -> bool {
         let budget = self.budget(deadline);
-        let answer = tokio::time::timeout(budget, self.transport.metrics(req)).await;
-        self.account(METRICS, points, budget, answer)
+        let answer = tokio::time::timeout(budget, self.transport.metrics(body.clone())).await;
+        self.requests.recycle(body);
+        self.account(METRICS, points as u64, budget, answer)
     }
 
     /// Count what became of a request of `n` items; `true` when the collector took it.

@@ -9,8 +9,10 @@ use opentelemetry_proto::tonic::{
 
 use otlp_collector::{Code, Collector, Signal};
 
-use super::{metrics::*, *};
+use super::{metrics::*, wire::RequestWriter, *};
 use crate::export::metrics::tests::sample_snapshot;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
+use prost::Message as _;
 use tracer_core::config::otlp::*;
 
 fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -338,17 +340,127 @@ fn series_past_the_limit_are_summed_into_one_overflow_series() {
 }
 
 /// A metric with more points than a request carries is split across requests with its name,
-/// unit and kind on every part.
+/// unit and kind on every part; no request has more points than the limit, none is empty, and
+/// the requests together hold every point of the snapshot in order.
 #[test]
 fn a_large_metric_splits_across_requests() {
     let snap = Arc::new(sample_snapshot());
-    let all = MetricBuilder::new(MetricsRegistry::new(), 20_000).all(&snap);
-    let mut m = all.into_iter().find(|m| point_count(m) >= 3).unwrap();
-    let n = point_count(&m);
-    let rest = split_off(&mut m, 2);
-    assert_eq!((point_count(&m), point_count(&rest)), (2, n - 2));
-    assert_eq!((&rest.name, &rest.unit, &rest.description), (&m.name, &m.unit, &m.description));
-    assert_eq!(std::mem::discriminant(rest.data.as_ref().unwrap()), std::mem::discriminant(m.data.as_ref().unwrap()));
+    let mut builder = MetricBuilder::new(MetricsRegistry::new(), 20_000);
+    let all = builder.all(&snap);
+    assert!(all.iter().any(|m| point_count(m) >= 3), "the sample has a metric of 3 points or more");
+    let mut writer = RequestWriter::new(&Default::default(), &Default::default(), 2);
+    builder.write_all(&snap, 1, &mut writer);
+    let mut parts: Vec<Metric> = Vec::new();
+    while let Some((body, points)) = writer.take_last() {
+        let req = ExportMetricsServiceRequest::decode(body).unwrap();
+        let ms = &req.resource_metrics[0].scope_metrics[0].metrics;
+        assert_eq!(ms.iter().map(point_count).sum::<usize>(), points);
+        assert!((1..=2).contains(&points), "{points} points in a request");
+        parts.extend(ms.iter().cloned());
+    }
+    // Parts of one metric follow each other and repeat its name, description, unit and kind.
+    let mut merged: Vec<Metric> = Vec::new();
+    for m in parts {
+        match merged.last_mut() {
+            Some(last) if last.name == m.name => {
+                assert_eq!((&m.unit, &m.description), (&last.unit, &last.description));
+                match (&mut last.data, m.data) {
+                    (Some(metric::Data::Gauge(a)), Some(metric::Data::Gauge(b))) => a.data_points.extend(b.data_points),
+                    (Some(metric::Data::Sum(a)), Some(metric::Data::Sum(b))) => {
+                        assert_eq!(
+                            (a.is_monotonic, a.aggregation_temporality),
+                            (b.is_monotonic, b.aggregation_temporality)
+                        );
+                        a.data_points.extend(b.data_points)
+                    }
+                    other => panic!("{} changed kind between parts: {other:?}", last.name),
+                }
+            }
+            _ => merged.push(m),
+        }
+    }
+    let times = |ms: &mut [Metric]| {
+        for m in ms {
+            match &mut m.data {
+                Some(metric::Data::Gauge(g)) => g.data_points.iter_mut().for_each(|p| p.time_unix_nano = 0),
+                Some(metric::Data::Sum(s)) => s.data_points.iter_mut().for_each(|p| p.time_unix_nano = 0),
+                _ => {}
+            }
+        }
+    };
+    let mut all = all;
+    times(&mut all);
+    times(&mut merged);
+    assert_eq!(merged, all);
+}
+
+/// The request bytes are what prost writes for the messages they decode to (fields in tag
+/// order, defaults left out): decoded with `opentelemetry-proto` and encoded again, they are the
+/// same bytes — with a resource and scope, overflow series, integer and double points, gauges,
+/// monotonic and non-monotonic sums, the hardware metrics.
+#[test]
+fn the_request_bytes_are_prosts_encoding_of_what_they_decode_to() {
+    let snap = Arc::new(sample_snapshot());
+    assert!(snap.nvml.sample.is_some(), "the sample has an NVML sample (hardware metrics)");
+    let resource = ResourceInfo::detect(Some("node-a"))
+        .resource(&[("deployment.environment".to_owned(), "prod".to_owned())].into());
+    let scope = InstrumentationScope { name: "gpu-tracer".into(), version: "1.2.3".into(), ..Default::default() };
+    for max_series in [20_000, 2] {
+        let mut writer = RequestWriter::new(&resource, &scope, MAX_POINTS_PER_REQUEST);
+        let mut builder = MetricBuilder::new(MetricsRegistry::new(), max_series);
+        builder.write_all(&snap, 1_700_000_000_000_000_000, &mut writer);
+        let (body, points) = writer.take_last().unwrap();
+        assert!(writer.take_last().is_none(), "one request");
+        let req = ExportMetricsServiceRequest::decode(body.clone()).unwrap();
+        assert_eq!(req.encode_to_vec(), body.to_vec(), "max_series {max_series}");
+        let rm = &req.resource_metrics[0];
+        assert_eq!((rm.resource.as_ref(), rm.scope_metrics[0].scope.as_ref()), (Some(&resource), Some(&scope)));
+        let ms = &rm.scope_metrics[0].metrics;
+        assert_eq!(ms.iter().map(point_count).sum::<usize>(), points);
+        let kinds: std::collections::BTreeSet<String> = ms
+            .iter()
+            .map(|m| match &m.data {
+                Some(metric::Data::Sum(s)) => format!("sum monotonic={}", s.is_monotonic),
+                Some(metric::Data::Gauge(_)) => "gauge".into(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        assert!(ms.iter().any(|m| m.name.starts_with("hw.")));
+        if max_series == 2 {
+            assert!(ms.iter().any(|m| matches!(&m.data, Some(metric::Data::Gauge(g)) if g.data_points.iter().any(|p| p.attributes.iter().any(|a| a.key == OVERFLOW_KEY)))));
+        }
+    }
+}
+
+/// A source that fails half way is left out whole, even when it had already filled requests
+/// (the writer goes back to where it stood before the source), as it fails the whole of /metrics.
+#[test]
+fn a_source_that_fails_half_way_is_left_out_whole() {
+    use crate::export::metrics::{MetricEncoder, Scrape, gauge_family};
+    let registry = MetricsRegistry::empty()
+        .with_source(|_: &Scrape<'_>, e: &mut dyn MetricEncoder| {
+            gauge_family(e, "ok", "Ok.", None, [([("a", "1")], 1u64), ([("a", "2")], 2u64)])
+        })
+        .with_source(|_: &Scrape<'_>, e: &mut dyn MetricEncoder| {
+            gauge_family(e, "half", "Half.", None, [([("a", "1")], 1u64), ([("a", "2")], 2u64), ([("a", "3")], 3u64)])?;
+            Err(std::fmt::Error)
+        });
+    let snap = Arc::new(AgentSnapshot::default());
+    let ids = IdentityIndex::new(&snap);
+    // Two points a request: the failing source fills one request and starts another.
+    let mut writer = RequestWriter::new(&Default::default(), &Default::default(), 2);
+    let mut builder = MetricBuilder::new(registry, 100);
+    assert!(builder.part(0, &snap, &ids, 1, &mut writer).is_ok());
+    assert!(builder.part(1, &snap, &ids, 1, &mut writer).is_err());
+    let mut got = Vec::new();
+    while let Some((body, points)) = writer.take_last() {
+        let req = ExportMetricsServiceRequest::decode(body).unwrap();
+        let names: Vec<String> =
+            req.resource_metrics[0].scope_metrics[0].metrics.iter().map(|m| m.name.clone()).collect();
+        got.push((names, points));
+    }
+    assert_eq!(got, vec![(vec!["gpu_tracer.ok".to_owned()], 2)]);
 }
 
 fn violation_event() -> v1::Event {

@@ -1,5 +1,6 @@
-//! Sending OTLP requests: gRPC through the generated clients of `opentelemetry-proto` over a tonic
-//! channel, or HTTP/protobuf (`POST {endpoint}/v1/metrics`, `/v1/logs`) through hyper; both with
+//! Sending OTLP requests: gRPC over a tonic channel (metrics as the bytes `wire` wrote, through
+//! tonic's client with a codec that passes them on; logs through the generated client of
+//! `opentelemetry-proto`), or HTTP/protobuf (`POST {endpoint}/v1/metrics`, `/v1/logs`) through hyper; both with
 //! rustls for `https://` endpoints (the configured CA file, else the system's roots; optionally a
 //! client certificate). Built inside the export thread's runtime (the connection tasks run there);
 //! nothing connects until the first export, and a connection that breaks is made again by the
@@ -14,9 +15,7 @@ use hyper_util::{
 };
 use opentelemetry_proto::tonic::collector::{
     logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse, logs_service_client::LogsServiceClient},
-    metrics::v1::{
-        ExportMetricsServiceRequest, ExportMetricsServiceResponse, metrics_service_client::MetricsServiceClient,
-    },
+    metrics::v1::ExportMetricsServiceResponse,
 };
 use prost::Message as _;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -57,7 +56,8 @@ impl std::fmt::Display for SendError {
 /// The connection to the collector, for the chosen protocol.
 pub(super) enum Transport {
     Grpc {
-        metrics: MetricsServiceClient<Channel>,
+        /// Metrics go as the bytes `wire` wrote ([`EncodedRequest`]), logs through the generated client.
+        metrics: tonic::client::Grpc<Channel>,
         logs: LogsServiceClient<Channel>,
         metadata: tonic::metadata::MetadataMap,
     },
@@ -91,7 +91,7 @@ impl Transport {
                 // Requests are bounded by MAX_POINTS_PER_REQUEST and the log batch; a collector's
                 // default limit is 4 MiB, ours to receive its answers is tonic's default.
                 Ok(Transport::Grpc {
-                    metrics: MetricsServiceClient::new(channel.clone()).max_encoding_message_size(64 << 20),
+                    metrics: tonic::client::Grpc::new(channel.clone()).max_encoding_message_size(64 << 20),
                     logs: LogsServiceClient::new(channel).max_encoding_message_size(64 << 20),
                     metadata: metadata(s)?,
                 })
@@ -123,20 +123,26 @@ impl Transport {
         }
     }
 
-    /// Send one metrics request.
-    pub(super) async fn metrics(&mut self, req: ExportMetricsServiceRequest) -> Result<Accepted, SendError> {
+    /// Send one metrics request: the bytes of an `ExportMetricsServiceRequest`.
+    pub(super) async fn metrics(&mut self, body: Bytes) -> Result<Accepted, SendError> {
         match self {
             Transport::Grpc { metrics, metadata, .. } => {
-                let mut r = tonic::Request::new(req);
+                // What the generated client does, with a codec that sends the bytes as they are.
+                metrics
+                    .ready()
+                    .await
+                    .map_err(|e| grpc_error(tonic::Status::unknown(format!("Service was not ready: {e}"))))?;
+                let mut r = tonic::Request::new(body);
                 *r.metadata_mut() = metadata.clone();
-                let answer = metrics.export(r).await.map_err(grpc_error)?.into_inner();
+                let path = tonic::codegen::http::uri::PathAndQuery::from_static(METRICS_EXPORT);
+                let answer = metrics.unary(r, path, EncodedRequest).await.map_err(grpc_error)?.into_inner();
                 Ok(answer.partial_success.map_or_else(Accepted::default, |p| Accepted {
                     rejected: p.rejected_data_points.max(0) as u64,
                     message: p.error_message,
                 }))
             }
             Transport::Http { client, metrics, headers, .. } => {
-                let body = post(client, metrics, headers, req.encode_to_vec()).await?;
+                let body = post(client, metrics, headers, body).await?;
                 let answer = ExportMetricsServiceResponse::decode(body).unwrap_or_default();
                 Ok(answer.partial_success.map_or_else(Accepted::default, |p| Accepted {
                     rejected: p.rejected_data_points.max(0) as u64,
@@ -159,7 +165,7 @@ impl Transport {
                 }))
             }
             Transport::Http { client, logs, headers, .. } => {
-                let body = post(client, logs, headers, req.encode_to_vec()).await?;
+                let body = post(client, logs, headers, Bytes::from(req.encode_to_vec())).await?;
                 let answer = ExportLogsServiceResponse::decode(body).unwrap_or_default();
                 Ok(answer.partial_success.map_or_else(Accepted::default, |p| Accepted {
                     rejected: p.rejected_log_records.max(0) as u64,
@@ -167,6 +173,53 @@ impl Transport {
                 }))
             }
         }
+    }
+}
+
+/// The gRPC method metrics are exported with (`opentelemetry/proto/collector/metrics/v1`).
+const METRICS_EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// The gRPC codec of a metrics export whose request is already encoded: it writes the bytes as
+/// they are and decodes the answer with prost.
+#[derive(Clone, Copy, Debug, Default)]
+struct EncodedRequest;
+
+impl tonic::codec::Codec for EncodedRequest {
+    type Encode = Bytes;
+    type Decode = ExportMetricsServiceResponse;
+    type Encoder = EncodedRequest;
+    type Decoder = EncodedRequest;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        EncodedRequest
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        EncodedRequest
+    }
+}
+
+impl tonic::codec::Encoder for EncodedRequest {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put(dst, item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for EncodedRequest {
+    type Item = ExportMetricsServiceResponse;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<ExportMetricsServiceResponse>, tonic::Status> {
+        ExportMetricsServiceResponse::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("decoding the collector's answer: {e}")))
     }
 }
 
@@ -194,11 +247,11 @@ async fn post(
     client: &Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     uri: &hyper::Uri,
     headers: &hyper::HeaderMap,
-    body: Vec<u8>,
+    body: Bytes,
 ) -> Result<Bytes, SendError> {
     let mut req = hyper::Request::post(uri.clone())
         .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
-        .body(Full::new(Bytes::from(body)))
+        .body(Full::new(body))
         .map_err(|e| SendError { message: format!("building the request: {e}"), retryable: false })?;
     req.headers_mut().extend(headers.clone());
     let resp = client.request(req).await.map_err(|e| {
