@@ -40,6 +40,17 @@ impl EncodedSubscribeResponse {
         EncodedSubscribeResponse(response.encode_to_vec().into())
     }
 
+    /// `event` as the `SubscribeResponse { event = 1 }` subscribers receive, encoded once into a
+    /// buffer of exactly its size. Here, next to the generated code, prost's generic encoders are
+    /// instantiated in this small crate, not in the caller's (bench §8: the hub's encoding was
+    /// ~10 % slower instantiated in the agent's crate).
+    #[inline(never)]
+    pub fn of_event(event: &v1::Event) -> Self {
+        let mut buf = Vec::with_capacity(prost::encoding::message::encoded_len(1, event));
+        prost::encoding::message::encode(1, event, &mut buf);
+        EncodedSubscribeResponse(buf.into())
+    }
+
     /// The event it holds (`None` when it holds none, or the bytes do not decode).
     pub fn event(&self) -> Option<v1::Event> {
         match v1::SubscribeResponse::decode(&self.0[..]) {

@@ -29,7 +29,7 @@ use std::{
     },
 };
 
-use gpu_tracer_proto::{EncodedSubscribeResponse, prost, v1};
+use gpu_tracer_proto::{EncodedSubscribeResponse, v1};
 use tokio::sync::watch;
 use tracer_core::config::api::HubSettings;
 
@@ -153,10 +153,7 @@ impl EventHub {
     /// exactly its size (the bytes hold no spare capacity). The same bytes can go to other
     /// consumers (the OTLP exporter queues them instead of a copy of the message).
     pub fn encode(event: &v1::Event) -> EncodedSubscribeResponse {
-        // `SubscribeResponse { event = 1 }` is field 1 holding the event: encoded directly.
-        let mut buf = Vec::with_capacity(prost::encoding::message::encoded_len(1, event));
-        prost::encoding::message::encode(1, event, &mut buf);
-        EncodedSubscribeResponse(buf.into())
+        EncodedSubscribeResponse::of_event(event)
     }
 
     /// Publish an event already encoded by [`encode`](Self::encode), with its key.
