@@ -1,5 +1,6 @@
 //! Test doubles for gpu-tracer and the support library of its root integration tests.
 //!
+//! * [`abuse`]: many hostile client connections at once, and the agent's RSS and fds meanwhile.
 //! * [`fake_driver`]: a fake NVIDIA kernel driver served over FUSE (`fake-nvidia-driver`), which
 //!   answers the frontend ioctls like the real driver and keeps inspectable per-mount state.
 //! * [`workload`]: `nv-workload`, a program that issues a CUDA application's ioctl sequences one
@@ -18,6 +19,7 @@
 //!   API.
 //! * [`tracer`]: the tracer in-process ([`Tracer`]) with helpers that wait for it to catch up.
 
+pub mod abuse;
 pub mod fake_driver;
 pub mod fake_libcuda;
 pub mod harness;

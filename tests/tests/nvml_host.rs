@@ -4,10 +4,9 @@
 //!
 //! Every run is in a private mount namespace (`unshare --mount`) whose `/dev` is an empty tmpfs, so
 //! the test makes its own conditions (this machine may already have a `/dev/nvidiactl` from an
-//! earlier run) and the host's `/dev` is never touched. The control, the real library initialised
-//! through the test-double path (`--simulated-devices` and an explicit `--nvml-library`), shows that
-//! the setup sees the node being created. Needs root and a node without the NVIDIA driver; fails
-//! (never skips) otherwise.
+//! earlier run) and the host's `/dev` is never touched. The control, the real library's `nvmlInit_v2`
+//! called directly (python3's ctypes), shows that the setup sees the node being created. Needs root
+//! and a node without the NVIDIA driver; fails (never skips) otherwise.
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
@@ -40,6 +39,11 @@ fn preconditions() {
 /// Run `gpu-tracer <args>` in a private mount namespace whose `/dev` is a fresh, empty tmpfs; its
 /// output, and what is in that `/dev` after it exited.
 fn in_private_dev(args: &[&str]) -> (Output, Vec<String>) {
+    in_private_dev_running(gpu_tracer().as_os_str(), args)
+}
+
+/// [`in_private_dev`] for any program.
+fn in_private_dev_running(program: &std::ffi::OsStr, args: &[&str]) -> (Output, Vec<String>) {
     let dir = tempfile_dir();
     let listing = dir.join("dev-after");
     // The mount namespace is private (util-linux's default propagation), so the tmpfs on /dev is
@@ -55,7 +59,7 @@ fn in_private_dev(args: &[&str]) -> (Output, Vec<String>) {
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"])
         .arg(&listing)
-        .arg(gpu_tracer())
+        .arg(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -97,20 +101,49 @@ fn stderr(out: &Output) -> String {
 
 /// `doctor` and a short agent run with `--nvml auto`, with NVML found by the loader's search and
 /// with the library named explicitly (as the DaemonSet does), leave `/dev` empty and say why NVML
-/// is not used; `--nvml required` is an error with that reason. The control: the real library
-/// initialised the old way in the same setup creates `/dev/nvidiactl`.
+/// is not used; `--nvml required` is an error with that reason. So does the test-double switch
+/// (`--simulated-devices` with an explicit `--nvml-library`) when the library is NVIDIA's and not
+/// the double (issue 45 item 6: it initialised any library; `doctor`, `agent` and `top` made
+/// /dev/nvidiactl). The control: the real library's nvmlInit_v2, called directly in the same setup,
+/// creates `/dev/nvidiactl`.
 #[test]
 fn nvml_without_the_driver_creates_no_device_node() {
     preconditions();
     // No probes: only NVML is under test, and nothing competes with the other root tests' probes.
     let doctor = ["--nvml-only", "--nvml", "auto", "doctor", "--json"];
 
-    // Control: the test-double path initialises the real library regardless of the driver.
-    let (out, dev) = in_private_dev(&[&["--simulated-devices", "--nvml-library", REAL_NVML][..], &doctor].concat());
+    // Control: NVIDIA's nvmlInit_v2 as root, without the driver.
+    let call = format!("import ctypes; print(ctypes.CDLL({REAL_NVML:?}).nvmlInit_v2())");
+    let (out, dev) = in_private_dev_running("python3".as_ref(), &["-c", &call]);
     println!("reliability: control_created={dev:?}");
-    assert_eq!(dev, ["nvidiactl"], "the real nvmlInit as root creates /dev/nvidiactl here: {}", stderr(&out));
-    let (_, detail) = check(&out, "nvml");
-    assert!(detail.contains("Driver Not Loaded"), "{detail}");
+    // (python3 also makes /dev/null in the empty /dev.)
+    assert!(
+        dev.iter().any(|d| d == "nvidiactl"),
+        "the real nvmlInit as root creates /dev/nvidiactl here: {dev:?} {}",
+        stderr(&out)
+    );
+
+    // The test-double switch with NVIDIA's library: not the double, so the driver rule holds.
+    let simulated = ["--simulated-devices", "--nvml-library", REAL_NVML];
+    let (out, dev) = in_private_dev(&[&simulated[..], &doctor].concat());
+    println!("reliability: simulated_devices_real_library_created={}", dev.len());
+    assert!(dev.is_empty(), "--simulated-devices with NVIDIA's library created {dev:?}: {}", stderr(&out));
+    let (status, detail) = check(&out, "nvml");
+    assert_eq!(status, "warn", "{detail}");
+    assert!(detail.starts_with(NOT_INITIALISED), "{detail}");
+    for cmd in
+        [&["agent", "--duration", "2", "--listen", "127.0.0.1:0", "--grpc-listen", "off"][..], &["top", "--once"]]
+    {
+        let (out, dev) = in_private_dev(&[&["--log", "info", "--nvml-only"][..], &simulated, cmd].concat());
+        assert!(
+            dev.is_empty(),
+            "{cmd:?} with --simulated-devices and NVIDIA's library created {dev:?}: {}",
+            stderr(&out)
+        );
+        if cmd[0] == "agent" {
+            assert!(stderr(&out).contains(NOT_INITIALISED), "the agent says why: {}", stderr(&out));
+        }
+    }
 
     for explicit in [&[][..], &["--nvml-library", REAL_NVML][..]] {
         let (out, dev) = in_private_dev(&[explicit, &doctor].concat());

@@ -254,8 +254,10 @@ const ROWS: &[Row] = &[
     Row {
         scenario: "NVML creates no device node",
         done: "In a private mount namespace with an empty /dev and no driver: `doctor` and the agent with \
-               `--nvml auto` (library found and named) and `--nvml required`, against a control that does \
-               create /dev/nvidiactl.",
+               `--nvml auto` (library found and named) and `--nvml required`, and `doctor`, the agent and `top` \
+               with `--simulated-devices` naming NVIDIA's library (not the double: it used to be initialised), \
+               against a control (NVIDIA's nvmlInit_v2 called directly) that does create /dev/nvidiactl. \
+               `cargo xtask test` also fails when /dev/nvidia* differs after the suite.",
         check: Check::Tests {
             cases: &[root("nvml_host", "nvml_without_the_driver_creates_no_device_node")],
             no_figures: None,
@@ -282,6 +284,118 @@ const ROWS: &[Row] = &[
                 root("attribution", "nvml_losing_the_gpu_mid_run_is_survived_and_reported"),
                 root("kube", "api_server_outage_keeps_the_cache_and_recovers"),
                 root("pod_resources", "stopped_kubelet_keeps_the_last_answer_and_a_restart_refreshes"),
+            ],
+            no_figures: Some("none printed"),
+        },
+    },
+    Row {
+        scenario: "API token files",
+        done: "An empty token file, one holding only a newline, and one with blanks, as api.token_file and as \
+               metrics.token_file (agent) and as a client's --token-file: each refused at start naming the \
+               setting (an empty api.token_file used to switch authentication off); the API's bearer check fails \
+               closed on an empty token.",
+        check: Check::Tests {
+            cases: &[
+                root("cli", "an_empty_token_file_is_refused_wherever_a_token_is_read"),
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::api::tests::an_empty_bearer_token_lets_nothing_in",
+                },
+            ],
+            no_figures: Some("none printed"),
+        },
+    },
+    Row {
+        scenario: "idle gRPC connections",
+        done: "The agent binary serving the API on TCP with a token: 6,000 connections from three addresses that \
+               connect and say nothing (the old agent held every one, reached its fd limit, left /readyz \
+               unanswered ~30 s). Each address's share held, the rest closed at accept, the held ones closed at \
+               the 10 s handshake timeout, /readyz and an authenticated GetStatus from another address answered \
+               throughout, fds and RSS back to the baseline, every close counted. Unit test with tight limits: \
+               per-address and server caps, idle and non-HTTP/2 connections, a real client served after.",
+        check: Check::Tests {
+            cases: &[
+                root("grpc_abuse", "idle_grpc_connections_are_capped_and_closed_at_the_handshake_timeout"),
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::api::accept::tests::connections_over_the_caps_and_idle_ones_are_closed_and_counted",
+                },
+            ],
+            no_figures: None,
+        },
+    },
+    Row {
+        scenario: "bad OTLP settings",
+        done: "A header name with a space, a value with a newline (file and OTEL_EXPORTER_OTLP_HEADERS), a CA file \
+               with a garbage PEM body: an error naming the setting from start (it panicked: \"Cannot drop a \
+               runtime\") and from doctor's check. A property test: every OTLP setting and OTEL_* variable with \
+               hostile text, numbers and files, 256 cases: taken, or refused naming a setting; never a panic.",
+        check: Check::Tests {
+            cases: &[
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::otlp::tests::a_bad_setting_is_an_error_naming_it_never_a_panic",
+                },
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::otlp::tests::hostile_otlp_settings_are_refused_by_name_never_a_panic",
+                },
+            ],
+            no_figures: Some("none printed"),
+        },
+    },
+    Row {
+        scenario: "hostile text and paths",
+        done: "A Prometheus error body with terminal escape sequences reaches stderr escaped; a cgroup path out of \
+               the cgroup2 mount (../../../../etc, a file, a symlink off the mount) is no cgroup; a socket in a \
+               directory that does not exist is an error, nothing created. A property test: every Subscribe and \
+               Profile request field with hostile values, 200 cases: served or INVALID_ARGUMENT, never a panic.",
+        check: Check::Tests {
+            cases: &[
+                root("cli", "hostile_text_from_a_server_is_escaped_on_the_terminal"),
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "enrich::tests::a_cgroup_path_cannot_leave_the_cgroup2_mount",
+                },
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::api::tests::a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced",
+                },
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::api::tests::hostile_api_requests_are_served_or_refused_never_a_panic",
+                },
+            ],
+            no_figures: Some("none printed"),
+        },
+    },
+    Row {
+        scenario: "failures counted as what they are",
+        done: "Subscribers that never read: their loss counted before they read (it showed 0), once each. A \
+               collector that never answers and one that never accepts, gRPC and HTTP: drops counted as timeout, \
+               not export_failed. A --libcuda path that does not exist: the cuda family fails naming it (/readyz, \
+               doctor exit 1), not the start (as --help and configuration.md now say). --help to a full stdout: \
+               exit 1; api.max_subscribers = 0: refused.",
+        check: Check::Tests {
+            cases: &[
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::api::tests::a_subscriber_that_falls_behind_learns_exactly_how_many_it_lost",
+                },
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::api::tests::a_stalled_subscriber_loses_counted_events_and_others_get_every_one",
+                },
+                Case {
+                    target: Target::Lib("tracer-agent"),
+                    name: "export::otlp::tests::a_collector_that_never_answers_costs_timeouts_not_failures",
+                },
+                root("cli", "a_libcuda_that_is_not_there_fails_the_cuda_family_naming_it"),
+                root("cli", "help_that_cannot_be_written_is_an_error"),
+                Case {
+                    target: Target::Lib("tracer-core"),
+                    name: "config::tests::values_are_range_checked_with_the_reason",
+                },
             ],
             no_figures: Some("none printed"),
         },

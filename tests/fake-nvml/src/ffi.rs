@@ -228,6 +228,12 @@ fn init(name: &str) -> u32 {
     })
 }
 
+/// Says "this is gpu-tracer's NVML double" to the agent, which initialises an explicit
+/// `nvml.library` on a node without the NVIDIA driver (`--simulated-devices`) only when its dynamic
+/// symbol table has this name (`tracer-agent` `nvml::sampler::DOUBLE_MARKER`).
+#[unsafe(no_mangle)]
+pub static GPU_TRACER_NVML_DOUBLE: u32 = 1;
+
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlInit_v2() -> u32 {
     init("nvmlInit_v2")

@@ -296,7 +296,7 @@ impl runner::Handler for Publish {
         }
         stream::violations(&mut tee, agent);
         snap.otlp = self.otlp.as_ref().map(OtlpExporter::stats);
-        snap.api = Some(self.api.hub.stats());
+        snap.api = Some(self.api.stats());
         snap.http = Some(self.serve.http_stats());
         let snap = Arc::new(snap);
         if let Some(o) = &self.otlp {

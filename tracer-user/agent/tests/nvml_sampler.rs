@@ -413,3 +413,24 @@ fn the_real_library_is_used_only_with_the_kernel_module() {
     let text = err.to_string();
     assert!(text.contains("NVML not initialised") && text.contains("modprobe nvidia"), "{text}");
 }
+
+/// Issue 45 item 6: the test-double switch (`simulated_devices` with an explicit library) takes only
+/// the double, recognised by the symbol it exports; NVIDIA's library named there keeps the driver
+/// rule (it was initialised, and created /dev/nvidiactl as root).
+#[test]
+fn only_the_double_passes_for_the_test_double_switch() {
+    use tracer_agent::nvml::sampler::is_double;
+    let real = real_library();
+    let double = fake_nvml::harness::built_library().expect("the fake NVML is built with the tests");
+    assert!(is_double(&double), "{} lacks the marker", double.display());
+    assert!(!is_double(&real), "{} taken for the double", real.display());
+    assert!(!is_double(Path::new("/nonexistent/libnvidia-ml.so.1")));
+    assert!(!is_double(&std::env::current_exe().unwrap()), "an ELF file without the marker");
+    if Path::new("/proc/driver/nvidia").exists() {
+        return;
+    }
+    let switch = fake(NvmlSettings { mode: SourceMode::Auto, library: Some(real) });
+    let open = NvmlSource::open(&switch).unwrap();
+    let reason = open.unavailable_reason().expect("NVIDIA's library is not initialised without the driver");
+    assert!(matches!(reason, NvmlOpenError::DriverAbsent { .. }), "{reason:?}");
+}

@@ -151,6 +151,9 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     println!("+ {cline}");
     let clippy_ok = clippy.status().with_context(|| format!("could not start `{cline}`"))?.success();
 
+    // Issue 45 item 6: the suite must not make (or remove) NVIDIA device nodes on this machine; a
+    // test double's switch that trusted NVIDIA's library once left a /dev/nvidiactl behind.
+    let devices_before = nvidia_device_nodes();
     let mut test = env.cargo();
     test.args(["test", "--release", "--no-fail-fast"])
         .args(extra_args)
@@ -202,6 +205,14 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     if summary.passed + summary.failed == 0 {
         problems.push("no test ran".to_string());
     }
+    let devices_after = nvidia_device_nodes();
+    if devices_after != devices_before {
+        problems.push(format!(
+            "the tests changed this machine's NVIDIA device nodes: /dev/nvidia* was {devices_before:?}, is              {devices_after:?} (a test ran NVIDIA's own library as root without the driver?)"
+        ));
+    } else {
+        println!("xtask test: /dev/nvidia* unchanged by the tests ({} nodes)", devices_after.len());
+    }
     for p in &problems {
         println!("xtask test: {p}");
     }
@@ -210,6 +221,28 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// `/dev/nvidia*` on this machine: each name with its type, device number and mode.
+fn nvidia_device_nodes() -> std::collections::BTreeMap<String, String> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let mut nodes = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir("/dev").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("nvidia") {
+            continue;
+        }
+        let what = match std::fs::symlink_metadata(e.path()) {
+            Ok(m) if m.file_type().is_char_device() => {
+                format!("c {}:{} {:o}", libc::major(m.rdev()), libc::minor(m.rdev()), m.mode() & 0o7777)
+            }
+            Ok(m) if m.is_dir() => format!("dir {:o}", m.mode() & 0o7777),
+            Ok(m) => format!("other {:o}", m.mode() & 0o7777),
+            Err(err) => format!("unreadable: {err}"),
+        };
+        nodes.insert(name, what);
+    }
+    nodes
 }
 
 /// The guest step: Debian's 6.1 kernel under QEMU with the kernel-module driver double, running the

@@ -26,6 +26,20 @@ use tracer_core::nvml::model::{
 /// The name the dynamic loader is asked for when `nvml.library` is not set.
 pub(crate) const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
+/// The symbol gpu-tracer's NVML double (tests/fake-nvml) exports. With `simulated_devices`, an
+/// explicit `nvml.library` is initialised without the NVIDIA driver only when its dynamic symbol
+/// table has this (read from the file, not loaded): NVIDIA's own library, named by mistake, would
+/// create /dev/nvidiactl on a node without the driver (issue 45 item 6).
+pub const DOUBLE_MARKER: &str = "GPU_TRACER_NVML_DOUBLE";
+
+/// Whether the ELF file at `path` exports [`DOUBLE_MARKER`].
+pub fn is_double(path: &Path) -> bool {
+    use object::{Object as _, ObjectSymbol as _};
+    let Ok(data) = std::fs::read(path) else { return false };
+    let Ok(file) = object::File::parse(&*data) else { return false };
+    file.dynamic_symbols().any(|s| s.name() == Ok(DOUBLE_MARKER))
+}
+
 /// Why NVML cannot be used on this node. Each message names the cause and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlOpenError {
@@ -175,14 +189,19 @@ impl NvmlSource {
     ///
     /// NVML is not initialised where the NVIDIA driver is not loaded (`<proc_root>/driver/nvidia`
     /// missing): NVIDIA's library would change the host ([`NvmlOpenError::DriverAbsent`]). The one
-    /// exception is a test double: an explicit `nvml.library` with `simulated_devices` (the fake
-    /// driver has no kernel module; the fake NVML is loaded that way).
+    /// exception is the test double: an explicit `nvml.library` that exports [`DOUBLE_MARKER`],
+    /// with `simulated_devices` (the fake driver has no kernel module; the fake NVML is loaded
+    /// that way). Any other library keeps the rule, simulated devices or not.
     pub fn open(cfg: &Config) -> Result<NvmlOpen, NvmlOpenError> {
         let settings = &cfg.nvml;
         if settings.mode == SourceMode::Off {
             return Ok(NvmlOpen::Off);
         }
-        let double = settings.library.is_some() && cfg.simulated_devices;
+        // A path that is not there loads nothing (the loader does not search for a name with a
+        // slash): it is tried, so the error says the library is missing.
+        let missing_path = |p: &Path| p.to_string_lossy().contains('/') && !p.exists();
+        let double =
+            cfg.simulated_devices && settings.library.as_deref().is_some_and(|p| missing_path(p) || is_double(p));
         let opened = match driver_absent(&cfg.proc_root) {
             Some(e) if !double => Err(e),
             _ => Self::open_library(settings.library.as_deref()),

@@ -70,8 +70,9 @@ pub struct Overrides {
     /// Do not load the cuda probe family (uprobes on libcuda.so.1).
     #[arg(long, global = true)]
     pub no_cuda: bool,
-    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths). A path given
-    /// must be an ELF file: a missing one is an error, not a cuda family that failed.
+    /// A libcuda.so.1 to probe (repeat for several; default: search the usual paths). A file given
+    /// that is not an ELF shared object is an error at start; a path that does not exist is not
+    /// (one setting serves every node): the cuda family fails, naming it (log, /readyz, doctor).
     #[arg(long = "libcuda", global = true)]
     pub libcuda: Vec<PathBuf>,
     /// NVML use: auto (use it when there; say why not otherwise), required (exit when it cannot be

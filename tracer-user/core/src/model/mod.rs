@@ -18,7 +18,7 @@ mod otlp;
 pub mod probes;
 
 pub use accounting::{Accounting, LedgerCheck, PipelineStats};
-pub use api::{ApiStats, HttpStats};
+pub use api::{ApiConnStats, ApiStats, HttpStats};
 pub use event::EventContext;
 pub use kubernetes::{AllocationUse, KubeView, KubernetesStatus};
 pub use nvml::{NvmlStatus, NvmlView};

@@ -81,7 +81,11 @@ pub struct EventHub {
     subscribers: AtomicUsize,
     subscriptions: AtomicU64,
     refused: AtomicU64,
+    /// Events subscribers were told they lost (`Received::Lost`).
     lost: AtomicU64,
+    /// Each connected subscriber's cursor, by subscription number: what a subscriber that is
+    /// behind (one that does not read) has lost is counted before it is told ([`EventHub::stats`]).
+    cursors: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
     /// Events decoded because a subscriber's filters needed more than the key.
     decoded: AtomicU64,
     /// Of those, events whose bytes did not decode (skipped; never expected).
@@ -109,6 +113,7 @@ impl EventHub {
             subscriptions: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            cursors: Mutex::new(Vec::new()),
             decoded: AtomicU64::new(0),
             undecodable: AtomicU64::new(0),
         }
@@ -197,14 +202,19 @@ impl EventHub {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(TooManySubscribers(max));
         }
-        self.subscriptions.fetch_add(1, Ordering::Relaxed);
+        let number = self.subscriptions.fetch_add(1, Ordering::Relaxed);
         let (history, cursor) = {
             let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
             let skip = ring.len().saturating_sub(self.settings.history);
-            (ring.iter().skip(skip).cloned().collect(), self.next_seq.load(Ordering::Relaxed))
+            let cursor = Arc::new(AtomicU64::new(self.next_seq.load(Ordering::Relaxed)));
+            // Registered under the ring's lock: no event is dropped between reading the cursor and
+            // counting it.
+            self.cursors.lock().unwrap_or_else(|p| p.into_inner()).push((number, cursor.clone()));
+            (ring.iter().skip(skip).cloned().collect(), cursor)
         };
         Ok(Subscription {
             hub: self.clone(),
+            number,
             history,
             cursor,
             head: self.head.subscribe(),
@@ -250,14 +260,33 @@ impl EventHub {
         self.undecodable.load(Ordering::Relaxed)
     }
 
-    /// What the hub did so far.
+    /// The number of the oldest event the hub holds (`None` before the first).
+    fn oldest_seq(&self) -> Option<u64> {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner()).front().map(|p| p.seq)
+    }
+
+    /// What the hub did so far. `lost` counts what subscribers were told they lost and what
+    /// connected subscribers that are behind have missed without having read since (those
+    /// between a subscriber's cursor and the oldest event held), so a subscriber that never reads
+    /// is not shown as losing nothing. Never decreases: a subscriber moves what it is told from one
+    /// part to the other under the lock this reads both under.
     pub fn stats(&self) -> HubStats {
+        let oldest = self.oldest_seq();
+        let lost = {
+            let cursors = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+            let behind: u64 = match oldest {
+                Some(o) => cursors.iter().map(|(_, c)| o.saturating_sub(c.load(Ordering::Relaxed))).sum(),
+                None => 0,
+            };
+            self.lost.load(Ordering::Relaxed) + behind
+        };
         HubStats {
             published: self.next_seq.load(Ordering::Relaxed) - 1,
             subscribers: self.subscribers.load(Ordering::Relaxed) as u64,
             subscriptions: self.subscriptions.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
-            lost: self.lost.load(Ordering::Relaxed),
+            lost,
+            connections: Default::default(),
         }
     }
 
@@ -288,10 +317,12 @@ pub enum Received {
 #[derive(Debug)]
 pub struct Subscription {
     hub: Arc<EventHub>,
+    /// Its number among the hub's subscriptions (where its cursor is registered).
+    number: u64,
     /// The history when it subscribed, oldest first.
     pub history: Vec<Published>,
-    /// The number of the next event it receives.
-    cursor: u64,
+    /// The number of the next event it receives (the hub reads it for [`EventHub::stats`]).
+    cursor: Arc<AtomicU64>,
     head: watch::Receiver<u64>,
     closed: watch::Receiver<bool>,
 }
@@ -304,7 +335,7 @@ impl Subscription {
 
     /// The number of the next event it receives.
     pub fn cursor(&self) -> u64 {
-        self.cursor
+        self.cursor.load(Ordering::Relaxed)
     }
 
     /// The next events after the history, at most `max` at a time (waits for at least one).
@@ -315,14 +346,16 @@ impl Subscription {
             let closed = *self.closed.borrow();
             // Marked seen before looking, so a flush after the look wakes the wait below.
             self.head.borrow_and_update();
-            match self.hub.take(self.cursor, max.max(1)) {
+            match self.hub.take(self.cursor(), max.max(1)) {
                 Err(lost) => {
-                    self.cursor += lost;
+                    // Moved from "behind" to "told" at once, under the lock `stats` reads both under.
+                    let _cursors = self.hub.cursors.lock().unwrap_or_else(|p| p.into_inner());
                     self.hub.lost.fetch_add(lost, Ordering::Relaxed);
+                    self.cursor.fetch_add(lost, Ordering::Relaxed);
                     return Received::Lost(lost);
                 }
                 Ok(events) if !events.is_empty() => {
-                    self.cursor = events[events.len() - 1].seq + 1;
+                    self.cursor.store(events[events.len() - 1].seq + 1, Ordering::Relaxed);
                     return Received::Events(events);
                 }
                 Ok(_) if closed => return Received::Closed,
@@ -338,6 +371,14 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        // What it had lost without being told stays counted. (The ring's lock is not held while
+        // the cursors' is taken: `subscribe` takes them the other way round.)
+        let oldest = self.hub.oldest_seq();
+        let mut cursors = self.hub.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        cursors.retain(|(n, _)| *n != self.number);
+        let behind = oldest.map_or(0, |o| o.saturating_sub(self.cursor()));
+        self.hub.lost.fetch_add(behind, Ordering::Relaxed);
+        drop(cursors);
         self.hub.subscribers.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -1,5 +1,6 @@
 //! Where the API listens: a Unix socket (the default, mode 0660) or TCP (TLS required off
-//! loopback), with an optional bearer token; and the server's start and bounded stop.
+//! loopback; connection limits and a handshake timeout, [`super::accept`]), with an optional
+//! bearer token; and the server's start and bounded stop.
 use std::{
     net::SocketAddr,
     os::unix::fs::{FileTypeExt, PermissionsExt},
@@ -9,16 +10,19 @@ use std::{
 };
 
 use gpu_tracer_proto::{
-    tonic::{
-        self,
-        transport::{Identity, Server, ServerTlsConfig},
-    },
+    tonic::{self, transport::Server},
     v1::gpu_tracer_server::GpuTracerServer,
 };
-use tokio::{sync::oneshot, task::JoinHandle};
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 
-use super::service::{ApiService, ApiState, BearerToken};
+use super::{
+    accept::{ApiLimits, accept_loop},
+    service::{ApiService, ApiState, BearerToken},
+};
 use tracer_core::config::api::ApiAddr;
 
 /// The largest request the agent decodes (requests are filters: small).
@@ -81,8 +85,20 @@ impl ApiServer {
     }
 }
 
-/// Binds `settings.addr` and serves the API over `state` until [`ApiServer::shutdown`].
+/// Binds `settings.addr` and serves the API over `state` until [`ApiServer::shutdown`]; a TCP
+/// listener with the limits for the hub's `max_subscribers` ([`ApiLimits::for_subscribers`]).
 pub async fn serve(settings: &ListenSettings, state: Arc<ApiState>) -> Result<ApiServer, ListenError> {
+    let limits = ApiLimits::for_subscribers(state.hub.settings().max_subscribers);
+    serve_with(settings, state, limits).await
+}
+
+/// [`serve`] with the given limits (TCP only: the Unix socket's mode is its guard).
+pub(crate) async fn serve_with(
+    settings: &ListenSettings,
+    state: Arc<ApiState>,
+    limits: ApiLimits,
+) -> Result<ApiServer, ListenError> {
+    let counters = state.connections.clone();
     let token = settings.token.as_deref().map(BearerToken::new);
     let server = GpuTracerServer::new(ApiService::new(state)).max_decoding_message_size(MAX_REQUEST_BYTES);
     let service = tonic::service::interceptor::InterceptedService::new(server, move |req| match &token {
@@ -107,34 +123,56 @@ pub async fn serve(settings: &ListenSettings, state: Arc<ApiState>) -> Result<Ap
             Ok(ApiServer { addr: settings.addr.clone(), stop, task, socket: Some(path.clone()) })
         }
         ApiAddr::Tcp(addr) => {
-            if let Some((cert, key)) = &settings.tls {
-                builder = builder.tls_config(tls_config(cert, key)?).map_err(|e| ListenError::Tls(e.to_string()))?;
-            } else if !addr.ip().is_loopback() {
-                return Err(ListenError::NeedsTls(*addr));
-            }
+            let tls = match &settings.tls {
+                Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(tls_config(cert, key)?)),
+                None if !addr.ip().is_loopback() => return Err(ListenError::NeedsTls(*addr)),
+                None => None,
+            };
             let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ListenError::Bind {
                 addr: settings.addr.clone(),
                 hint: "choose a free port, or an address of this host".into(),
                 source,
             })?;
             let bound = listener.local_addr().unwrap_or(*addr);
-            let router = builder.add_service(service);
+            // The listener is ours (limits, handshake timeout); tonic serves what passes.
+            let (conns, incoming) = mpsc::channel(64);
+            let (stop_accepting, accepting) = oneshot::channel();
+            tokio::spawn(accept_loop(listener, limits, tls, counters, conns, accepting));
+            let router = builder.max_connection_age(limits.max_connection_age).add_service(service);
             let task = tokio::spawn(async move {
-                router
-                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+                let served = router
+                    .serve_with_incoming_shutdown(ReceiverStream::new(incoming), signal)
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| e.to_string());
+                let _ = stop_accepting.send(());
+                served
             });
             Ok(ApiServer { addr: ApiAddr::Tcp(bound), stop, task, socket: None })
         }
     }
 }
 
-fn tls_config(cert: &Path, key: &Path) -> Result<ServerTlsConfig, ListenError> {
+/// The TLS server for `api.tls_cert` and `api.tls_key` (PEM), speaking HTTP/2 (ALPN `h2`).
+fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, ListenError> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
     let read = |what, path: &Path| {
         std::fs::read(path).map_err(|source| ListenError::TlsFile { what, path: path.into(), source })
     };
-    Ok(ServerTlsConfig::new().identity(Identity::from_pem(read("certificate", cert)?, read("key", key)?)))
+    let (cert_pem, key_pem) = (read("certificate", cert)?, read("key", key)?);
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ListenError::Tls(format!("{}: not a PEM certificate chain: {e}", cert.display())))?;
+    if chain.is_empty() {
+        return Err(ListenError::Tls(format!("{}: no certificate in the file", cert.display())));
+    }
+    let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| ListenError::Tls(format!("{}: not a PEM private key: {e}", key.display())))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key_der))
+        .map_err(|e| ListenError::Tls(format!("the certificate and key do not make a TLS server: {e}")))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
 /// Binds the socket with mode 0660 from the start: bound under a temporary name, made 0660, then

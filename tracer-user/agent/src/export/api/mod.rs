@@ -4,6 +4,7 @@
 //!   a subscriber that falls behind is told how many events it lost, the agent never waits.
 //!
 //! The subscription filters and the snapshot and status as messages are `tracer_core::wire`'s.
+pub mod accept;
 pub mod hub;
 pub mod listen;
 pub mod profiles;

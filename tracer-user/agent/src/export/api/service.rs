@@ -13,6 +13,7 @@ use gpu_tracer_proto::{
 };
 use tokio_stream::Stream;
 
+use super::accept::ConnCounters;
 use super::hub::{EventHub, Published, Received, Subscription};
 use super::profiles::{ProfileControl, ProfileStream};
 use crate::export::http::ServeState;
@@ -24,6 +25,8 @@ use tracer_core::wire::snapshot::{snapshot_to_proto, status_to_proto};
 #[derive(Debug)]
 pub struct ApiState {
     pub hub: Arc<EventHub>,
+    /// What the TCP listener refused (`accept`).
+    pub connections: Arc<ConnCounters>,
     pub serve: Arc<ServeState>,
     report: RwLock<Arc<ProbeReport>>,
     /// The agent loop's profiling desk (`None`: this agent serves no profiling sessions).
@@ -33,7 +36,21 @@ pub struct ApiState {
 impl ApiState {
     /// The state of an agent whose probes reported `report`.
     pub fn new(hub: Arc<EventHub>, serve: Arc<ServeState>, report: ProbeReport) -> Self {
-        ApiState { hub, serve, report: RwLock::new(Arc::new(report)), profiles: None }
+        ApiState { hub, connections: Arc::default(), serve, report: RwLock::new(Arc::new(report)), profiles: None }
+    }
+
+    /// The hub's counters and the listener's.
+    pub fn stats(&self) -> tracer_core::model::ApiStats {
+        let (refused_server_limit, refused_peer_limit, handshake_timeout, handshake_failed) = self.connections.read();
+        tracer_core::model::ApiStats {
+            connections: tracer_core::model::ApiConnStats {
+                refused_server_limit,
+                refused_peer_limit,
+                handshake_timeout,
+                handshake_failed,
+            },
+            ..self.hub.stats()
+        }
     }
 
     /// Serve `Profile` through the agent loop's desk.

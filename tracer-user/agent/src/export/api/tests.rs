@@ -327,9 +327,15 @@ fn the_hub_holds_the_bytes_and_a_key_not_the_message() {
 async fn a_subscriber_that_falls_behind_learns_exactly_how_many_it_lost() {
     let hub = Arc::new(EventHub::new(HubSettings { history: 0, subscriber_buffer: 8, max_subscribers: 2 }));
     let mut sub = hub.subscribe().unwrap();
+    let idle = hub.subscribe().unwrap();
     for i in 1..=100 {
         hub.publish(alloc(i));
     }
+    // Issue 45 item 7: before either reads, each has lost 92 (the old hub said 0 until they read).
+    assert_eq!(hub.stats().lost, 2 * 92);
+    // One that goes away without ever reading keeps its loss counted.
+    drop(idle);
+    assert_eq!(hub.stats().lost, 2 * 92);
     let (mut got, mut lost) = (Vec::new(), 0);
     loop {
         match sub.recv(3).await {
@@ -346,7 +352,7 @@ async fn a_subscriber_that_falls_behind_learns_exactly_how_many_it_lost() {
     }
     assert_eq!(lost, 92, "8 held, 92 lost");
     assert_eq!(got, (93..=100).collect::<Vec<_>>(), "the newest 8, in order");
-    assert_eq!(hub.stats().lost, 92);
+    assert_eq!(hub.stats().lost, 2 * 92, "told or not, each loss counted once");
     assert_eq!(hub.stats().published, 100);
 }
 
@@ -558,6 +564,9 @@ async fn a_stalled_subscriber_loses_counted_events_and_others_get_every_one() {
     r.hub.flush();
     let (fast_got, fast_lost) = reader.await.unwrap();
     assert_eq!(fast_got + fast_lost, N);
+    // Before the stalled one reads again, what it has lost is already counted.
+    let counted_before = r.hub.stats().lost;
+    assert!(counted_before > fast_lost, "a subscriber that does not read shows no loss: {counted_before}");
     // The stalled one now reads everything it still can: what it got plus what it was told it
     // lost is every event, exactly.
     let mut got = 0u64;
@@ -572,6 +581,8 @@ async fn a_stalled_subscriber_loses_counted_events_and_others_get_every_one() {
     }
     assert_eq!(got + lost, N, "received {got} + lost {lost}");
     assert!(lost > 0, "the stalled subscriber fell behind");
+    assert_eq!(r.hub.stats().lost, fast_lost + lost, "each loss counted once");
+    assert!(counted_before <= fast_lost + lost);
     r.stop().await;
 }
 
@@ -816,4 +827,101 @@ fn an_empty_bearer_token_lets_nothing_in() {
     assert!(t.check(with(Some("Bearer s3cret"))).is_ok());
     assert!(t.check(with(None)).is_err());
     assert!(t.check(with(Some("Bearer s3cre"))).is_err());
+}
+
+/// Text a client could put in a request field: anything, the characters that matter to paths and
+/// names, path escapes, very long values.
+fn hostile_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<String>(),
+        "[./a-z0-9\u{0}\n-]{0,30}",
+        Just("../../../../etc".to_string()),
+        Just("/kubepods.slice/../..".to_string()),
+        Just("GPU-".to_string()),
+        Just("x".repeat(70_000)),
+        Just("\u{202e}\u{1b}]0;t\u{7}".to_string()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..Default::default() })]
+    /// Issue 45: every field of `Subscribe` and `Profile` requests with hostile values (unknown and
+    /// negative kinds, any text, any numbers) is served or refused with INVALID_ARGUMENT (or
+    /// RESOURCE_EXHAUSTED) naming why; never a panic, never a stream that errors later.
+    #[test]
+    fn hostile_api_requests_are_served_or_refused_never_a_panic(
+        kinds in prop::collection::vec(any::<i32>(), 0..3),
+        texts in prop::collection::vec(hostile_text(), 6),
+        ids in prop::collection::vec(any::<u64>(), 0..3),
+        (since, number, first, follow, violations) in (any::<u64>(), any::<u64>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        (pid, duration, which) in (any::<u32>(), any::<u64>(), 0u8..4),
+    ) {
+        let filter = v1::EventFilter {
+            namespace: vec![texts[0].clone()],
+            pod: vec![texts[1].clone()],
+            container: vec![texts[2].clone()],
+            cgroup_id: ids.clone(),
+            cgroup_path_prefix: vec![texts[3].clone()],
+            gpu: vec![texts[4].clone()],
+            kind: kinds.clone(),
+            violations_only: violations,
+        };
+        let req = v1::SubscribeRequest {
+            follow,
+            since_unix_ns: since,
+            number,
+            first,
+            include: vec![filter.clone()],
+            exclude: if violations { vec![filter] } else { vec![] },
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                use gpu_tracer_proto::v1::gpu_tracer_server::GpuTracer as _;
+                use futures::StreamExt as _;
+                let hub = Arc::new(EventHub::new(HubSettings { history: 16, subscriber_buffer: 16, max_subscribers: 2 }));
+                for i in 1..=20 {
+                    hub_publish(&hub, alloc(i));
+                }
+                let serve = Arc::new(ServeState::new(MetricsRegistry::new(), HealthSettings::default()));
+                let state = Arc::new(ApiState::new(hub.clone(), serve, crate::probe::nvml_only_report()));
+                let svc = super::service::ApiService::new(state);
+                match svc.subscribe(tonic::Request::new(req)).await {
+                    Ok(stream) => {
+                        let mut stream = stream.into_inner();
+                        for _ in 0..20 {
+                            match tokio::time::timeout(Duration::from_millis(5), stream.next()).await {
+                                Ok(Some(item)) => { item.map_err(|s| format!("a stream that errors later: {s:?}"))?; }
+                                Ok(None) | Err(_) => break,
+                            }
+                        }
+                        Ok(())
+                    }
+                    Err(s) if matches!(s.code(), Code::InvalidArgument | Code::ResourceExhausted) && !s.message().is_empty() => Ok(()),
+                    Err(s) => Err(format!("refused as {s:?}")),
+                }
+            })
+        }));
+        let outcome = outcome.map_err(|_| "Subscribe panicked".to_string()).and_then(|r| r);
+        prop_assert!(outcome.is_ok(), "{:?}", outcome);
+
+        use v1::profile_request::Target;
+        let target = match which {
+            0 => None,
+            1 => Some(Target::Pid(pid)),
+            2 => Some(Target::Cgroup(texts[5].clone())),
+            _ => Some(Target::Pod(v1::PodRef { namespace: texts[0].clone(), name: texts[1].clone(), container: texts[2].clone() })),
+        };
+        let profile = v1::ProfileRequest { target, duration_ms: duration };
+        let spec = std::panic::catch_unwind(|| super::profiles::request_to_spec(&profile));
+        prop_assert!(spec.is_ok(), "Profile's request check panicked on {profile:?}");
+        if let Err(s) = spec.unwrap() {
+            prop_assert_eq!(s.code(), Code::InvalidArgument);
+            prop_assert!(!s.message().is_empty());
+        }
+        // A cgroup named by text is looked up inside the cgroup2 mount or not at all.
+        let enricher = crate::enrich::Enricher::new("/proc".into(), None);
+        let looked = std::panic::catch_unwind(|| enricher.cgroup_id(&texts[5]));
+        prop_assert!(looked.is_ok(), "the cgroup lookup panicked on {:?}", texts[5]);
+    }
 }

@@ -461,17 +461,17 @@ pub(crate) async fn serve_secure(
 }
 
 /// The connections open per client address; a [`PeerSlot`] holds one.
-type PeerCounts = Arc<Mutex<HashMap<IpAddr, usize>>>;
+pub(crate) type PeerCounts = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
 /// One open connection of a client address; released when the connection's task ends.
-struct PeerSlot {
+pub(crate) struct PeerSlot {
     counts: PeerCounts,
     ip: IpAddr,
 }
 
 impl PeerSlot {
     /// A slot for `ip`, unless it already holds `max`.
-    fn take(counts: &PeerCounts, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+    pub(crate) fn take(counts: &PeerCounts, ip: IpAddr, max: usize) -> Option<PeerSlot> {
         let ip = ip.to_canonical();
         let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
         let n = c.entry(ip).or_insert(0);

@@ -6,7 +6,8 @@ use std::fmt;
 use super::{MetricEncoder, Scrape, counter, counter_family, gauge};
 
 /// `api_subscribers`, `api_events_published_total`, `api_events_lost_total`,
-/// `api_subscriptions_total`, `api_subscriptions_refused_total`.
+/// `api_subscriptions_total`, `api_subscriptions_refused_total`,
+/// `api_connections_refused_total{reason}` (every reason, also at 0).
 pub fn api(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
     let Some(a) = &s.snapshot.api else {
         return Ok(());
@@ -27,6 +28,21 @@ pub fn api(s: &Scrape<'_>, e: &mut dyn MetricEncoder) -> fmt::Result {
         "Subscriptions refused because api.max_subscribers were connected.",
         None,
         a.refused,
+    )?;
+    let c = &a.connections;
+    counter_family(
+        e,
+        "api_connections_refused",
+        "TCP connections the gRPC API closed, by reason (server_limit: its connection limit was reached; \
+         peer_limit: that client address held its share; handshake_timeout: no TLS handshake and HTTP/2 preface \
+         within the timeout; handshake_failed: a failed TLS handshake or not HTTP/2).",
+        None,
+        [
+            ([("reason", "server_limit")], c.refused_server_limit),
+            ([("reason", "peer_limit")], c.refused_peer_limit),
+            ([("reason", "handshake_timeout")], c.handshake_timeout),
+            ([("reason", "handshake_failed")], c.handshake_failed),
+        ],
     )
 }
 

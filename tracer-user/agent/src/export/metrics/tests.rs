@@ -168,6 +168,12 @@ pub(crate) fn sample_snapshot() -> AgentSnapshot {
             subscriptions: 3,
             refused: 1,
             lost: 40,
+            connections: tracer_core::model::ApiConnStats {
+                refused_server_limit: 6,
+                refused_peer_limit: 7,
+                handshake_timeout: 8,
+                handshake_failed: 9,
+            },
         }),
         http: Some(tracer_core::model::HttpStats { refused_server_limit: 2, refused_peer_limit: 5, unauthorized: 3 }),
         ..Default::default()

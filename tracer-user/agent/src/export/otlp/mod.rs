@@ -483,6 +483,13 @@ impl Worker {
                 }
                 true
             }
+            // The client's own connect or request timeout (issue 45 item 7: these were counted
+            // as export_failed): the same as no answer within the budget.
+            Ok(Err(e)) if e.timed_out => {
+                c.lost(signal, TIMEOUT, n);
+                c.error(format!("{name}: no answer in time: {}", e.message));
+                false
+            }
             Ok(Err(e)) => {
                 c.lost(signal, EXPORT_FAILED, n);
                 c.error(format!("{name}: {}", e.message));

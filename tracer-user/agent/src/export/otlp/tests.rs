@@ -514,6 +514,51 @@ fn an_unreachable_collector_costs_counted_drops_and_bounded_memory() {
     }
 }
 
+/// Issue 45 item 7: a collector that takes the connection and never answers, and one that never
+/// even accepts it (a blackhole: the kernel completes the TCP handshake, nothing reads), cost
+/// drops counted as `timeout`, not `export_failed`, with both protocols.
+#[test]
+fn a_collector_that_never_answers_costs_timeouts_not_failures() {
+    // Accepts and holds every connection, reading nothing, answering nothing.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    // Never accepts.
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let blackhole_port = blackhole.local_addr().unwrap().port();
+    for port in [silent_port, blackhole_port] {
+        for protocol in [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf] {
+            let cfg = OtlpConfig {
+                endpoint: Some(format!("http://127.0.0.1:{port}")),
+                protocol,
+                metric_export_interval_ms: 100,
+                timeout_ms: 300,
+                ..Default::default()
+            };
+            let settings = OtlpSettings::resolve(&cfg, env(&[])).unwrap();
+            let x = OtlpExporter::start(settings, &ResourceInfo::default()).unwrap().unwrap();
+            x.publish(Arc::new(sample_snapshot()));
+            let t = Instant::now();
+            let reason = |s: &OtlpStats, r: &str| -> u64 {
+                s.dropped.iter().filter(|d| d.signal == "metrics" && d.reason == r).map(|d| d.count).sum()
+            };
+            while reason(&x.stats(), "timeout") == 0 && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let s = x.shutdown(Duration::from_millis(300));
+            let what = if port == silent_port { "silent collector" } else { "blackhole" };
+            assert!(reason(&s, "timeout") > 0, "{what}, {protocol:?}: no timeout counted: {s:?}");
+            assert_eq!(reason(&s, "export_failed"), 0, "{what}, {protocol:?}: a timeout counted as a failure: {s:?}");
+        }
+    }
+    drop(blackhole);
+}
+
 /// A self-signed certificate for `localhost` in `dir`: (cert PEM, key PEM, cert path, key path).
 fn self_signed(dir: &std::path::Path, name: &str) -> (String, String, std::path::PathBuf, std::path::PathBuf) {
     let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
@@ -710,4 +755,98 @@ async fn a_bad_setting_is_an_error_naming_it_never_a_panic() {
         }
     }
     assert_eq!(refused, 10);
+}
+
+/// Text an attacker or a typo could put in a setting: anything printable or not, the characters
+/// that matter to URLs, headers and key=value lists, percent escapes, very long values.
+fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop_oneof![
+        any::<String>(),
+        "[ -~]{0,40}",
+        "[=,%:/@\\[\\]\r\n\t\u{0}\u{7f}a-z0-9 ]{0,30}",
+        Just("%0A%0d%00%zz%".to_string()),
+        Just("http://[::1".to_string()),
+        Just("https://127.0.0.1:99999".to_string()),
+        Just("grpc://h:4317/path?q#f".to_string()),
+        Just("x".repeat(70_000)),
+        Just("\u{202e}\u{1b}]0;t\u{7}".to_string()),
+    ]
+}
+
+/// A file a TLS setting could name: missing, empty, binary, a PEM header with a garbage body, a
+/// directory.
+fn hostile_file(dir: &std::path::Path, which: u8) -> std::path::PathBuf {
+    let p = dir.join(format!("f{which}"));
+    match which % 5 {
+        0 => return dir.join("missing.pem"),
+        1 => std::fs::write(&p, b"").unwrap(),
+        2 => std::fs::write(&p, [0u8, 0xff, 0xfe, 0x1b, b'\n']).unwrap(),
+        3 => std::fs::write(&p, "-----BEGIN PRIVATE KEY-----\n%%%\n-----END PRIVATE KEY-----\n").unwrap(),
+        _ => return dir.to_path_buf(),
+    }
+    p
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+    /// Issue 45: every OTLP setting — the file's and the environment's — with hostile values is
+    /// either taken or refused with an error naming a setting; resolving and building the
+    /// transport (what `start` and `doctor` do) never panics.
+    #[test]
+    fn hostile_otlp_settings_are_refused_by_name_never_a_panic(
+        endpoint in hostile_text(),
+        header in (hostile_text(), hostile_text()),
+        attribute in (hostile_text(), hostile_text()),
+        env_values in proptest::collection::vec(hostile_text(), 8),
+        use_env in proptest::collection::vec(proptest::prelude::any::<bool>(), 8),
+        numbers in proptest::collection::vec(proptest::prelude::any::<u64>(), 6),
+        files in proptest::collection::vec(proptest::prelude::any::<u8>(), 3),
+        events in proptest::collection::vec(hostile_text(), 0..3),
+        https in proptest::prelude::any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = if https { "https://127.0.0.1:4318" } else { "http://127.0.0.1:4317" };
+        let cfg = OtlpConfig {
+            endpoint: Some(if use_env[7] { url.to_string() } else { endpoint.clone() }),
+            headers: [header.clone()].into(),
+            resource_attributes: [attribute].into(),
+            certificate: (files[0] % 2 == 0).then(|| hostile_file(dir.path(), files[0])),
+            client_certificate: (files[1] % 2 == 0).then(|| hostile_file(dir.path(), files[1])),
+            client_key: (files[2] % 2 == 0).then(|| hostile_file(dir.path(), files[2])),
+            metric_export_interval_ms: numbers[0],
+            timeout_ms: numbers[1],
+            log_queue: numbers[2] as usize,
+            log_batch: numbers[3] as usize,
+            log_export_interval_ms: numbers[4],
+            max_series_per_metric: numbers[5] as usize,
+            events,
+            ..Default::default()
+        };
+        let names = [
+            ENV_ENDPOINT, ENV_PROTOCOL, ENV_HEADERS, "OTEL_EXPORTER_OTLP_TIMEOUT", ENV_RESOURCE_ATTRIBUTES,
+            ENV_METRIC_EXPORT_INTERVAL, ENV_CERTIFICATE, "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        ];
+        let environment: BTreeMap<String, String> = names
+            .iter()
+            .zip(&env_values)
+            .zip(&use_env)
+            .filter(|(_, used)| **used)
+            .map(|((k, v), _)| ((*k).to_string(), v.clone()))
+            .collect();
+        let outcome = std::panic::catch_unwind(|| {
+            match OtlpSettings::resolve(&cfg, |k| environment.get(k).cloned()) {
+                Err(e) => Err(e.to_string()),
+                Ok(None) => Ok(()),
+                Ok(Some(s)) => OtlpExporter::check(&s).map_err(|e| e.to_string()),
+            }
+        });
+        let outcome = outcome.map_err(|_| "panicked").unwrap();
+        if let Err(why) = outcome {
+            proptest::prop_assert!(
+                why.contains("otlp.") || why.contains("OTEL_") || why.contains("--otlp"),
+                "an error that names no setting: {why}"
+            );
+        }
+    }
 }

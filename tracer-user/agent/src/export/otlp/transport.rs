@@ -45,6 +45,26 @@ pub(super) struct Accepted {
 pub(super) struct SendError {
     pub message: String,
     pub retryable: bool,
+    /// The collector did not answer in time (a connect or request timeout of the client):
+    /// counted as `timeout`, not `export_failed`.
+    pub timed_out: bool,
+}
+
+/// Whether `e` or an error under it is a timeout: an I/O `TimedOut` (a connect timeout), tonic's
+/// `Timeout expired`, tower's or tokio's elapsed deadline.
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        let text = err.to_string().to_ascii_lowercase();
+        if ["timed out", "timeout expired", "deadline has elapsed"].iter().any(|t| text.contains(t)) {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 impl std::fmt::Display for SendError {
@@ -128,10 +148,12 @@ impl Transport {
         match self {
             Transport::Grpc { metrics, metadata, .. } => {
                 // What the generated client does, with a codec that sends the bytes as they are.
-                metrics
-                    .ready()
-                    .await
-                    .map_err(|e| grpc_error(tonic::Status::unknown(format!("Service was not ready: {e}"))))?;
+                metrics.ready().await.map_err(|e| {
+                    let timed_out = is_timeout(&e);
+                    let mut se = grpc_error(tonic::Status::unknown(format!("Service was not ready: {e}")));
+                    se.timed_out |= timed_out;
+                    se
+                })?;
                 let mut r = tonic::Request::new(body);
                 *r.metadata_mut() = metadata.clone();
                 let path = tonic::codegen::http::uri::PathAndQuery::from_static(METRICS_EXPORT);
@@ -229,6 +251,7 @@ fn grpc_error(s: tonic::Status) -> SendError {
     if let Some(src) = std::error::Error::source(&s) {
         message.push_str(&format!(" ({src})"));
     }
+    let timed_out = s.code() == Code::DeadlineExceeded || is_timeout(&s);
     let retryable = matches!(
         s.code(),
         Code::Unavailable
@@ -239,7 +262,7 @@ fn grpc_error(s: tonic::Status) -> SendError {
             | Code::OutOfRange
             | Code::DataLoss
     );
-    SendError { message, retryable }
+    SendError { message, retryable, timed_out }
 }
 
 /// POST a protobuf body; the answer's body on a 2xx status, else an error naming the status.
@@ -252,7 +275,7 @@ async fn post(
     let mut req = hyper::Request::post(uri.clone())
         .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
         .body(Full::new(body))
-        .map_err(|e| SendError { message: format!("building the request: {e}"), retryable: false })?;
+        .map_err(|e| SendError { message: format!("building the request: {e}"), retryable: false, timed_out: false })?;
     req.headers_mut().extend(headers.clone());
     let resp = client.request(req).await.map_err(|e| {
         let mut m = format!("HTTP POST {uri}: {e}");
@@ -262,7 +285,7 @@ async fn post(
             src = s.source();
         }
         // No connection, or it broke: the collector may be back for the next attempt.
-        SendError { message: m, retryable: true }
+        SendError { message: m, retryable: true, timed_out: is_timeout(&e) }
     })?;
     let status = resp.status();
     let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -278,6 +301,8 @@ async fn post(
             if why.is_empty() { String::new() } else { format!(": {why}") }
         ),
         retryable: matches!(status.as_u16(), 429 | 502 | 503 | 504),
+        // A gateway that gave up waiting for the collector.
+        timed_out: status.as_u16() == 504,
     })
 }
 
