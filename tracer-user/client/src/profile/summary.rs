@@ -291,16 +291,25 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
     let bucket_ns = 1_000_000_000u64;
     let buckets = duration_ns.div_ceil(bucket_ns).max(1) as usize;
     let mut per_bucket = vec![0u64; buckets];
+    // Counted by the launch's own fields, named once at the end (not a String per launch).
+    let mut per_entry_point: HashMap<&str, u64> = HashMap::new();
+    let mut per_stream: HashMap<u64, u64> = HashMap::new();
     for l in &rec.launches {
         s.launches.total += 1;
-        *s.launches.per_entry_point.entry(l.entry_point.clone()).or_default() += 1;
-        *s.launches.per_stream.entry(super::perfetto::stream_name(l.stream)).or_default() += 1;
+        *per_entry_point.entry(&l.entry_point).or_default() += 1;
+        *per_stream.entry(l.stream).or_default() += 1;
         s.launches.unnamed += u64::from(!l.named);
         let k = kernels.entry(&l.name).or_default();
         k.0 += 1;
         *k.1.entry((l.grid, l.block)).or_default() += 1;
         let b = (l.ktime_ns.saturating_sub(rec.start_ktime_ns) / bucket_ns) as usize;
         per_bucket[b.min(buckets - 1)] += 1;
+    }
+    for (entry_point, n) in per_entry_point {
+        *s.launches.per_entry_point.entry(entry_point.to_string()).or_default() += n;
+    }
+    for (stream, n) in per_stream {
+        *s.launches.per_stream.entry(super::perfetto::stream_name(stream)).or_default() += n;
     }
     let (bounded, not_bounded) = bounded_intervals(rec);
     let bounded_ns = bounded_ns_per_kernel(rec, &bounded);

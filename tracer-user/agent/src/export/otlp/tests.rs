@@ -531,7 +531,14 @@ fn a_collector_that_never_answers_costs_timeouts_not_failures() {
     // Never accepts.
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let blackhole_port = blackhole.local_addr().unwrap().port();
-    for port in [silent_port, blackhole_port] {
+    // Never completes a connection: its accept queue (backlog 0) is full, so the kernel drops the
+    // SYNs and the client's connect timeout is what ends the attempt.
+    let full = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let full_port = full.local_addr().unwrap().port();
+    // SAFETY: listen() on a socket this test owns; it only changes the backlog.
+    assert_eq!(unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&full), 0) }, 0);
+    let fillers: Vec<_> = (0..4).filter_map(|_| socket_with_timeout(full_port)).collect();
+    for port in [silent_port, blackhole_port, full_port] {
         for protocol in [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf] {
             let cfg = OtlpConfig {
                 endpoint: Some(format!("http://127.0.0.1:{port}")),
@@ -551,12 +558,21 @@ fn a_collector_that_never_answers_costs_timeouts_not_failures() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let s = x.shutdown(Duration::from_millis(300));
-            let what = if port == silent_port { "silent collector" } else { "blackhole" };
+            let what = match port {
+                p if p == silent_port => "silent collector",
+                p if p == blackhole_port => "blackhole",
+                _ => "full accept queue",
+            };
             assert!(reason(&s, "timeout") > 0, "{what}, {protocol:?}: no timeout counted: {s:?}");
             assert_eq!(reason(&s, "export_failed"), 0, "{what}, {protocol:?}: a timeout counted as a failure: {s:?}");
         }
     }
-    drop(blackhole);
+    drop((blackhole, full, fillers));
+}
+
+/// A connection to 127.0.0.1:`port`, if one completes within 200 ms.
+fn socket_with_timeout(port: u16) -> Option<std::net::TcpStream> {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).ok()
 }
 
 /// A self-signed certificate for `localhost` in `dir`: (cert PEM, key PEM, cert path, key path).
