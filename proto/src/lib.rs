@@ -44,10 +44,22 @@ impl EncodedSubscribeResponse {
     /// buffer of exactly its size. Here, next to the generated code, prost's generic encoders are
     /// instantiated in this small crate, not in the caller's (bench §8: the hub's encoding was
     /// ~10 % slower instantiated in the agent's crate).
+    ///
+    /// The event's length is computed once: `prost::encoding::message::encode` would compute it
+    /// again for the length prefix after the buffer was sized with it (bench §8: a whole pass of
+    /// the event, ~10 % of an encoding). So the field's key and length are written here and the
+    /// body by `Message::encode_raw` — the method prost's own `encode` calls after writing the
+    /// same two (doc-hidden in prost, stable as a trait method; `of_event_is_prosts_encoding`
+    /// checks the bytes against `SubscribeResponse::encode_to_vec`).
     #[inline(never)]
     pub fn of_event(event: &v1::Event) -> Self {
-        let mut buf = Vec::with_capacity(prost::encoding::message::encoded_len(1, event));
-        prost::encoding::message::encode(1, event, &mut buf);
+        use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+        let len = event.encoded_len();
+        let mut buf = Vec::with_capacity(1 + encoded_len_varint(len as u64) + len);
+        encode_key(1, WireType::LengthDelimited, &mut buf);
+        encode_varint(len as u64, &mut buf);
+        event.encode_raw(&mut buf);
+        debug_assert_eq!(buf.len(), buf.capacity());
         EncodedSubscribeResponse(buf.into())
     }
 

@@ -120,3 +120,26 @@ fn an_encoded_response_holds_the_length_delimited_event() {
     assert_eq!(EncodedSubscribeResponse(vec![0x0a, 0x80].into()).event_length_delimited(), None, "bad varint");
     assert_eq!(EncodedSubscribeResponse(Default::default()).event_length_delimited(), None);
 }
+
+/// `of_event` writes exactly what prost writes for `SubscribeResponse { event }`, into a buffer of
+/// exactly that size: small and empty events, and ones whose length takes two and three varint
+/// bytes.
+#[cfg(feature = "api")]
+#[test]
+fn of_event_is_prosts_encoding() {
+    use crate::EncodedSubscribeResponse;
+    let long = |n: usize| {
+        let mut ev = rm_alloc();
+        if let Some(h) = ev.header.as_mut() {
+            h.cgroup_path = "x".repeat(n);
+        }
+        ev
+    };
+    for ev in [rm_alloc(), process_exit(), v1::Event::default(), long(200), long(20_000)] {
+        let want = v1::SubscribeResponse { response: Some(v1::subscribe_response::Response::Event(ev.clone())) }
+            .encode_to_vec();
+        let got = EncodedSubscribeResponse::of_event(&ev);
+        assert_eq!(&got.0[..], &want[..]);
+        assert_eq!(got.event(), Some(ev));
+    }
+}
