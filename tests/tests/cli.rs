@@ -784,6 +784,21 @@ fn a_misconfiguration_is_refused_naming_the_key_and_the_fix() {
 /// implemented on any kernel yet) is alive but not ready: /readyz answers 503 naming the family and
 /// why, and /metrics says `gpu_tracer_probe_family_up{family="driver"} 0` while lifecycle is 1.
 /// `doctor` reports a host path it cannot use instead of refusing to look.
+/// `/readyz`'s body once the agent has published its first snapshot (within 15 s), asserting it
+/// answers 503 throughout: why the agent is not ready once it runs.
+fn not_ready_after_the_first_snapshot(addr: &str) -> String {
+    let deadline = std::time::Instant::now() + scaled(Duration::from_secs(15));
+    loop {
+        let (code, body) = http_get(addr, "/readyz");
+        assert_eq!(code, 503, "{body}");
+        if !body.contains("no snapshot published yet") {
+            return body;
+        }
+        assert!(std::time::Instant::now() < deadline, "no snapshot within 15 s: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
     require_root();
@@ -792,16 +807,7 @@ fn a_family_that_cannot_attach_makes_the_agent_not_ready() {
         &["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "30"],
     );
     let addr = child.metrics_addr().unwrap_or_else(|e| panic!("the agent names its address: {e}"));
-    let deadline = std::time::Instant::now() + scaled(Duration::from_secs(15));
-    let body = loop {
-        let (code, body) = http_get(&addr, "/readyz");
-        assert_eq!(code, 503, "{body}");
-        if !body.contains("no snapshot published yet") {
-            break body;
-        }
-        assert!(std::time::Instant::now() < deadline, "no snapshot within 15 s: {body}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let body = not_ready_after_the_first_snapshot(&addr);
     // Here no kprobes; on a kernel with kprobes (the 6.1 guest), no nvidia module: either way the
     // reason is named.
     assert!(body.starts_with("not ready: driver family failed: attach mode driver-entry: "), "{body}");
@@ -848,16 +854,7 @@ fn a_libcuda_that_is_not_there_fails_the_cuda_family_naming_it() {
         &["agent", "--listen", "127.0.0.1:0", "--grpc-listen", "off", "--duration", "30"],
     );
     let addr = child.metrics_addr().unwrap_or_else(|e| panic!("the agent names its address: {e}"));
-    let deadline = std::time::Instant::now() + scaled(Duration::from_secs(15));
-    let body = loop {
-        let (code, body) = http_get(&addr, "/readyz");
-        assert_eq!(code, 503, "{body}");
-        if !body.contains("no snapshot published yet") {
-            break body;
-        }
-        assert!(std::time::Instant::now() < deadline, "no snapshot within 15 s: {body}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let body = not_ready_after_the_first_snapshot(&addr);
     assert!(body.contains("cuda family failed") && body.contains(MISSING), "{body}");
     assert!(!body.contains("driver family") && !body.contains("lifecycle family"), "{body}");
     assert!(child.stop().unwrap().success(), "the agent ran and stopped cleanly");
