@@ -25,7 +25,7 @@ use gpu_tracer_proto::tonic::transport::server::{Connected, TcpConnectInfo};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
-    sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot},
+    sync::{OwnedSemaphorePermit, Semaphore, mpsc},
     task::JoinSet,
 };
 
@@ -75,15 +75,15 @@ pub struct ConnCounters {
 }
 
 impl ConnCounters {
-    /// (server limit, peer limit, handshake timed out, handshake failed).
-    pub fn read(&self) -> (u64, u64, u64, u64) {
+    /// The counts now.
+    pub fn read(&self) -> tracer_core::model::ApiConnStats {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        (
-            r(&self.refused_server_limit),
-            r(&self.refused_peer_limit),
-            r(&self.handshake_timeout),
-            r(&self.handshake_failed),
-        )
+        tracer_core::model::ApiConnStats {
+            refused_server_limit: r(&self.refused_server_limit),
+            refused_peer_limit: r(&self.refused_peer_limit),
+            handshake_timeout: r(&self.handshake_timeout),
+            handshake_failed: r(&self.handshake_failed),
+        }
     }
 }
 
@@ -171,15 +171,14 @@ fn count(counter: &AtomicU64, peer: SocketAddr, what: &str) {
     }
 }
 
-/// Accepts on `listener` until `stop` (or until tonic stops taking connections), and sends each
-/// connection that finished its handshake in time to `out`.
+/// Accepts on `listener` until tonic stops taking connections (drops the receiving side of
+/// `out`), and sends each connection that finished its handshake in time to `out`.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     limits: ApiLimits,
     tls: Option<tokio_rustls::TlsAcceptor>,
     counters: Arc<ConnCounters>,
     out: mpsc::Sender<io::Result<ApiConn>>,
-    mut stop: oneshot::Receiver<()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let peers = PeerCounts::default();
@@ -187,7 +186,6 @@ pub(crate) async fn accept_loop(
     let mut accept_errors = 0u64;
     loop {
         let (stream, peer) = tokio::select! {
-            _ = &mut stop => break,
             _ = out.closed() => break,
             Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
             r = listener.accept() => match r {

@@ -23,6 +23,7 @@ use super::{
     accept::{ApiLimits, accept_loop},
     service::{ApiService, ApiState, BearerToken},
 };
+use crate::export::http::{TlsFileProblem, tls_server};
 use tracer_core::config::api::ApiAddr;
 
 /// The largest request the agent decodes (requests are filters: small).
@@ -53,8 +54,6 @@ pub enum ListenError {
         "{0}: plain TCP off loopback would carry events and tokens in clear\n  hint: set api.tls_cert and api.tls_key, or listen on 127.0.0.1 / a unix socket"
     )]
     NeedsTls(SocketAddr),
-    #[error("reading the TLS {what} {path}: {source}")]
-    TlsFile { what: &'static str, path: PathBuf, source: std::io::Error },
     #[error("TLS setup: {0}")]
     Tls(String),
 }
@@ -135,17 +134,15 @@ pub(crate) async fn serve_with(
             })?;
             let bound = listener.local_addr().unwrap_or(*addr);
             // The listener is ours (limits, handshake timeout); tonic serves what passes.
+            // It stops when tonic drops the incoming side (at shutdown, or if the server ends).
             let (conns, incoming) = mpsc::channel(64);
-            let (stop_accepting, accepting) = oneshot::channel();
-            tokio::spawn(accept_loop(listener, limits, tls, counters, conns, accepting));
+            tokio::spawn(accept_loop(listener, limits, tls, counters, conns));
             let router = builder.max_connection_age(limits.max_connection_age).add_service(service);
             let task = tokio::spawn(async move {
-                let served = router
+                router
                     .serve_with_incoming_shutdown(ReceiverStream::new(incoming), signal)
                     .await
-                    .map_err(|e| e.to_string());
-                let _ = stop_accepting.send(());
-                served
+                    .map_err(|e| e.to_string())
             });
             Ok(ApiServer { addr: ApiAddr::Tcp(bound), stop, task, socket: None })
         }
@@ -154,25 +151,10 @@ pub(crate) async fn serve_with(
 
 /// The TLS server for `api.tls_cert` and `api.tls_key` (PEM), speaking HTTP/2 (ALPN `h2`).
 fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, ListenError> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
-    let read = |what, path: &Path| {
-        std::fs::read(path).map_err(|source| ListenError::TlsFile { what, path: path.into(), source })
-    };
-    let (cert_pem, key_pem) = (read("certificate", cert)?, read("key", key)?);
-    let chain = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ListenError::Tls(format!("{}: not a PEM certificate chain: {e}", cert.display())))?;
-    if chain.is_empty() {
-        return Err(ListenError::Tls(format!("{}: no certificate in the file", cert.display())));
-    }
-    let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| ListenError::Tls(format!("{}: not a PEM private key: {e}", key.display())))?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key_der))
-        .map_err(|e| ListenError::Tls(format!("the certificate and key do not make a TLS server: {e}")))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(cfg))
+    tls_server(cert, key, b"h2").map_err(|e| match e {
+        TlsFileProblem::Cert(why) => ListenError::Tls(format!("api.tls_cert ({}): {why}", cert.display())),
+        TlsFileProblem::Key(why) => ListenError::Tls(format!("api.tls_key ({}): {why}", key.display())),
+    })
 }
 
 /// Binds the socket with mode 0660 from the start: bound under a temporary name, made 0660, then

@@ -41,16 +41,7 @@ impl ApiState {
 
     /// The hub's counters and the listener's.
     pub fn stats(&self) -> tracer_core::model::ApiStats {
-        let (refused_server_limit, refused_peer_limit, handshake_timeout, handshake_failed) = self.connections.read();
-        tracer_core::model::ApiStats {
-            connections: tracer_core::model::ApiConnStats {
-                refused_server_limit,
-                refused_peer_limit,
-                handshake_timeout,
-                handshake_failed,
-            },
-            ..self.hub.stats()
-        }
+        tracer_core::model::ApiStats { connections: self.connections.read(), ..self.hub.stats() }
     }
 
     /// Serve `Profile` through the agent loop's desk.

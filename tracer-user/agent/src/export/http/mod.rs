@@ -128,6 +128,38 @@ pub(crate) struct SecurityError {
     pub why: String,
 }
 
+/// Which file of a TLS server's certificate and key could not be used, and why (the caller names
+/// the setting and the path).
+#[derive(Debug)]
+pub(crate) enum TlsFileProblem {
+    Cert(String),
+    Key(String),
+}
+
+/// A rustls server (ring; TLS 1.2 and 1.3) for the PEM certificate chain in `cert` and the private
+/// key in `key`, speaking `alpn`: the /metrics server's (`http/1.1`) and the gRPC API's (`h2`).
+pub(crate) fn tls_server(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    alpn: &[u8],
+) -> Result<Arc<rustls::ServerConfig>, TlsFileProblem> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| TlsFileProblem::Cert(format!("not a readable PEM certificate chain: {e}")))?;
+    if chain.is_empty() {
+        return Err(TlsFileProblem::Cert("no certificate in the file".into()));
+    }
+    let pk = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| TlsFileProblem::Key(format!("not a readable PEM private key: {e}")))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, pk))
+        .map_err(|e| TlsFileProblem::Key(format!("the certificate and key do not make a TLS server: {e}")))?;
+    cfg.alpn_protocols = vec![alpn.to_vec()];
+    Ok(Arc::new(cfg))
+}
+
 impl ServeSecurity {
     /// Read the certificate chain and key (PEM) and the token file.
     pub fn load(
@@ -135,28 +167,12 @@ impl ServeSecurity {
         key: Option<&std::path::Path>,
         token_file: Option<&std::path::Path>,
     ) -> Result<Self, SecurityError> {
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
         let err = |key, path: &std::path::Path, why: String| SecurityError { key, path: path.to_path_buf(), why };
         let tls = match (cert, key) {
-            (Some(c), Some(k)) => {
-                let chain = CertificateDer::pem_file_iter(c)
-                    .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-                    .map_err(|e| err("metrics.tls_cert", c, format!("not a readable PEM certificate chain: {e}")))?;
-                if chain.is_empty() {
-                    return Err(err("metrics.tls_cert", c, "no certificate in the file".into()));
-                }
-                let pk = PrivateKeyDer::from_pem_file(k)
-                    .map_err(|e| err("metrics.tls_key", k, format!("not a readable PEM private key: {e}")))?;
-                let mut cfg =
-                    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                        .with_safe_default_protocol_versions()
-                        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, pk))
-                        .map_err(|e| {
-                            err("metrics.tls_key", k, format!("the certificate and key do not make a TLS server: {e}"))
-                        })?;
-                cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-                Some(Arc::new(cfg))
-            }
+            (Some(c), Some(k)) => Some(tls_server(c, k, b"http/1.1").map_err(|e| match e {
+                TlsFileProblem::Cert(why) => err("metrics.tls_cert", c, why),
+                TlsFileProblem::Key(why) => err("metrics.tls_key", k, why),
+            })?),
             (None, None) => None,
             (Some(p), None) | (None, Some(p)) => {
                 return Err(err("metrics.tls_cert", p, "TLS needs both metrics.tls_cert and metrics.tls_key".into()));
