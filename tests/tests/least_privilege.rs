@@ -15,6 +15,17 @@ use serde_json::Value;
 /// The chart's capabilities (`gpu-tracer.capabilities` in the chart's `_helpers.tpl`).
 const CHART: [&str; 4] = ["bpf", "perfmon", "sys_ptrace", "dac_read_search"];
 
+/// The chart's capabilities as a node with this kernel needs them: before 5.11 map memory is
+/// charged to RLIMIT_MEMLOCK, and the chart's `memlockCapability=true` (docs/helm.md, docs/kernels.md)
+/// adds SYS_RESOURCE so the agent can raise it.
+fn chart() -> Vec<&'static str> {
+    let mut caps = CHART.to_vec();
+    if !kernel_at_least(5, 11) {
+        caps.push("sys_resource");
+    }
+    caps
+}
+
 /// `gpu-tracer ARGS` holding exactly `caps` (uid 0, every other capability out of the bounding
 /// set, nothing inheritable).
 fn with_caps(caps: &[&str], args: &[&str]) -> Command {
@@ -54,7 +65,7 @@ fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn the_charts_capabilities_attach_every_family() {
     require_root();
-    let (code, v) = doctor(&CHART, &[]);
+    let (code, v) = doctor(&chart(), &[]);
     assert_eq!(v["probes"]["driver"]["state"], "attached", "{:#}", v["probes"]["driver"]);
     // The lifecycle family is on BTF tracepoints (bpf links, no perf event), which no
     // perf_event_paranoid setting refuses.
@@ -64,7 +75,7 @@ fn the_charts_capabilities_attach_every_family() {
     assert!(programs.contains("tp_btf/sched_process_exit"), "{programs}");
     // Its classic-tracepoint mode opens perf events: refused without CAP_SYS_ADMIN where the
     // sysctl is 3 or more (the error names it and the fix), attached otherwise.
-    let (_, t) = doctor(&CHART, &["--lifecycle-attach", "tracepoint"]);
+    let (_, t) = doctor(&chart(), &["--lifecycle-attach", "tracepoint"]);
     if paranoid_blocks_tracepoints() {
         let why = t["probes"]["lifecycle"]["error"].as_str().unwrap_or_default();
         assert!(why.contains("perf_event_paranoid is 3") && why.contains("fix:"), "{:#}", t["probes"]["lifecycle"]);
@@ -101,7 +112,7 @@ fn the_charts_capabilities_attach_every_family() {
     // perf_event_paranoid is 3 or more (Debian's and Ubuntu's patch) that is refused too, and the
     // error says why and what would do.
     let _one = TRACEFS.lock().unwrap_or_else(|e| e.into_inner());
-    let (_, v) = doctor(&CHART, &["--cuda-attach", "perf-event"]);
+    let (_, v) = doctor(&chart(), &["--cuda-attach", "perf-event"]);
     if paranoid_blocks_tracepoints() {
         assert_eq!(v["probes"]["cuda"]["state"], "failed", "{:#}", v["probes"]["cuda"]);
         let why = v["probes"]["cuda"]["error"].as_str().unwrap();
@@ -138,14 +149,22 @@ fn events_of_gone_agents() -> Vec<String> {
 #[test]
 fn each_capability_removed_is_named_by_doctor() {
     require_root();
-    for removed in CHART {
-        let caps: Vec<&str> = CHART.iter().copied().filter(|c| *c != removed).collect();
+    for removed in chart() {
+        let caps: Vec<&str> = chart().into_iter().filter(|c| *c != removed).collect();
         let (code, v) = doctor(&caps, &[]);
         let name = format!("CAP_{}", removed.to_uppercase());
         let c = check(&v, &name);
         let detail = c["detail"].as_str().unwrap();
         assert!(detail.starts_with("missing:") && detail.contains("without it:"), "{name}: {c:#}");
         match removed {
+            // Before 5.11: nothing loads under the 64 KiB memlock limit, and the error says so.
+            "sys_resource" => {
+                assert_eq!(c["status"], "fail", "{name}");
+                assert_eq!(code, Some(1), "{name}: {v:#}");
+                let probes = check(&v, "probes");
+                let detail = probes["detail"].as_str().unwrap_or_default();
+                assert!(detail.contains("RLIMIT_MEMLOCK") && detail.contains("memlockCapability=true"), "{probes:#}");
+            }
             // Before 6.6 the cuda family needs SYS_ADMIN anyway (see above).
             _ if !kernel_at_least(6, 6) && !matches!(removed, "bpf" | "perfmon") => {}
             // Nothing loads without these: a failed check, doctor exits 1, the probes check says why.
@@ -226,7 +245,7 @@ fn count_under_the_charts_capabilities(extra: &[&str], cuda: bool) {
         ],
     ]
     .concat();
-    let mut child = AgentProcess::spawn(with_caps(&CHART, &args).stdout(Stdio::piped())).unwrap();
+    let mut child = AgentProcess::spawn(with_caps(&chart(), &args).stdout(Stdio::piped())).unwrap();
     child
         .wait_log_within("probes loaded", Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("gpu-tracer did not start: {e}"));
@@ -257,4 +276,36 @@ fn count_under_the_charts_capabilities(extra: &[&str], cuda: bool) {
     let a = mine("cuda_alloc");
     assert_eq!(a.len(), 1, "{events:#?}");
     assert_eq!(a[0]["bytes"], 8388608u64);
+}
+
+/// The memlock limit (`RLIMIT_MEMLOCK`, 64 KiB by default before 5.16): from 5.11 on the kernel
+/// charges map memory to the memory cgroup and the agent starts under the chart's capabilities
+/// with that limit; before, it cannot, and the error names the limit and both fixes — and with
+/// SYS_RESOURCE (the chart's `memlockCapability`) it raises the limit and starts.
+#[test]
+fn the_memlock_limit_matters_only_before_5_11_and_is_named_there() {
+    require_root();
+    let run = |caps: &[&str]| {
+        let mut c = Command::new("prlimit");
+        c.args(["--memlock=65536:65536", "--"]).arg("setpriv");
+        let bounding: Vec<String> =
+            std::iter::once("-all".to_string()).chain(caps.iter().map(|c| format!("+{c}"))).collect();
+        c.args(["--bounding-set", &bounding.join(","), "--inh-caps", "-all", "--"]).arg(gpu_tracer());
+        c.args(["--log", "warn", "--no-cuda", "--simulated-devices", "events", "--json", "--duration", "1"]);
+        let out = c.stdout(Stdio::null()).output().expect("prlimit and setpriv (util-linux) run gpu-tracer");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&CHART);
+    if kernel_at_least(5, 11) {
+        assert_eq!(code, Some(0), "64 KiB of memlock is enough from 5.11 on: {err}");
+        println!("reliability: kernel_5_11_plus=true memlock_kib=64 chart_caps_start=true");
+    } else {
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("charges BPF map memory to RLIMIT_MEMLOCK") && err.contains("64.0 KiB here"), "{err}");
+        assert!(err.contains("CAP_SYS_RESOURCE (Helm: memlockCapability=true)") && err.contains("ulimit -l"), "{err}");
+        assert!(!err.contains("needs CAP_BPF and CAP_PERFMON"), "the hint names the real cause: {err}");
+        let (code, err) = run(&chart());
+        assert_eq!(code, Some(0), "with SYS_RESOURCE the agent raises the limit: {err}");
+        println!("reliability: kernel_5_11_plus=false memlock_kib=64 chart_caps_start=false with_sys_resource_start=true");
+    }
 }

@@ -719,6 +719,17 @@ pub fn record_as_bytes<R: Record>(r: &R) -> &[u8] {
 mod tests {
     use super::probe;
 
+    /// The per-entry programs are named by id, and the entry table is in id order (the kernel
+    /// side indexes it by id at compile time).
+    #[test]
+    fn per_entry_programs_and_the_entry_table_are_in_id_order() {
+        for (i, (id, _, _)) in super::cuda_entry::ALL.iter().enumerate() {
+            assert_eq!(*id as usize, i);
+            let name = super::prog_names::CUDA_PER_ENTRY[i];
+            assert_eq!(name.strip_prefix("cuda_e").and_then(|n| n.parse::<usize>().ok()), Some(i), "{name}");
+        }
+    }
+
     #[test]
     fn the_ledger_probe_list_and_its_match_agree() {
         for p in 0..probe::COUNT {

@@ -1,6 +1,7 @@
 //! The `cuda` family: uprobes on libcuda's exported entry points (placed by user space where the
 //! kernel can emulate the probed instruction). The attach cookie is the `cuda_entry` id, so one
-//! program serves every entry point of the same shape. Launches are aggregated in the kernel;
+//! program serves every entry point of the same shape; where the kernel has no attach cookies
+//! (before 5.15), one program per entry point with its id as a constant ([`on_entry`]). Launches are aggregated in the kernel;
 //! allocations and frees are reported one by one, with the pointer read at return.
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, generated},
@@ -21,6 +22,21 @@ use crate::{
 fn cookie<C: aya_ebpf::EbpfContext>(ctx: &C) -> u32 {
     // SAFETY: the helper only reads the attachment's cookie.
     unsafe { generated::bpf_get_attach_cookie(ctx.as_ptr()) as u32 }
+}
+
+/// The entry probe of the entry point `ENTRY` without an attach cookie (kernels before 5.15 have no
+/// `bpf_get_attach_cookie`): one program per entry point (`prog_names::CUDA_PER_ENTRY`), the id a
+/// constant, the action chosen at compile time. The same work as the cookie programs, which user
+/// space loads wherever the kernel has the helper.
+#[inline(always)]
+pub fn on_entry<const ENTRY: u32>(ctx: &ProbeContext) {
+    match const { cuda_entry::ALL[ENTRY as usize].2 } {
+        cuda_entry::Action::Count => on_call_as(ctx, ENTRY),
+        cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => on_alloc_enter_as(ctx, ENTRY),
+        cuda_entry::Action::Free => on_free_as(ctx, ENTRY),
+        cuda_entry::Action::Lookup => on_lookup_enter_as(ctx, ENTRY),
+        cuda_entry::Action::Timed => on_timed_enter_as(ctx, ENTRY),
+    }
 }
 
 /// Add one call (and `bytes`) to this process's row for `entry`.
@@ -61,7 +77,12 @@ fn count_as(probe_id: u32, entry: u32, bytes: u64, cgroup_id: u64, pid_tgid: u64
 /// Launches, context creation: count; in per-event mode, launches are also sent one by one. The
 /// cgroup id and `pid_tgid` are read once and shared by the count, the selection and the record.
 pub fn on_call(ctx: &ProbeContext) {
-    let entry = cookie(ctx);
+    on_call_as(ctx, cookie(ctx));
+}
+
+/// [`on_call`] for the entry point `entry`.
+#[inline(always)]
+fn on_call_as(ctx: &ProbeContext, entry: u32) {
     // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -185,7 +206,11 @@ fn send_launch(ctx: &ProbeContext, entry: u32, cgroup_id: u64, pid_tgid: u64) {
 /// Handle lookups (cuModuleGetFunction, cuLibraryGetKernel: `(out, src, name)`;
 /// cuKernelGetFunction: `(out, kernel)`): keep the out-parameter and the name or source.
 pub fn on_lookup_enter(ctx: &ProbeContext) {
-    let entry = cookie(ctx);
+    on_lookup_enter_as(ctx, cookie(ctx));
+}
+
+#[inline(always)]
+fn on_lookup_enter_as(ctx: &ProbeContext, entry: u32) {
     count(probe::CUDA_CALL, entry, 0);
     let out: u64 = ctx.arg(0).unwrap_or(0);
     let (second, third) = args_2_and_3(ctx);
@@ -228,7 +253,11 @@ pub fn on_lookup_return(ctx: &RetProbeContext) {
 
 /// Allocation entry: `(out, bytes, ...)` (or pitch: `(out, pitch*, width, height, ...)`).
 pub fn on_alloc_enter(ctx: &ProbeContext) {
-    let entry = cookie(ctx);
+    on_alloc_enter_as(ctx, cookie(ctx));
+}
+
+#[inline(always)]
+fn on_alloc_enter_as(ctx: &ProbeContext, entry: u32) {
     let out: u64 = ctx.arg(0).unwrap_or(0);
     let bytes: u64 = if entry == cuda_entry::MEM_ALLOC_PITCH {
         let w: u64 = ctx.arg(2).unwrap_or(0);
@@ -276,7 +305,11 @@ pub fn on_alloc_return(ctx: &RetProbeContext) {
 
 /// Free: `(ptr_or_handle, ...)`.
 pub fn on_free(ctx: &ProbeContext) {
-    let entry = cookie(ctx);
+    on_free_as(ctx, cookie(ctx));
+}
+
+#[inline(always)]
+fn on_free_as(ctx: &ProbeContext, entry: u32) {
     let ptr: u64 = ctx.arg(0).unwrap_or(0);
     count(probe::CUDA_CALL, entry, 0);
     if let Some(mut e) = emit::reserve::<CudaFreeRecord>(probe::CUDA_FREE, 0) {
@@ -294,7 +327,11 @@ pub fn on_free(ctx: &ProbeContext) {
 /// Timed call entry (synchronisation, events, copies, memsets): count it (copies and memsets with
 /// their bytes); in per-event mode keep its entry time and first four arguments for the return.
 pub fn on_timed_enter(ctx: &ProbeContext) {
-    let entry = cookie(ctx);
+    on_timed_enter_as(ctx, cookie(ctx));
+}
+
+#[inline(always)]
+fn on_timed_enter_as(ctx: &ProbeContext, entry: u32) {
     let a = |i: usize| -> u64 { ctx.arg(i).unwrap_or(0) };
     let args = [a(0), a(1), a(2), a(3)];
     // SAFETY: bpf_get_current_cgroup_id takes no arguments and only reads the current task's cgroup.

@@ -429,6 +429,33 @@ pub fn cuda_timed_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// The cuda family's entry probes without attach cookies: one program per entry point, its id a
+/// constant (`cuda::on_entry`); names as `prog_names::CUDA_PER_ENTRY` lists them.
+macro_rules! cuda_per_entry {
+    ($($name:ident = $id:literal),* $(,)?) => {
+        $(
+            #[uprobe]
+            pub fn $name(ctx: ProbeContext) -> u32 {
+                cuda::on_entry::<$id>(&ctx);
+                0
+            }
+        )*
+    };
+}
+
+cuda_per_entry!(
+    cuda_e0 = 0, cuda_e1 = 1, cuda_e2 = 2, cuda_e3 = 3, cuda_e4 = 4, cuda_e5 = 5,
+    cuda_e6 = 6, cuda_e7 = 7, cuda_e8 = 8, cuda_e9 = 9, cuda_e10 = 10, cuda_e11 = 11,
+    cuda_e12 = 12, cuda_e13 = 13, cuda_e14 = 14, cuda_e15 = 15, cuda_e16 = 16, cuda_e17 = 17,
+    cuda_e18 = 18, cuda_e19 = 19, cuda_e20 = 20, cuda_e21 = 21, cuda_e22 = 22, cuda_e23 = 23,
+    cuda_e24 = 24, cuda_e25 = 25, cuda_e26 = 26, cuda_e27 = 27, cuda_e28 = 28, cuda_e29 = 29,
+    cuda_e30 = 30, cuda_e31 = 31, cuda_e32 = 32, cuda_e33 = 33, cuda_e34 = 34, cuda_e35 = 35,
+    cuda_e36 = 36, cuda_e37 = 37, cuda_e38 = 38, cuda_e39 = 39, cuda_e40 = 40, cuda_e41 = 41,
+    cuda_e42 = 42, cuda_e43 = 43, cuda_e44 = 44, cuda_e45 = 45, cuda_e46 = 46, cuda_e47 = 47,
+    cuda_e48 = 48, cuda_e49 = 49, cuda_e50 = 50, cuda_e51 = 51, cuda_e52 = 52, cuda_e53 = 53,
+    cuda_e54 = 54, cuda_e55 = 55, cuda_e56 = 56, cuda_e57 = 57, cuda_e58 = 58, cuda_e59 = 59,
+);
+
 // Empty programs, one per attach mechanism: the benchmark attaches them to measure each mechanism's
 // own floor, so the tracer's cost can be reported as "floor + our work".
 #[tracepoint]

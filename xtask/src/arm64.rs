@@ -57,6 +57,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         return Ok(());
     }
     kernel_matrix::run(&kernel_matrix::Options {
+        release: kernel_matrix::Release::Bookworm,
         arch: Arch::Arm64,
         tests: opts.tests.clone(),
         sysctls: Vec::new(),

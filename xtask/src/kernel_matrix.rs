@@ -34,27 +34,21 @@ use crate::{cmd, kmod, reliability, setup};
 
 /// Where the kernel package is unpacked and the initramfs built.
 pub const CACHE: &str = "/opt/gpu-tracer/qemu";
-/// The kernel modules the guest loads, in order (no modprobe in the initramfs): virtio PCI, 9p,
-/// and FUSE for the fake driver.
-const MODULES: &[&str] = &[
-    "virtio_ring",
-    "virtio",
-    "virtio_pci_modern_dev",
-    "virtio_pci_legacy_dev",
-    "virtio_pci",
-    "9pnet",
-    "9pnet_virtio",
-    "netfs",
-    "fscache",
-    "9p",
-    "fuse",
-];
+/// The kernel modules the guest needs: virtio PCI, 9p over virtio, and FUSE for the fake driver.
+/// Each is loaded after the modules it depends on, as each module's own `depends=` says
+/// ([`load_order`]; there is no modprobe in the initramfs): 5.10, 6.1 and 6.12 split them
+/// differently (netfs appears in 5.13, the virtio PCI device helpers later).
+const MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p", "fuse"];
 /// The root test files run by default: the cuda family (perf-event fallback on 6.1), least
 /// privilege, the driver family end to end, the command line.
 pub const DEFAULT_TESTS: &[&str] = &["cuda", "least_privilege", "agent", "cli"];
 /// On arm64: the driver family end to end and the cuda family (the fake libcuda in its arm64
 /// prologue variants, and the real arm64 libcuda).
 pub const DEFAULT_TESTS_ARM64: &[&str] = &["agent", "cuda"];
+/// The root test files CI runs on Debian 11's 5.10 (`cargo xtask test`'s guest step): what differs
+/// there — the cuda family without attach cookies (one program per entry point), and the chart's
+/// capabilities where map memory is charged to RLIMIT_MEMLOCK.
+pub const OLD_KERNEL_TESTS: &[&str] = &["cuda", "least_privilege"];
 /// Root test files that need the kernel-module driver double built for the guest's kernel. They
 /// cannot run on the host (its kernel cannot load modules built for 6.1), so their tests are
 /// `#[ignore]`d there (listed in `test::ALLOWED_IGNORED`) and run here with `--include-ignored`.
@@ -81,7 +75,46 @@ impl Arch {
     }
 }
 
+/// The Debian release whose packaged kernel the x86-64 guest boots.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Release {
+    /// Debian 11 (bullseye): 5.10, as Amazon Linux 2 and Debian 11 nodes run; no attach cookies
+    /// (5.15), map memory charged to RLIMIT_MEMLOCK (before 5.11), no `bpf_get_func_arg` (5.17).
+    #[value(name = "5.10", alias = "bullseye")]
+    Bullseye,
+    /// Debian 12 (bookworm): 6.1, this machine's own release (the default; the kernel-module double
+    /// is built for it).
+    #[value(name = "6.1", alias = "bookworm")]
+    Bookworm,
+    /// Debian 13 (trixie): 6.12.
+    #[value(name = "6.12", alias = "trixie")]
+    Trixie,
+}
+
+impl Release {
+    /// Debian's code name.
+    pub fn suite(self) -> &'static str {
+        match self {
+            Release::Bullseye => "bullseye",
+            Release::Bookworm => "bookworm",
+            Release::Trixie => "trixie",
+        }
+    }
+
+    /// The kernel's series, as `--kernel` takes it.
+    pub fn series(self) -> &'static str {
+        match self {
+            Release::Bullseye => "5.10",
+            Release::Bookworm => "6.1",
+            Release::Trixie => "6.12",
+        }
+    }
+}
+
 pub struct Options {
+    /// The Debian release whose kernel boots (x86-64 only; arm64 boots this machine's release's).
+    pub release: Release,
+
     /// The guest's architecture.
     pub arch: Arch,
     /// Root test files (`tests/tests/NAME.rs`) to run; empty: [`DEFAULT_TESTS`].
@@ -126,7 +159,7 @@ pub fn x86_64_version() -> anyhow::Result<String> {
 
 /// The x86-64 guest kernel's `vmlinuz`, unpacked into the cache if it is not there yet.
 pub fn x86_64_kernel() -> anyhow::Result<PathBuf> {
-    Ok(kernel(Arch::X86_64)?.vmlinuz)
+    Ok(kernel(Arch::X86_64, Release::Bookworm)?.vmlinuz)
 }
 
 /// Downloads `package` with `apt-get download` into [`CACHE`]`/download` and unpacks it into
@@ -152,32 +185,45 @@ pub fn download_and_unpack(package: &str, root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The kernel package `linux-image-<arch>` depends on, unpacked under [`CACHE`]; for arm64
-/// through a private apt configuration ([`setup::Arm64Apt`]), which also brings the arm64 busybox.
-fn kernel(arch: Arch) -> anyhow::Result<Kernel> {
+/// The kernel package `linux-image-<arch>` of `release` depends on, unpacked under [`CACHE`]; for
+/// arm64 through a private apt configuration ([`setup::PrivateApt`]), which also brings the arm64
+/// busybox; for a Debian release other than this machine's, through one with that release's sources.
+fn kernel(arch: Arch, release: Release) -> anyhow::Result<Kernel> {
     let meta = format!("linux-image-{}", arch.debian());
-    let arm64 = if arch == Arch::Arm64 { Some(setup::Arm64Apt::new()?) } else { None };
-    let package = match &arm64 {
-        Some(apt) => apt.dependency(&format!("{meta}:arm64"), "linux-image-")?,
+    let apt = match (arch, release) {
+        (Arch::Arm64, _) => Some(setup::PrivateApt::arm64()?),
+        (Arch::X86_64, Release::Bookworm) => None,
+        (Arch::X86_64, other) => Some(setup::PrivateApt::suite(other.suite())?),
+    };
+    let package = match &apt {
+        Some(apt) if arch == Arch::Arm64 => apt.dependency(&format!("{meta}:arm64"), "linux-image-")?,
+        Some(apt) => apt.dependency(&meta, "linux-image-")?,
         None => apt_dependency(&meta, "linux-image-")?,
     };
     let version = package.trim_start_matches("linux-image-").trim_end_matches(":arm64").to_string();
     let root = Path::new(CACHE).join(&version);
     let vmlinuz = root.join(format!("boot/vmlinuz-{version}"));
-    let modules = root.join(format!("lib/modules/{version}"));
-    if let Some(apt) = &arm64 {
-        if !vmlinuz.is_file() || !modules.is_dir() {
-            apt.unpack(&package, &root)
-                .map_err(|e| anyhow!("{e:#}; fix: check network access to the Debian mirror"))?;
+    // Trixie's packages install under /usr (merged /usr): its modules are in usr/lib/modules.
+    let modules_at = |root: &Path| {
+        let usr = root.join(format!("usr/lib/modules/{version}"));
+        if usr.is_dir() { usr } else { root.join(format!("lib/modules/{version}")) }
+    };
+    let mut modules = modules_at(&root);
+    if !vmlinuz.is_file() || !modules.is_dir() {
+        match &apt {
+            Some(apt) => apt
+                .unpack(&package, &root)
+                .map_err(|e| anyhow!("{e:#}; fix: check network access to the Debian mirror"))?,
+            None => download_and_unpack(&package, &root)?,
         }
+        modules = modules_at(&root);
+    }
+    if let (Arch::Arm64, Some(apt)) = (arch, &apt) {
         let busybox = Path::new(CACHE).join("busybox-arm64");
         if !busybox.join("bin/busybox").is_file() {
             apt.unpack("busybox-static:arm64", &busybox)?;
         }
         return Ok(Kernel { arch, version, vmlinuz, modules, busybox: busybox.join("bin/busybox") });
-    }
-    if !vmlinuz.is_file() || !modules.is_dir() {
-        download_and_unpack(&package, &root)?;
     }
     Ok(Kernel { arch, version, vmlinuz, modules, busybox: PathBuf::from("/bin/busybox") })
 }
@@ -244,17 +290,19 @@ fn initramfs(k: &Kernel) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("{}: busybox-static (cargo xtask setup installs it)", k.busybox.display()))?;
     // Modules built into this kernel (arm64's virtio core) are not loaded.
     let builtin = std::fs::read_to_string(k.modules.join("modules.builtin")).unwrap_or_default();
-    let mut loaded = Vec::new();
-    for m in MODULES {
-        match find_module(&k.modules, m) {
-            Some(found) => {
-                std::fs::copy(&found, dir.join(format!("mods/{m}.ko")))?;
-                loaded.push(*m);
-            }
-            None if builtin.lines().any(|l| l.ends_with(&format!("/{m}.ko"))) => {}
-            None => bail!("module {m}.ko not in {}", k.modules.display()),
-        }
+    let files = module_files(&k.modules);
+    let mut elves = std::collections::HashMap::new();
+    let order = load_order(&builtin, MODULES, |name| {
+        let path = files.get(name).ok_or_else(|| anyhow!("no {name}.ko under {}", k.modules.display()))?;
+        let elf = module_elf(path)?;
+        let deps = modinfo_depends(&elf);
+        elves.insert(name.to_string(), elf);
+        Ok(deps)
+    })?;
+    for name in &order {
+        std::fs::write(dir.join(format!("mods/{name}.ko")), &elves[name])?;
     }
+    let loaded: Vec<&str> = order.iter().map(String::as_str).collect();
     let init = dir.join("init");
     std::fs::write(&init, init_script(k, &loaded))?;
     cmd::run(Command::new("chmod").arg("755").arg(&init))?;
@@ -264,20 +312,94 @@ fn initramfs(k: &Kernel) -> anyhow::Result<PathBuf> {
     Ok(out)
 }
 
-fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
-    let want = format!("{name}.ko");
+/// A module's name from its file name (`9p.ko.xz` → `9p`; dashes read as underscores, as the
+/// kernel does).
+fn module_name(file: &str) -> String {
+    let file = file.rsplit('/').next().unwrap_or(file);
+    file.split(".ko").next().unwrap_or(file).replace('-', "_")
+}
+
+/// Every module file under `dir` by module name (one walk).
+fn module_files(dir: &Path) -> std::collections::HashMap<String, PathBuf> {
+    let mut out = std::collections::HashMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).ok()?.filter_map(Result::ok) {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.filter_map(Result::ok) {
             let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.file_name().is_some_and(|n| n == want.as_str()) {
-                return Some(p);
+            } else if name.contains(".ko") {
+                out.insert(module_name(&name), p);
             }
         }
     }
-    None
+    out
+}
+
+/// A module file as plain ELF, as busybox's insmod takes it: Debian compresses modules from
+/// trixie on (`.ko.xz`; `.zst` and `.gz` handled too).
+fn module_elf(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let tool = match path.extension().and_then(|x| x.to_str()) {
+        Some("xz") => "xz",
+        Some("zst") => "zstd",
+        Some("gz") => "gzip",
+        _ => return std::fs::read(path).with_context(|| format!("reading {}", path.display())),
+    };
+    let out = Command::new(tool)
+        .arg("-dc")
+        .arg(path)
+        .output()
+        .with_context(|| format!("running {tool} -dc {} (cargo xtask setup installs it)", path.display()))?;
+    if !out.status.success() {
+        bail!("{tool} -dc {}: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(out.stdout)
+}
+
+/// The modules a module needs loaded first: its `.modinfo` string `depends=a,b` (what depmod
+/// reads; the unpacked package has no `modules.dep`, and this machine no depmod).
+fn modinfo_depends(elf: &[u8]) -> Vec<String> {
+    let key = b"\0depends=";
+    let Some(at) = elf.windows(key.len()).position(|w| w == key) else { return Vec::new() };
+    let rest = &elf[at + key.len()..];
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    String::from_utf8_lossy(&rest[..end]).split(',').filter(|d| !d.is_empty()).map(module_name).collect()
+}
+
+/// The modules to `insmod`, in order, for `wanted`: each after the modules it depends on
+/// (`depends_of`), each once. A wanted module built into the kernel (`modules.builtin`) is left out.
+fn load_order(
+    builtin: &str,
+    wanted: &[&str],
+    mut depends_of: impl FnMut(&str) -> anyhow::Result<Vec<String>>,
+) -> anyhow::Result<Vec<String>> {
+    fn visit(
+        m: &str,
+        depends_of: &mut dyn FnMut(&str) -> anyhow::Result<Vec<String>>,
+        out: &mut Vec<String>,
+        depth: usize,
+    ) -> anyhow::Result<()> {
+        if out.iter().any(|n| n == m) {
+            return Ok(());
+        }
+        if depth > 32 {
+            bail!("module dependencies: a cycle through {m}");
+        }
+        for d in depends_of(m)? {
+            visit(&d, depends_of, out, depth + 1)?;
+        }
+        out.push(m.to_string());
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for m in wanted {
+        if !builtin.lines().any(|l| module_name(l.trim()) == *m) {
+            visit(m, &mut depends_of, &mut out, 0)?;
+        }
+    }
+    Ok(out)
 }
 
 /// The guest script's lines that set `sysctls` (`KEY=VALUE` each) and print what they read back;
@@ -418,7 +540,7 @@ pub fn boot(opts: &Options) -> anyhow::Result<GuestRun> {
     if opts.arch == Arch::Arm64 {
         setup::arm64_setup()?;
     }
-    let k = kernel(opts.arch)?;
+    let k = kernel(opts.arch, opts.release)?;
     let initrd = initramfs(&k)?;
     let default = if opts.arch == Arch::Arm64 { DEFAULT_TESTS_ARM64 } else { DEFAULT_TESTS };
     let tests: Vec<String> = if opts.tests.is_empty() && !opts.bench_driver_entry {
@@ -430,6 +552,12 @@ pub fn boot(opts: &Options) -> anyhow::Result<GuestRun> {
         if opts.arch != Arch::X86_64 {
             bail!(
                 "the kernel-module driver double is built for the x86-64 guest only (drop --kmod and {KMOD_TESTS:?})"
+            );
+        }
+        if opts.release != Release::Bookworm {
+            bail!(
+                "the kernel-module driver double is built for Debian 12's kernel (6.1) only: drop --kernel {} or {KMOD_TESTS:?}",
+                opts.release.series()
             );
         }
         let dir = kmod::build()?;
@@ -553,6 +681,36 @@ pub fn boot(opts: &Options) -> anyhow::Result<GuestRun> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modules_load_after_their_dependencies_each_once() {
+        // 6.12's shape (netfs under 9p, the legacy virtio PCI helpers), trimmed.
+        let deps = |m: &str| -> anyhow::Result<Vec<String>> {
+            let d: &[&str] = match m {
+                "9p" => &["netfs", "9pnet"],
+                "9pnet_virtio" => &["9pnet", "virtio_ring"],
+                "virtio_pci" => &["virtio_pci_legacy_dev", "virtio", "virtio_ring"],
+                "virtio" => &["virtio_ring"],
+                "netfs" | "9pnet" | "virtio_ring" | "virtio_pci_legacy_dev" | "fuse" => &[],
+                other => bail!("no {other}.ko"),
+            };
+            Ok(d.iter().map(|s| s.to_string()).collect())
+        };
+        let order = load_order("", MODULES, deps).unwrap();
+        assert_eq!(
+            order,
+            ["virtio_pci_legacy_dev", "virtio_ring", "virtio", "virtio_pci", "9pnet", "9pnet_virtio", "netfs", "9p", "fuse"]
+        );
+        // Built in: left out (arm64's virtio core); missing altogether: named.
+        let order = load_order("kernel/fs/fuse/fuse.ko\nkernel/drivers/virtio/virtio_pci.ko\n", MODULES, deps).unwrap();
+        assert_eq!(order, ["9pnet", "virtio_ring", "9pnet_virtio", "netfs", "9p"]);
+        let e = load_order("", &["overlay"], deps).unwrap_err().to_string();
+        assert!(e.contains("no overlay.ko"), "{e}");
+        assert_eq!(module_name("kernel/drivers/virtio/virtio-mmio.ko.zst"), "virtio_mmio");
+        let elf = b"\x7fELF...\0license=GPL\0depends=9pnet,netfs\0retpoline=Y\0";
+        assert_eq!(modinfo_depends(elf), ["9pnet", "netfs"]);
+        assert!(modinfo_depends(b"\0depends=\0name=fuse\0").is_empty());
+    }
 
     #[test]
     fn sysctls_become_checked_writes() {

@@ -87,6 +87,12 @@ enum Command {
         /// Debian's arm64 kernel under qemu-system-aarch64; default tests: agent, cuda).
         #[arg(long, value_enum, default_value = "x86_64")]
         arch: kernel_matrix::Arch,
+        /// The kernel the x86-64 guest boots, Debian's packaged one of that series: 5.10
+        /// (bullseye: no attach cookies, map memory charged to RLIMIT_MEMLOCK), 6.1 (bookworm,
+        /// this machine's release; the kernel-module double is built for it) or 6.12 (trixie).
+        /// Downloaded once into /opt/gpu-tracer/qemu.
+        #[arg(long, value_enum, default_value = "6.1")]
+        kernel: kernel_matrix::Release,
         /// Root test files to run (tests/tests/NAME.rs); default: cuda, least_privilege, agent, cli.
         #[arg(long = "test", value_name = "NAME")]
         tests: Vec<String>,
@@ -169,9 +175,10 @@ fn main() {
         Command::Image { binary, out, tag, refresh_base } => {
             image::run(&image::Options { binary, out, tag, refresh_base })
         }
-        Command::KernelMatrix { arch, tests, sysctls, kmod, bench_driver_entry, args } => {
+        Command::KernelMatrix { arch, kernel, tests, sysctls, kmod, bench_driver_entry, args } => {
             kernel_matrix::run(&kernel_matrix::Options {
                 arch,
+                release: kernel,
                 tests,
                 sysctls,
                 kmod,

@@ -325,6 +325,27 @@ const ROWS: &[Row] = &[
         },
     },
     Row {
+        scenario: "SIGINT and SIGTERM under load",
+        done: "The binary's `events --json`, `top`, `agent` and `profile` while two workloads flood the fake \
+               driver with RM controls and kernel launches: SIGINT at a random moment 20 times (5 per command) and \
+               SIGTERM once per command; each must exit 0 the first time, within its grace period. `events` into \
+               a pipe nobody reads (its orderly stop cannot finish): ended by the 10 s grace period with status \
+               130 and a message; a second SIGINT during a stop ends it at once. (A Ctrl-C that came while the \
+               loop was busy outside its `select!` used to be lost: `events --json` ran on for 200 s.) Unit test: \
+               a signal raised while nobody waits is seen by every later wait.",
+        check: Check::Tests {
+            cases: &[
+                root("signals", "sigint_and_sigterm_stop_every_command_the_first_time_under_a_flood"),
+                root("signals", "a_stop_that_cannot_finish_ends_at_the_grace_period_and_a_second_signal_at_once"),
+                Case {
+                    target: Target::Lib("tracer-core"),
+                    name: "stop::tests::a_signal_is_a_flag_that_stays_set_and_wakes_waiters",
+                },
+            ],
+            no_figures: None,
+        },
+    },
+    Row {
         scenario: "bad OTLP settings",
         done: "A header name with a space, a value with a newline (file and OTEL_EXPORTER_OTLP_HEADERS), a CA file \
                with a garbage PEM body: an error naming the setting from start (it panicked: \"Cannot drop a \

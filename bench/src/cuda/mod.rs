@@ -21,7 +21,7 @@ use tracer_agent::{
 };
 use tracer_common::{TracerConfig, cuda_entry, map_names, probe, prog_names};
 use tracer_core::{
-    config::{AttachMode, Config, Families},
+    config::{AttachMode, Config, CudaAttach, CudaEntryPrograms, Families},
     decode::Event,
     model::{
         EventContext,
@@ -59,14 +59,27 @@ pub enum CudaProbe {
     Agent,
     /// The same session with per-event mode switched on for this cgroup.
     PerEvent,
+    /// The agent in count mode with perf-event uprobes (`cuda_attach = perf-event`): the shared
+    /// programs, the entry id as each probe's attach cookie (what 5.15–6.5 kernels get).
+    AgentPerf,
+    /// The agent in count mode with one program per entry point and no cookies
+    /// (`cuda_entry_programs = per-entry`, perf-event uprobes: what kernels before 5.15 get).
+    AgentPerEntry,
     /// `cuda_count` attached at the symbol address (no placement).
     Symbol,
     /// bpftrace's `uprobe:LIB:cuLaunchKernel { @[cgroup] = count(); }`.
     Bpftrace,
 }
 
-pub const PROBES: [CudaProbe; 5] =
-    [CudaProbe::None, CudaProbe::Agent, CudaProbe::PerEvent, CudaProbe::Symbol, CudaProbe::Bpftrace];
+pub const PROBES: [CudaProbe; 7] = [
+    CudaProbe::None,
+    CudaProbe::Agent,
+    CudaProbe::PerEvent,
+    CudaProbe::AgentPerf,
+    CudaProbe::AgentPerEntry,
+    CudaProbe::Symbol,
+    CudaProbe::Bpftrace,
+];
 
 #[derive(Clone, Debug, Default)]
 pub struct CudaMeasured {
@@ -439,10 +452,13 @@ fn agent_session(
     lib: &LibInfo,
     count: &mut CudaMeasured,
     per_event: Option<&mut CudaMeasured>,
+    form: (CudaAttach, CudaEntryPrograms),
 ) -> Result<()> {
     let cfg = Config {
         families: Families { driver: false, lifecycle: false, cuda: true },
         cuda_libraries: vec![lib.path.clone()],
+        cuda_attach: form.0,
+        cuda_entry_programs: form.1,
         ..agent_config(ctx, AttachMode::Auto)
     };
     // Each uprobe aya attaches is one fd of this process (its perf event or its BPF link).
@@ -521,7 +537,15 @@ fn measure_one(
             let run = run_worker(ctx, sec, &lib.path)?;
             record(ctx, acc, &run, None, None);
         }
-        CudaProbe::Agent => agent_session(ctx, sec, lib, acc, per_event)?,
+        CudaProbe::Agent => {
+            agent_session(ctx, sec, lib, acc, per_event, (CudaAttach::Auto, CudaEntryPrograms::Auto))?
+        }
+        CudaProbe::AgentPerf => {
+            agent_session(ctx, sec, lib, acc, None, (CudaAttach::PerfEvent, CudaEntryPrograms::Auto))?
+        }
+        CudaProbe::AgentPerEntry => {
+            agent_session(ctx, sec, lib, acc, None, (CudaAttach::PerfEvent, CudaEntryPrograms::PerEntry))?
+        }
         CudaProbe::PerEvent => bail!("measured in the agent's session"),
         CudaProbe::Symbol => {
             let e = symbol_probe(&lib.path)?;

@@ -1070,6 +1070,8 @@ fn cuda_probe_label(p: CudaProbe) -> &'static str {
         CudaProbe::None => "no probe",
         CudaProbe::Agent => "**agent, count mode** (placed)",
         CudaProbe::PerEvent => "**agent, per-event mode** (placed; this cgroup selected)",
+        CudaProbe::AgentPerf => "agent, count mode, perf-event uprobes (shared programs, attach cookies)",
+        CudaProbe::AgentPerEntry => "agent, count mode, perf-event uprobes, one program per entry point (no cookies)",
         CudaProbe::Symbol => "`cuda_count` at the symbol address",
         CudaProbe::Bpftrace => "bpftrace `uprobe:LIB:cuLaunchKernel`",
     }
@@ -1197,7 +1199,11 @@ impl Report<'_> {
              **count mode** (the launch counted by `cuda_count` in the per-CPU `CUDA_COUNTS` map, nothing sent) and then \
              in **per-event mode**, switched on at run time for the bench's own cgroup with `Agent::set_per_event` (as \
              `profile` does; every launch is also sent as a record with grid, block, shared memory and stream, which the \
-             agent drains and decodes meanwhile); **`cuda_count` at the symbol address** — the same program alone, \
+             agent drains and decodes meanwhile); the agent in count mode again with **perf-event uprobes** \
+             (`cuda_attach = perf-event`: the shared programs, the entry id as each uprobe's attach cookie, as \
+             kernels 5.15–6.5 get) and with **one program per entry point** (`cuda_entry_programs = per-entry`: \
+             each entry point's id a constant in its own program, perf-event uprobes without cookies, as kernels \
+             before 5.15 get; the two differ only in the cookie); **`cuda_count` at the symbol address** — the same program alone, \
              attached by aya at `UProbeAttachLocation::Symbol(\"cuLaunchKernel\")` (no placement: the naive baseline the \
              placement has to beat); **bpftrace** — `{}` (also at the symbol address; started, awaited until attached, \
              then measured). {} rounds; in each, every configuration of every library is attached, measured and \
@@ -1306,7 +1312,11 @@ impl Report<'_> {
                         let med = sys::median(&m.runs);
                         let d = sec.delta(li, r.probe).filter(|_| r.probe != CudaProbe::None);
                         let ratio = match r.probe {
-                            CudaProbe::PerEvent | CudaProbe::Symbol | CudaProbe::Bpftrace => {
+                            CudaProbe::PerEvent
+                            | CudaProbe::AgentPerf
+                            | CudaProbe::AgentPerEntry
+                            | CudaProbe::Symbol
+                            | CudaProbe::Bpftrace => {
                                 times(d, agent_d).map(|x| format!("{x:.1}×")).unwrap_or_default()
                             }
                             _ => String::new(),

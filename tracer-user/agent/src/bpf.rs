@@ -200,6 +200,34 @@ fn load_program(
     }
 }
 
+/// BPF helpers this agent's programs call that older kernels lack: (number, name, first Linux).
+const LATE_HELPERS: [(u32, &str, &str); 4] = [
+    (174, "bpf_get_attach_cookie", "5.15"),
+    (183, "bpf_get_func_arg", "5.17"),
+    (184, "bpf_get_func_ret", "5.17"),
+    (185, "bpf_get_func_arg_cnt", "5.17"),
+];
+
+/// A program load failure in one line for `doctor`, the probe report and the log: the message up
+/// to the verifier's log (aya's `Verifier output:`, ours `; verifier:`), and where the verifier
+/// did not know a helper (`invalid func unknown#N`), which one and the release that added it.
+pub(crate) fn load_failure_in_one_line(e: &str) -> String {
+    let head = e.split("; verifier:").next().unwrap_or(e);
+    let head = head.split(". Verifier output:").next().unwrap_or(head).trim();
+    let helper = e
+        .split("unknown#")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<u32>().ok());
+    match helper {
+        Some(n) => match LATE_HELPERS.iter().find(|(id, _, _)| *id == n) {
+            Some((_, name, since)) => format!("{head}: this kernel lacks {name} (Linux {since}+)"),
+            None => format!("{head}: this kernel lacks BPF helper #{n}"),
+        },
+        None => head.to_string(),
+    }
+}
+
 /// `BPF_RAW_TRACEPOINT_OPEN` with no name: attaches a loaded fentry/fexit program to the target
 /// it was loaded for; the link lives as long as the returned fd.
 pub(crate) fn attach_tracing(prog: &OwnedFd) -> std::io::Result<OwnedFd> {

@@ -169,7 +169,6 @@ pub(crate) async fn run_events_remote(
         .await
         .with_context(|| format!("subscribing to the agent's events at {}", conn.addr))?;
     let deadline = a.duration.and_then(Schedule::duration_from_secs).map(|d| tokio::time::Instant::now() + d);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut lost = 0u64;
     while !out.is_done() {
         let until = async {
@@ -181,8 +180,7 @@ pub(crate) async fn run_events_remote(
         let message = tokio::select! {
             m = stream.message() => m.with_context(|| format!("the agent's event stream at {}", conn.addr))?,
             _ = until => break,
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = tracer_core::stop::wait() => break,
         };
         match message {
             Some(Received::Event(ev)) => {

@@ -1,7 +1,7 @@
 //! `gpu-tracer`: per-container accounting of NVIDIA GPU usage, from eBPF probes on the driver.
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use tracer_core::config::{Config, Overrides};
 
@@ -179,6 +179,20 @@ fn run() -> Result<()> {
         .log_internal_errors(false)
         .init();
     let cfg = build_config(&cli.common, ConfigUse::of(&cli.command))?;
+    // SIGINT and SIGTERM: a flag that is never lost, then the command's own orderly stop, bounded
+    // (tracer_core::stop); a second signal stops at once. The grace period is what each stop may
+    // need: `top` and `events` a final drain and write, the agent also the OTLP flush (5 s) and
+    // the API's shutdown (2 s) within Kubernetes' default 30 s, `profile` writing its trace.
+    let grace = match &cli.command {
+        Command::Top(_) => Some(5),
+        Command::Events(_) => Some(10),
+        Command::Agent(_) => Some(20),
+        Command::Profile(_) => Some(60),
+        Command::Doctor(_) | Command::Api(_) | Command::Cost(_) => None,
+    };
+    if let Some(s) = grace {
+        tracer_core::stop::install(std::time::Duration::from_secs(s)).context("handling SIGINT and SIGTERM")?;
+    }
     let rt = match cli.command {
         // The agent serves its API from worker threads beside the loop (which stays on this one).
         Command::Agent(_) => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?,

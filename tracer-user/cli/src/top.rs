@@ -69,12 +69,10 @@ pub(crate) async fn run_top_remote(conn: ConnectSettings, a: TopArgs) -> Result<
     let mut client = api_client::connect(&conn).await?;
     let mut out = TopOut::new(a);
     let mut tick = tokio::time::interval(Duration::from_millis(out.args.interval_ms.max(50)));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = term.recv() => return Ok(()),
+            _ = tracer_core::stop::wait() => return Ok(()),
         }
         let response = client
             .get_snapshot(v1::GetSnapshotRequest {})

@@ -15,7 +15,8 @@
 //! - [`wire`]: the model as `gputracer.v1` messages and back.
 //! - [`filter`]: the event filters of `Subscribe`, the OTLP export and the config.
 //! - [`clock`], [`format`], [`tls`]: the one clock, sizes and times for people, the HTTPS
-//!   clients' rustls configuration; [`fixtures`] (feature `encode`): one of every event, for tests.
+//!   clients' rustls configuration; [`stop`]: SIGINT/SIGTERM as a flag that is never lost, and a
+//!   bounded time to stop (std and libc, no runtime); [`fixtures`] (feature `encode`): one of every event, for tests.
 pub mod allocation;
 pub mod attribution;
 pub mod clock;
@@ -33,5 +34,6 @@ pub mod model;
 pub mod nvml;
 pub mod profile;
 pub mod state;
+pub mod stop;
 pub mod tls;
 pub mod wire;

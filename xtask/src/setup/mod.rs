@@ -7,6 +7,7 @@
 
 use crate::{apt_sources, cmd};
 use anyhow::{Context, anyhow, bail};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -479,7 +480,7 @@ fn kubectl() -> anyhow::Result<Outcome> {
 }
 
 /// The real arm64 libcuda for the arm64 placement tests (tracer-agent `cuda::placement::aarch64`):
-/// `libcuda1:arm64` downloaded with a private apt configuration ([`Arm64Apt`]) and unpacked, never
+/// `libcuda1:arm64` downloaded with a private apt configuration ([`PrivateApt`]) and unpacked, never
 /// installed (on this machine, it runs only inside the arm64 guest of `cargo xtask arm64`).
 fn arm64_libcuda() -> anyhow::Result<Outcome> {
     let dest = Path::new(ARM64_LIBCUDA);
@@ -489,7 +490,7 @@ fn arm64_libcuda() -> anyhow::Result<Outcome> {
     if !cmd::is_root() {
         bail!("cause: writing {} needs root; fix: rerun as root", dest.display());
     }
-    let apt = Arm64Apt::new()?;
+    let apt = PrivateApt::arm64()?;
     let root = apt.work.join("x");
     apt.unpack("libcuda1:arm64", &root)
         .map_err(|e| anyhow!("{e:#}; cause: libcuda1:arm64 is not in the configured non-free component"))?;
@@ -500,35 +501,56 @@ fn arm64_libcuda() -> anyhow::Result<Outcome> {
     Ok(Outcome::Installed)
 }
 
-/// Debian's arm64 packages without touching this machine's package state: a private apt
-/// configuration (arm64 added to `APT::Architectures`, lists, cache and an empty dpkg status of its
-/// own in a temporary directory, removed on drop), so `dpkg --print-foreign-architectures` and the
-/// installed packages stay as they were. Packages are downloaded and unpacked, never installed.
-pub struct Arm64Apt {
+/// Debian's packages without touching this machine's package state: a private apt configuration
+/// (lists, cache and an empty dpkg status of its own in a temporary directory, removed on drop;
+/// for arm64, arm64 added to `APT::Architectures`; for another Debian release, a sources list of
+/// its own), so `dpkg --print-foreign-architectures`, the sources and the installed packages stay
+/// as they were. Packages are downloaded and unpacked, never installed.
+pub struct PrivateApt {
     work: PathBuf,
     conf: PathBuf,
 }
 
-impl Arm64Apt {
-    /// Writes the configuration and fetches the package lists (about 6 s).
-    pub fn new() -> anyhow::Result<Arm64Apt> {
-        let work = std::env::temp_dir().join(format!("gpu-tracer-arm64-apt-{}", std::process::id()));
-        let apt = Arm64Apt { conf: work.join("apt.conf"), work };
-        for d in ["lists/partial", "cache/archives/partial", "deb"] {
+impl PrivateApt {
+    /// arm64 packages from this machine's own sources (about 6 s for the lists).
+    pub fn arm64() -> anyhow::Result<PrivateApt> {
+        PrivateApt::with("arm64", &["amd64", "arm64"], None)
+    }
+
+    /// amd64 packages of the Debian release `suite` (`bullseye`, `trixie`): its main component
+    /// and its security suite, from deb.debian.org, signed by the keys of `debian-archive-keyring`.
+    pub fn suite(suite: &str) -> anyhow::Result<PrivateApt> {
+        let sources = format!(
+            "deb http://deb.debian.org/debian {suite} main\ndeb http://deb.debian.org/debian-security {suite}-security main\n"
+        );
+        PrivateApt::with(suite, &["amd64"], Some(&sources))
+    }
+
+    fn with(name: &str, archs: &[&str], sources: Option<&str>) -> anyhow::Result<PrivateApt> {
+        let work = std::env::temp_dir().join(format!("gpu-tracer-{name}-apt-{}", std::process::id()));
+        let apt = PrivateApt { conf: work.join("apt.conf"), work };
+        for d in ["lists/partial", "cache/archives/partial", "deb", "sources.list.d"] {
             std::fs::create_dir_all(apt.work.join(d))?;
         }
         std::fs::write(apt.work.join("status"), "")?;
-        std::fs::write(
-            &apt.conf,
-            format!(
-                "APT::Architectures {{ \"amd64\"; \"arm64\"; }};\nDir::State::Lists \"{w}/lists\";\n\
-                 Dir::Cache \"{w}/cache\";\nDir::State::status \"{w}/status\";\nAPT::Sandbox::User \"root\";\n",
+        let archs: String = archs.iter().map(|a| format!("\"{a}\"; ")).collect();
+        let mut conf = format!(
+            "APT::Architectures {{ {archs}}};\nDir::State::Lists \"{w}/lists\";\n\
+             Dir::Cache \"{w}/cache\";\nDir::State::status \"{w}/status\";\nAPT::Sandbox::User \"root\";\n",
+            w = apt.work.display()
+        );
+        if let Some(sources) = sources {
+            std::fs::write(apt.work.join("sources.list"), sources)?;
+            let _ = write!(
+                conf,
+                "Dir::Etc::SourceList \"{w}/sources.list\";\nDir::Etc::SourceParts \"{w}/sources.list.d\";\n",
                 w = apt.work.display()
-            ),
-        )?;
+            );
+        }
+        std::fs::write(&apt.conf, conf)?;
         cmd::run(&mut apt.command("apt-get", &["-qq", "update"])).map_err(|e| {
             anyhow!(
-                "{e:#}; cause: the arm64 package lists could not be fetched; fix: check network access to the mirror"
+                "{e:#}; cause: the package lists ({name}) could not be fetched; fix: check network access to the mirror"
             )
         })?;
         Ok(apt)
@@ -551,7 +573,7 @@ impl Arm64Apt {
             .ok_or_else(|| anyhow!("`apt-cache depends {package}` names no {prefix}* package: {deps}"))
     }
 
-    /// Downloads `package` (`name:arm64`) and unpacks it under `dest` (`dpkg-deb -x`).
+    /// Downloads `package` (`name:arm64` for an arm64 one) and unpacks it under `dest` (`dpkg-deb -x`).
     pub fn unpack(&self, package: &str, dest: &Path) -> anyhow::Result<()> {
         let dl = self.work.join("deb");
         for e in std::fs::read_dir(&dl)?.filter_map(Result::ok) {
@@ -568,7 +590,7 @@ impl Arm64Apt {
     }
 }
 
-impl Drop for Arm64Apt {
+impl Drop for PrivateApt {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.work);
     }

@@ -245,60 +245,72 @@ fn nvidia_device_nodes() -> std::collections::BTreeMap<String, String> {
     nodes
 }
 
-/// The guest step: Debian's 6.1 kernel under QEMU with the kernel-module driver double, running the
-/// test files whose tests are ignored here ([`kernel_matrix::KMOD_TESTS`]) with
-/// `--include-ignored`. Their results join `summary`; a file that failed, or a guest that did not
-/// finish, is a problem.
+/// The guest step, two kernels under QEMU: Debian's 6.1 with the kernel-module driver double,
+/// running the test files whose tests are ignored here ([`kernel_matrix::KMOD_TESTS`]) with
+/// `--include-ignored`; and Debian 11's 5.10, the oldest kernel the agent supports, running the
+/// files whose code differs there ([`kernel_matrix::OLD_KERNEL_TESTS`]: the cuda family without
+/// attach cookies, the chart's capabilities with map memory charged to RLIMIT_MEMLOCK). Their
+/// results join `summary`; a file that failed, or a guest that did not finish, is a problem.
 fn guest_step(summary: &mut Summary, problems: &mut Vec<String>) {
-    let tests: Vec<String> = kernel_matrix::KMOD_TESTS.iter().map(|t| t.to_string()).collect();
-    let opts = kernel_matrix::Options {
-        arch: kernel_matrix::Arch::X86_64,
-        tests: tests.clone(),
-        sysctls: Vec::new(),
-        kmod: true,
-        bench_driver_entry: false,
-        test_args: Vec::new(),
-    };
-    println!(
-        "+ cargo xtask kernel-matrix --test {}  (the guest-only tests, in Debian's 6.1 kernel under QEMU)",
-        tests.join(" --test ")
-    );
-    let started = std::time::Instant::now();
-    let g = match kernel_matrix::boot(&opts) {
-        Ok(g) => g,
-        Err(e) => {
-            problems.push(format!("the guest step could not run: {e:#}"));
-            return;
-        }
-    };
-    let mut guest = Summary::default();
-    for f in &g.files {
-        print!("{}", f.log);
-        f.log.lines().for_each(|l| guest.feed(l));
-        let log = g.out.join(format!("{}.log", f.name));
+    let guests = [
+        (kernel_matrix::Release::Bookworm, kernel_matrix::KMOD_TESTS, true, "the guest-only tests"),
+        (kernel_matrix::Release::Bullseye, kernel_matrix::OLD_KERNEL_TESTS, false, "the oldest kernel supported"),
+    ];
+    for (release, files, kmod, why) in guests {
+        let tests: Vec<String> = files.iter().map(|t| t.to_string()).collect();
+        let opts = kernel_matrix::Options {
+            arch: kernel_matrix::Arch::X86_64,
+            release,
+            tests: tests.clone(),
+            sysctls: Vec::new(),
+            kmod,
+            bench_driver_entry: false,
+            test_args: Vec::new(),
+        };
         println!(
-            "kernel-matrix: {} {}: {} ({}); log {}",
-            g.version,
-            f.name,
-            if f.ok() { "ok" } else { "FAILED" },
-            f.summary(),
-            log.display()
+            "+ cargo xtask kernel-matrix --kernel {} --test {}  ({why}, in Debian's {} kernel under QEMU)",
+            release.series(),
+            tests.join(" --test "),
+            release.series()
         );
-        if !f.ok() {
-            problems.push(format!("{} in the {} guest exited {:?}; log {}", f.name, g.version, f.rc, log.display()));
+        let started = std::time::Instant::now();
+        let g = match kernel_matrix::boot(&opts) {
+            Ok(g) => g,
+            Err(e) => {
+                problems.push(format!("the {} guest step could not run: {e:#}", release.series()));
+                continue;
+            }
+        };
+        let mut guest = Summary::default();
+        for f in &g.files {
+            print!("{}", f.log);
+            f.log.lines().for_each(|l| guest.feed(l));
+            let log = g.out.join(format!("{}.log", f.name));
+            println!(
+                "kernel-matrix: {} {}: {} ({}); log {}",
+                g.version,
+                f.name,
+                if f.ok() { "ok" } else { "FAILED" },
+                f.summary(),
+                log.display()
+            );
+            if !f.ok() {
+                problems.push(format!("{} in the {} guest exited {:?}; log {}", f.name, g.version, f.rc, log.display()));
+            }
         }
+        if let Some(e) = g.unfinished(g.files.len()) {
+            problems.push(format!("{e:#}"));
+        }
+        println!(
+            "kernel-matrix: {} guest ran {:.0} s, {:.0} s with the build; {} passed, {} failed there",
+            g.version,
+            g.guest_s,
+            started.elapsed().as_secs_f64(),
+            guest.passed,
+            guest.failed
+        );
+        summary.absorb(guest);
     }
-    if let Some(e) = g.unfinished(g.files.len()) {
-        problems.push(format!("{e:#}"));
-    }
-    println!(
-        "kernel-matrix: guest ran {:.0} s, {:.0} s with the build; {} passed, {} failed there",
-        g.guest_s,
-        started.elapsed().as_secs_f64(),
-        guest.passed,
-        guest.failed
-    );
-    summary.absorb(guest);
 }
 
 #[cfg(test)]

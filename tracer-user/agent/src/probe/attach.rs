@@ -107,7 +107,12 @@ pub(super) fn attach_driver_entry(
                 return Ok(attached);
             }
             Err(e) if probes == DriverEntryProbes::Fentry => return Err(format!("driver_entry_probes = fentry: {e}")),
-            Err(e) => e,
+            // One line in the report (5.10 to 5.16 have no bpf_get_func_arg; the verifier's log is
+            // in the debug log).
+            Err(e) => {
+                tracing::debug!(error = %e, "fentry/fexit on the NVIDIA modules refused; kprobes instead");
+                crate::bpf::load_failure_in_one_line(&e)
+            }
         },
     };
     if !f.kprobes {

@@ -116,10 +116,13 @@ pub fn nvml_only_report() -> ProbeReport {
 /// Errors that stop the agent from tracing at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error(
-        "loading the eBPF object failed: {0}\n  hint: the agent needs CAP_BPF and CAP_PERFMON (or root); `gpu-tracer doctor` says which is missing"
-    )]
-    Load(#[source] aya::EbpfError),
+    /// `hint`: [`load_hint`]'s, for this kernel and this process's limits and capabilities.
+    #[error("loading the eBPF object failed: {source}\n  hint: {hint}")]
+    Load {
+        #[source]
+        source: Box<aya::EbpfError>,
+        hint: String,
+    },
     #[error("eBPF map {0} missing from the object (build mismatch)")]
     MissingMap(&'static str),
     #[error("writing eBPF map {map}: {source}")]
@@ -136,12 +139,44 @@ impl ProbeError {
     /// A short label for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            ProbeError::Load(_) => "load",
+            ProbeError::Load { .. } => "load",
             ProbeError::MissingMap(_) => "missing_map",
             ProbeError::Map { .. } => "map",
             ProbeError::NothingAttached { .. } => "nothing_attached",
             ProbeError::PlanTable(_) => "plan_table",
         }
+    }
+}
+
+/// This process's `RLIMIT_MEMLOCK` soft limit in bytes (`None`: unlimited or unreadable).
+fn memlock_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(lim.rlim_cur)
+}
+
+/// What to do when the object does not load: on a kernel that charges map memory to
+/// RLIMIT_MEMLOCK (before 5.11), a refusal (`denied`: EPERM/EACCES) under a finite limit without
+/// CAP_SYS_RESOURCE (aya raises the limit when it can) is that limit, not a missing CAP_BPF;
+/// otherwise the capabilities BPF needs.
+pub(crate) fn load_hint(denied: bool, kernel: &str, memlock: Option<u64>, caps: u64, rings: u64) -> String {
+    const CAP_SYS_RESOURCE: u64 = 1 << 24;
+    let mut it = kernel.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let old = matches!((it.next(), it.next()), (Some(a), Some(b)) if (a, b) < (5, 11));
+    match memlock {
+        Some(limit) if denied && old && caps & CAP_SYS_RESOURCE == 0 => format!(
+            "kernel {kernel} charges BPF map memory to RLIMIT_MEMLOCK (kernels before 5.11 do), which is {} here, \
+             and without CAP_SYS_RESOURCE the agent cannot raise it; its maps need more than {} (the two ring \
+             buffers alone, ring_buffer_bytes each). Fix: add CAP_SYS_RESOURCE (Helm: memlockCapability=true), or \
+             start the agent with a memlock limit of unlimited (`ulimit -l unlimited`, the container runtime's \
+             memlock ulimit)",
+            tracer_core::format::human_bytes(limit),
+            tracer_core::format::human_bytes(rings)
+        ),
+        _ => "the agent needs CAP_BPF and CAP_PERFMON (or root); `gpu-tracer doctor` says which is missing".into(),
     }
 }
 
@@ -268,7 +303,17 @@ impl Probes {
             .map_max_entries(map_names::BULK_EVENTS, cfg.ring_buffer_bytes)
             .map_max_entries(map_names::TRACKED_TGIDS, tracked_entries)
             .load(EBPF_OBJECT)
-            .map_err(ProbeError::Load)?;
+            .map_err(|source| {
+                let denied = crate::bpf::error_with_causes("", &source).1;
+                let hint = load_hint(
+                    denied,
+                    &crate::proc::kernel_release(),
+                    memlock_limit(),
+                    crate::proc::status(Path::new("/proc"), "self").map_or(0, |s| s.capeff),
+                    2 * cfg.ring_buffer_bytes as u64,
+                );
+                ProbeError::Load { source: Box::new(source), hint }
+            })?;
 
         let (check, accepted, simulated, device_check) = device_check(cfg);
         let layout =
@@ -345,7 +390,7 @@ impl Probes {
         let mut cuda_backend = crate::cuda::attach::Backend::perf("the cuda family is off");
         let cuda = if cfg.families.cuda {
             let libs = crate::cuda::attach::library_candidates(&cfg.cuda_libraries);
-            match crate::cuda::attach::Backend::new(cfg.cuda_attach, &ebpf, EBPF_OBJECT) {
+            match crate::cuda::attach::Backend::new(cfg.cuda_attach, cfg.cuda_entry_programs, &mut ebpf, EBPF_OBJECT) {
                 Err(e) => FamilyStatus::Failed { error: e },
                 Ok(backend) => {
                     cuda_backend = backend;

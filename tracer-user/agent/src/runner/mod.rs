@@ -2,10 +2,13 @@
 //! (events go to [`Handler::event`]), tick on a schedule ([`Handler::tick`]: drain, snapshot,
 //! print or publish), and stop on Ctrl-C or SIGTERM, when the duration is up, or when the handler
 //! says so. The agent is left as it is when the loop returns, for the caller's final drain.
+//!
+//! Signals are [`tracer_core::stop`]'s: the command installs it (with its grace period) before the
+//! loop; without it only the duration and the handler stop the loop.
 use std::time::{Duration, Instant};
 
 use crate::pipeline::Agent;
-use tracer_core::{decode::Event, model::EventContext};
+use tracer_core::{decode::Event, model::EventContext, stop};
 
 /// Whether the loop goes on after a tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,11 +70,10 @@ pub trait Handler {
 }
 
 /// Run the loop until a signal, the duration, or the handler stops it. Errors: registering the
-/// SIGTERM handler, or one returned by [`Handler::tick`].
+/// SIGUSR1 handler, or one returned by [`Handler::tick`].
 pub async fn run<H: Handler>(agent: &mut Agent, schedule: Schedule, handler: &mut H) -> Result<Stopped, H::Error> {
     let start = Instant::now();
     let mut next = if schedule.tick_at_start { start } else { start + schedule.interval };
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // SIGUSR1 switches the kernel-side diagnostics (`kernel_log`) on and off.
     let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
     loop {
@@ -80,8 +82,9 @@ pub async fn run<H: Handler>(agent: &mut Agent, schedule: Schedule, handler: &mu
             let mut sink = |ev: &Event, ctx: &EventContext| handler.event(ev, ctx);
             tokio::select! {
                 _ = agent.step(&mut sink) => {}
-                _ = tokio::signal::ctrl_c() => return Ok(Stopped::Signal),
-                _ = term.recv() => return Ok(Stopped::Signal),
+                // Level-triggered: a signal that came while this loop was elsewhere (a tick, the
+                // handler) is seen here the next time round, never lost (tracer_core::stop).
+                _ = stop::wait() => return Ok(Stopped::Signal),
                 _ = usr1.recv() => toggle = true,
             }
         }
@@ -98,6 +101,9 @@ pub async fn run<H: Handler>(agent: &mut Agent, schedule: Schedule, handler: &mu
         }
         if handler.should_stop() {
             return Ok(Stopped::Handler);
+        }
+        if stop::requested() {
+            return Ok(Stopped::Signal);
         }
         if schedule.duration.is_some_and(|d| start.elapsed() >= d) {
             return Ok(Stopped::Duration);

@@ -62,7 +62,6 @@ pub async fn run(conn: &ConnectSettings, opts: Options) -> Result<Outcome> {
     let mut recorder = Recorder::new(target.clone(), opts.limits, started.start_ktime_ns);
     let mut shown = Shown::new(&opts);
     let mut lost = 0u64;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     // Why this side asked the agent to end early, if it did.
     let mut asked: Option<&'static str> = None;
@@ -98,8 +97,7 @@ pub async fn run(conn: &ConnectSettings, opts: Options) -> Result<Outcome> {
                     stop = Some("event limit");
                 }
             }
-            _ = tokio::signal::ctrl_c(), if asked.is_none() => stop = Some("signal"),
-            _ = term.recv(), if asked.is_none() => stop = Some("signal"),
+            _ = tracer_core::stop::wait(), if asked.is_none() => stop = Some("signal"),
             _ = until_end => bail!("the agent at {} did not end the session within {END_TIMEOUT:?} of being asked", conn.addr),
         }
         if let (Some(why), None) = (stop, asked) {

@@ -52,6 +52,10 @@ pub struct Overrides {
     /// How libcuda's uprobes attach [default: auto = multi-uprobe links where the kernel has them].
     #[arg(long, global = true, value_enum)]
     pub cuda_attach: Option<CudaAttach>,
+    /// The cuda family's entry programs [default: auto = shared ones with attach cookies where the
+    /// kernel has them (5.15+), one per entry point otherwise].
+    #[arg(long, global = true, value_enum)]
+    pub cuda_entry_programs: Option<CudaEntryPrograms>,
     /// How the lifecycle programs attach [default: auto = tp_btf where the kernel's BTF allows].
     #[arg(long, global = true, value_enum)]
     pub lifecycle_attach: Option<LifecycleAttach>,
@@ -131,6 +135,9 @@ impl Overrides {
         }
         if let Some(m) = self.cuda_attach {
             cfg.cuda_attach = m;
+        }
+        if let Some(m) = self.cuda_entry_programs {
+            cfg.cuda_entry_programs = m;
         }
         if let Some(m) = self.lifecycle_attach {
             cfg.lifecycle_attach = m;

@@ -75,6 +75,28 @@ pub enum CudaAttach {
     PerfEvent,
 }
 
+/// Which programs the cuda family's entry probes run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CudaEntryPrograms {
+    /// One program per kind of entry point, the entry point's id as the attach cookie, where the
+    /// kernel has `bpf_get_attach_cookie` (Linux 5.15+); else one program per entry point.
+    #[default]
+    Auto,
+    /// One program per entry point, its id a constant, attached as perf events without cookies:
+    /// what kernels before 5.15 get; here to compare the two forms on one kernel.
+    PerEntry,
+}
+
+impl CudaEntryPrograms {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CudaEntryPrograms::Auto => "auto",
+            CudaEntryPrograms::PerEntry => "per-entry",
+        }
+    }
+}
+
 /// How the lifecycle family's four programs (exec, exit, fork, cgroup removal) attach.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -209,6 +231,8 @@ pub struct Config {
     pub cuda_libraries: Vec<PathBuf>,
     /// How the cuda family's uprobes are attached. Default `auto`.
     pub cuda_attach: CudaAttach,
+    /// Which programs the cuda family's entry probes run. Default `auto`.
+    pub cuda_entry_programs: CudaEntryPrograms,
     /// Also probe libcuda's synchronisation, event, copy and memset entry points (an entry and a
     /// return uprobe each, which every call of every process pays): counted per entry point, and
     /// timed one by one in per-event mode. `profile` and `events --per-event-*` switch it on.
@@ -422,6 +446,7 @@ impl Default for Config {
             max_processes: 16384,
             cuda_libraries: Vec::new(),
             cuda_attach: CudaAttach::Auto,
+            cuda_entry_programs: CudaEntryPrograms::Auto,
             cuda_timed_calls: false,
             lifecycle_attach: LifecycleAttach::Auto,
             driver_entry_probes: DriverEntryProbes::Auto,

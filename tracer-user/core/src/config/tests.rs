@@ -50,7 +50,7 @@ fn unknown_keys_at_any_depth_are_errors_naming_the_dotted_path() {
         "invalid setting bogus: unknown key (line 1); the top-level keys are `dev_dir`, \
          `simulated_devices`, `proc_root`, `cgroup_root`, `driver_version`, `driver_version_file`, `attach_mode`, \
          `families`, `ring_buffer_bytes`, `wakeup_every`, `kernel_log`, `drain_interval_ms`, `snapshot_interval_ms`, \
-         `max_processes`, `cuda_libraries`, `cuda_attach`, `cuda_timed_calls`, `lifecycle_attach`, `driver_entry_probes`, `ioctl_durations`, `nvml`, `attribution`, `kubernetes`, `api`, `otlp`, `metrics` (docs/configuration.md)"
+         `max_processes`, `cuda_libraries`, `cuda_attach`, `cuda_entry_programs`, `cuda_timed_calls`, `lifecycle_attach`, `driver_entry_probes`, `ioctl_durations`, `nvml`, `attribution`, `kubernetes`, `api`, `otlp`, `metrics` (docs/configuration.md)"
             .replace("         ", "")
     );
     assert_eq!(

@@ -24,7 +24,7 @@ use tracer_common::{cuda_entry, prog_names};
 
 use super::placement;
 use tracer_core::{
-    config::CudaAttach,
+    config::{CudaAttach, CudaEntryPrograms},
     model::probes::{EntryReport, FamilyStatus, LibraryReport, Method},
 };
 
@@ -125,32 +125,117 @@ fn load<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, String> {
 pub enum Backend {
     /// Multi links; when the kernel refuses one and `fallback` is set, perf events instead.
     Multi { programs: MultiPrograms, fallback: bool },
-    /// Perf events only; `why` not multi links.
-    Perf { why: String },
+    /// Perf events only; `why` not multi links; `entries`: which entry programs.
+    Perf { why: String, entries: EntryPrograms },
+}
+
+/// The entry probes' programs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryPrograms {
+    /// One program per shape (`cuda_count`, `cuda_alloc_enter`, …), the entry id as the attach
+    /// cookie: wherever the kernel has `bpf_get_attach_cookie` (Linux 5.15+).
+    Shared,
+    /// One program per entry point, its id a constant (`prog_names::CUDA_PER_ENTRY`), attached
+    /// without a cookie; `why`: the kernel refused the cookie programs.
+    PerEntry { why: String },
+}
+
+impl EntryPrograms {
+    /// Shared where the kernel loads the cookie programs; per entry point where it has no
+    /// `bpf_get_attach_cookie` (helper 174: the verifier says `unknown func` / `unknown#174`, and
+    /// aya's probe agrees). Any other load failure is returned: it is not the helper.
+    pub fn choose(ebpf: &mut Ebpf) -> Result<EntryPrograms, String> {
+        match load(ebpf, prog_names::CUDA_COUNT) {
+            Ok(_) => Ok(EntryPrograms::Shared),
+            Err(e) if no_cookie_helper(&e, aya::features().bpf_cookie()) => Ok(EntryPrograms::PerEntry {
+                why: "one program per entry point: this kernel has no bpf_get_attach_cookie (Linux 5.15+)".into(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The program for entry point `id`'s entry probe whose shared program is `shared`.
+    fn entry_program(&self, id: u32, shared: &'static str) -> &'static str {
+        match self {
+            EntryPrograms::Shared => shared,
+            EntryPrograms::PerEntry { .. } => prog_names::CUDA_PER_ENTRY[id as usize],
+        }
+    }
+
+    /// The attach cookie of entry point `id`'s probes.
+    fn cookie(&self, id: u32) -> Option<u64> {
+        match self {
+            EntryPrograms::Shared => Some(id as u64),
+            EntryPrograms::PerEntry { .. } => None,
+        }
+    }
+}
+
+/// Why multi-uprobe links could not be had, in one line for `doctor` and the report (the
+/// verifier's log stays in the debug log).
+fn multi_refused(load_error: &str) -> String {
+    format!("no multi-uprobe links: {}", crate::bpf::load_failure_in_one_line(load_error))
+}
+
+/// Does this load failure of a cookie program mean the kernel lacks `bpf_get_attach_cookie`? The
+/// verifier's own words for a helper it does not know, or aya's feature probe saying so.
+fn no_cookie_helper(load_error: &str, probe_says_supported: bool) -> bool {
+    load_error.contains("unknown#174") || (load_error.contains("invalid func") && !probe_says_supported)
 }
 
 impl Backend {
     /// The backend `setting` asks for on this kernel. `ebpf` is the loaded object (none of its maps
     /// taken yet). An error only when multi links are required and cannot be had.
-    pub fn new(setting: CudaAttach, ebpf: &Ebpf, object: &[u8]) -> Result<Backend, String> {
+    pub fn new(
+        setting: CudaAttach,
+        entry_programs: CudaEntryPrograms,
+        ebpf: &mut Ebpf,
+        object: &[u8],
+    ) -> Result<Backend, String> {
+        if entry_programs == CudaEntryPrograms::PerEntry {
+            if setting == CudaAttach::UprobeMulti {
+                return Err("cuda_entry_programs = \"per-entry\" attaches perf events, not multi-uprobe links: \
+                            set cuda_attach = \"auto\" or \"perf-event\""
+                    .into());
+            }
+            let why = "one program per entry point: cuda_entry_programs = \"per-entry\"".to_string();
+            return Ok(Backend::Perf { why: "cuda_entry_programs = \"per-entry\"".into(), entries: EntryPrograms::PerEntry { why } });
+        }
+        let perf = |why: String, ebpf: &mut Ebpf| -> Result<Backend, String> {
+            let entries = EntryPrograms::choose(ebpf)?;
+            if let EntryPrograms::PerEntry { why } = &entries {
+                tracing::info!(form = %why, "libcuda entry probes without attach cookies");
+            }
+            Ok(Backend::Perf { why, entries })
+        };
         match setting {
-            CudaAttach::PerfEvent => Ok(Backend::Perf { why: "cuda_attach = \"perf-event\"".into() }),
+            CudaAttach::PerfEvent => perf("cuda_attach = \"perf-event\"".into(), ebpf),
             CudaAttach::UprobeMulti => MultiPrograms::load(object, ebpf)
                 .map(|programs| Backend::Multi { programs, fallback: false })
                 .map_err(|e| format!("cuda_attach = \"uprobe-multi\", but {e} (needs Linux 6.6+)")),
-            CudaAttach::Auto => Ok(match MultiPrograms::load(object, ebpf) {
-                Ok(programs) => Backend::Multi { programs, fallback: true },
+            CudaAttach::Auto => match MultiPrograms::load(object, ebpf) {
+                Ok(programs) => Ok(Backend::Multi { programs, fallback: true }),
                 Err(e) => {
-                    tracing::info!(error = %e, "no multi-uprobe links on this kernel: one perf event per libcuda probe");
-                    Backend::Perf { why: e }
+                    tracing::debug!(error = %e, "loading the cuda programs for multi-uprobe links");
+                    let why = multi_refused(&e);
+                    tracing::info!(why = %why, "no multi-uprobe links on this kernel: one perf event per libcuda probe");
+                    perf(why, ebpf)
                 }
-            }),
+            },
         }
     }
 
     /// A backend without multi links, for tests and tools that never attach.
     pub fn perf(why: &str) -> Backend {
-        Backend::Perf { why: why.into() }
+        Backend::Perf { why: why.into(), entries: EntryPrograms::Shared }
+    }
+
+    /// The entry programs a perf-event attach uses (multi links, on 6.6+, always have cookies).
+    fn entries(&self) -> &EntryPrograms {
+        match self {
+            Backend::Perf { entries, .. } => entries,
+            Backend::Multi { .. } => &EntryPrograms::Shared,
+        }
     }
 }
 
@@ -240,7 +325,8 @@ struct Planned {
     placed: Result<(Vec<Probe>, String), (&'static str, String)>,
 }
 
-fn plan(bytes: &[u8], id: u32, symbol: &'static str, action: cuda_entry::Action) -> Planned {
+fn plan(bytes: &[u8], id: u32, symbol: &'static str, action: cuda_entry::Action, entries: &EntryPrograms) -> Planned {
+    let enter = |shared: &'static str| entries.entry_program(id, shared);
     let placed = (|| {
         let place = placement::place(bytes, symbol).map_err(|e| {
             let status = if e.is_missing_symbol() { "missing" } else { "failed" };
@@ -253,16 +339,16 @@ fn plan(bytes: &[u8], id: u32, symbol: &'static str, action: cuda_entry::Action)
                 .map_err(|e| ("failed", e.to_string()))
         };
         let probes = match action {
-            cuda_entry::Action::Count => vec![(prog_names::CUDA_COUNT, place.file_offset)],
-            cuda_entry::Action::Free => vec![(prog_names::CUDA_FREE, place.file_offset)],
+            cuda_entry::Action::Count => vec![(enter(prog_names::CUDA_COUNT), place.file_offset)],
+            cuda_entry::Action::Free => vec![(enter(prog_names::CUDA_FREE), place.file_offset)],
             cuda_entry::Action::Lookup => {
-                vec![(prog_names::CUDA_LOOKUP_ENTER, place.file_offset), ret(prog_names::CUDA_LOOKUP_RETURN)?]
+                vec![(enter(prog_names::CUDA_LOOKUP_ENTER), place.file_offset), ret(prog_names::CUDA_LOOKUP_RETURN)?]
             }
             cuda_entry::Action::Alloc | cuda_entry::Action::AllocPitch => {
-                vec![(prog_names::CUDA_ALLOC_ENTER, place.file_offset), ret(prog_names::CUDA_ALLOC_RETURN)?]
+                vec![(enter(prog_names::CUDA_ALLOC_ENTER), place.file_offset), ret(prog_names::CUDA_ALLOC_RETURN)?]
             }
             cuda_entry::Action::Timed => {
-                vec![(prog_names::CUDA_TIMED_ENTER, place.file_offset), ret(prog_names::CUDA_TIMED_RETURN)?]
+                vec![(enter(prog_names::CUDA_TIMED_ENTER), place.file_offset), ret(prog_names::CUDA_TIMED_RETURN)?]
             }
         };
         Ok((probes, placement::describe(&place)))
@@ -310,13 +396,17 @@ pub(crate) fn attach_library(
     let planned: Vec<Planned> = cuda_entry::ALL
         .into_iter()
         .filter(|(_, _, action)| timed || *action != cuda_entry::Action::Timed)
-        .map(|(id, symbol, action)| plan(&bytes, id, symbol, action))
+        .map(|(id, symbol, action)| plan(&bytes, id, symbol, action, backend.entries()))
         .collect();
     let planned_probes = planned.iter().filter_map(|p| p.placed.as_ref().ok()).map(|(probes, _)| probes.len()).sum();
     let mut links = Links::default();
     let mut method = Method::PerfEvent;
     let method_detail: String = match backend {
-        Backend::Perf { why } => why.clone(),
+        Backend::Perf { why, entries: EntryPrograms::Shared } => why.clone(),
+        Backend::Perf { why, entries: EntryPrograms::PerEntry { why: form } } if form.contains(why.as_str()) => {
+            form.clone()
+        }
+        Backend::Perf { why, entries: EntryPrograms::PerEntry { why: form } } => format!("{why}; {form}"),
         Backend::Multi { programs, fallback } => match attach_multi(programs, lib, &planned) {
             Ok(fds) => {
                 links.multi = fds;
@@ -346,9 +436,11 @@ pub(crate) fn attach_library(
             Ok((probes, detail)) => {
                 let mut attached = Ok(());
                 for (prog, offset) in probes {
+                    // Return probes share one program and need no cookie (the entry's state carries the id).
+                    let cookie = backend.entries().cookie(p.id);
                     attached = match &through_tracefs {
-                        Some(root) => attach_through_tracefs(ebpf, &mut links.tracefs, root, prog, lib, offset, p.id),
-                        None => match attach_at(ebpf, &mut links.perf, prog, lib, offset, p.id) {
+                        Some(root) => attach_through_tracefs(ebpf, &mut links.tracefs, root, prog, lib, offset, cookie),
+                        None => match attach_at(ebpf, &mut links.perf, prog, lib, offset, cookie) {
                             Err((refused, true)) => match tracefs::root() {
                                 // What bpftrace does after the same refusal.
                                 Some(root) => {
@@ -359,7 +451,7 @@ pub(crate) fn attach_library(
                                         prog,
                                         lib,
                                         offset,
-                                        p.id,
+                                        cookie,
                                     )
                                     .map_err(|e| format!("{refused}; through tracefs: {e}"));
                                     if r.is_ok() {
@@ -430,11 +522,10 @@ fn attach_at(
     prog: &'static str,
     lib: &Path,
     offset: u64,
-    entry: u32,
+    cookie: Option<u64>,
 ) -> Result<(), (String, bool)> {
     let p = load(ebpf, prog).map_err(|e| (e, false))?;
-    let point =
-        UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: Some(entry as u64) };
+    let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie };
     let id = p.attach(point, lib, UProbeScope::AllProcesses).map_err(|e| {
         let (msg, denied) = crate::bpf::error_with_causes(&format!("attaching {prog}"), &e);
         if denied {
@@ -460,12 +551,12 @@ fn attach_through_tracefs(
     prog: &'static str,
     lib: &Path,
     offset: u64,
-    entry: u32,
+    cookie: Option<u64>,
 ) -> Result<(), String> {
     let p = load(ebpf, prog)?;
     let ret = multi::PROGRAMS.iter().any(|(name, ret)| *name == prog && *ret);
     let fd = p.fd().map_err(|e| format!("{prog}: {e}"))?;
-    let probe = tracefs::attach(root, fd.as_fd(), lib, offset, ret, entry as u64).map_err(|e| {
+    let probe = tracefs::attach(root, fd.as_fd(), lib, offset, ret, cookie).map_err(|e| {
         if e.contains("paranoid") || e.contains("Permission denied") || e.contains("Operation not permitted") {
             format!(
                 "{e} (kernel.perf_event_paranoid is {}: at 3 or more, a Debian or Ubuntu kernel opens no perf event \

@@ -31,6 +31,10 @@ pub fn root() -> Option<PathBuf> {
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PERF_EVENT: u32 = 41;
 const PERF_TYPE_TRACEPOINT: u32 = 2;
+/// `PERF_EVENT_IOC_SET_BPF` = `_IOW('$', 8, __u32)` and `PERF_EVENT_IOC_ENABLE` = `_IO('$', 0)`
+/// (linux/perf_event.h).
+const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 /// `PERF_FLAG_FD_CLOEXEC` (linux/perf_event.h).
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 
@@ -103,14 +107,16 @@ fn write_events(root: &Path, line: &str) -> std::io::Result<()> {
 }
 
 /// Attach `prog` (a loaded uprobe program) at `offset` of `lib` through tracefs at `root`, as a
-/// return probe with `ret`, with `cookie`.
+/// return probe with `ret`, with `cookie` (`None`: the per-entry programs of kernels without attach
+/// cookies; where the kernel has no perf links either, before 5.15, the program is attached with
+/// `PERF_EVENT_IOC_SET_BPF` and detached when the perf event is closed).
 pub fn attach(
     root: &Path,
     prog: BorrowedFd<'_>,
     lib: &Path,
     offset: u64,
     ret: bool,
-    cookie: u64,
+    cookie: Option<u64>,
 ) -> Result<TracefsProbe, String> {
     let path = lib
         .to_str()
@@ -151,7 +157,7 @@ pub fn attach(
         prog_fd: prog.as_raw_fd() as u32,
         target_fd: perf.as_raw_fd() as u32,
         attach_type: BPF_PERF_EVENT,
-        bpf_cookie: cookie,
+        bpf_cookie: cookie.unwrap_or(0),
         ..Default::default()
     };
     // SAFETY: `link` is a live, fully initialised `repr(C)` prefix of `union bpf_attr` for
@@ -161,6 +167,20 @@ pub fn attach(
     };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
+        if cookie.is_none() && e.raw_os_error() == Some(libc::EINVAL) {
+            // No perf links (before 5.15): the program goes on the event itself.
+            // SAFETY: ioctls on the perf event fd this function owns, with a program fd.
+            let set = unsafe { libc::ioctl(perf.as_raw_fd(), PERF_EVENT_IOC_SET_BPF, prog.as_raw_fd()) };
+            // SAFETY: as above.
+            if set == 0 && unsafe { libc::ioctl(perf.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) } == 0 {
+                return Ok(TracefsProbe { link: None, perf: Some(perf), _event: event });
+            }
+            let e2 = std::io::Error::last_os_error();
+            return Err(format!(
+                "BPF_LINK_CREATE perf_event on {GROUP}/{}: {e}; PERF_EVENT_IOC_SET_BPF: {e2}",
+                event.name
+            ));
+        }
         return Err(format!("BPF_LINK_CREATE perf_event on {GROUP}/{}: {e}", event.name));
     }
     // SAFETY: as above.
