@@ -8,7 +8,7 @@ use gpu_tracer_tests::{
     kernel_at_least, require_root,
 };
 use tracer_core::{
-    config::CudaAttach,
+    config::{CudaAttach, CudaEntryPrograms},
     cuda::ledger::CudaUsage,
     model::{
         AgentSnapshot,
@@ -43,6 +43,12 @@ fn ok(w: &mut Workload, cmd: &str) -> gpu_tracer_tests::Answer {
 /// Launch counts and live CUDA bytes per cgroup are exact, in every prologue variant, with the
 /// uprobes attached by `method` (`cuda_attach`).
 fn counts_and_ledger(variant: &str, method: CudaAttach) {
+    counts_and_ledger_with(variant, method, CudaEntryPrograms::Auto);
+}
+
+/// [`counts_and_ledger`] with the entry programs `entries` (`cuda_entry_programs`). Before 5.15
+/// (no attach cookies) `auto` is one program per entry point, and the report says so.
+fn counts_and_ledger_with(variant: &str, method: CudaAttach, entries: CudaEntryPrograms) {
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lib = fake_libcuda(variant);
@@ -51,9 +57,10 @@ fn counts_and_ledger(variant: &str, method: CudaAttach) {
     cfg.families.cuda = true;
     cfg.cuda_libraries = vec![lib.clone()];
     cfg.cuda_attach = method;
+    cfg.cuda_entry_programs = entries;
     // The timed entry points too (every entry point placed in every prologue variant), except with
     // perf events, whose detach takes an RCU grace period per uprobe.
-    cfg.cuda_timed_calls = method != CudaAttach::PerfEvent;
+    cfg.cuda_timed_calls = method != CudaAttach::PerfEvent && entries != CudaEntryPrograms::PerEntry;
     let expected = tracer_common::cuda_entry::ALL
         .iter()
         .filter(|(_, _, a)| cfg.cuda_timed_calls || *a != tracer_common::cuda_entry::Action::Timed)
@@ -62,12 +69,19 @@ fn counts_and_ledger(variant: &str, method: CudaAttach) {
     let r = t.agent.report();
     assert!(matches!(r.cuda, FamilyStatus::Attached { .. }), "{:?}", r.cuda);
     // `auto` picks multi-uprobe links where the kernel has them (6.6+), perf events before.
-    let want = match method {
-        CudaAttach::PerfEvent => Method::PerfEvent,
-        CudaAttach::UprobeMulti => Method::UprobeMulti,
-        CudaAttach::Auto => auto_cuda_method(),
+    let want = match (method, entries) {
+        (_, CudaEntryPrograms::PerEntry) | (CudaAttach::PerfEvent, _) => Method::PerfEvent,
+        (CudaAttach::UprobeMulti, _) => Method::UprobeMulti,
+        (CudaAttach::Auto, _) => auto_cuda_method(),
     };
     assert!(r.cuda_libraries.iter().all(|l| l.method == want), "{:#?}", r.cuda_libraries);
+    // One program per entry point where asked, and wherever perf events are used before 5.15.
+    let per_entry = entries == CudaEntryPrograms::PerEntry || (want != Method::UprobeMulti && !kernel_at_least(5, 15));
+    assert!(
+        r.cuda_libraries.iter().all(|l| l.method_detail.contains("one program per entry point") == per_entry),
+        "per entry point: {per_entry}: {:#?}",
+        r.cuda_libraries
+    );
     let attached: usize = r.cuda_libraries.iter().map(|l| l.attached()).sum();
     assert_eq!(attached, expected, "{:#?}", r.cuda_libraries);
 
@@ -134,6 +148,13 @@ fn cuda_counts_and_ledger_endbr64_prologue() {
 #[test]
 fn cuda_counts_and_ledger_push_prologue_perf_events() {
     counts_and_ledger(PLAIN, CudaAttach::PerfEvent);
+}
+
+/// One program per entry point, without attach cookies (what 5.10–5.14 get), on any kernel: the
+/// same numbers.
+#[test]
+fn cuda_counts_and_ledger_one_program_per_entry_point() {
+    counts_and_ledger_with(PROTECTED, CudaAttach::Auto, CudaEntryPrograms::PerEntry);
 }
 
 #[test]

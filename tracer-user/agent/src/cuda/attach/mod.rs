@@ -304,8 +304,17 @@ pub(crate) fn take_links(ebpf: &mut Ebpf, links: Links) -> Vec<OwnedLink> {
 }
 
 /// Drop (detach) `links` concurrently, one thread each; returns when all are detached. A thread
-/// that cannot be started drops its link on the caller's thread instead.
+/// that cannot be started drops its link on the caller's thread instead. On kernels without perf
+/// links (before 5.15: a perf-event uprobe's program goes with the event when it is closed) one
+/// after the other: closing them from several threads at once locked 5.10 up in the guest (soft
+/// lockups on both CPUs and an RCU stall for minutes, `uprobe-detach` threads and the caller).
 pub(crate) fn drop_concurrently(links: Vec<OwnedLink>) {
+    if !aya::features().bpf_perf_link() {
+        for link in links {
+            drop(link);
+        }
+        return;
+    }
     std::thread::scope(|s| {
         for link in links {
             // When the thread cannot start, the closure, and the link in it, is dropped right here.
