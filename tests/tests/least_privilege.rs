@@ -29,11 +29,16 @@ fn chart() -> Vec<&'static str> {
 /// `gpu-tracer ARGS` holding exactly `caps` (uid 0, every other capability out of the bounding
 /// set, nothing inheritable).
 fn with_caps(caps: &[&str], args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(setpriv_args(caps)).arg(gpu_tracer()).args(args);
+    c
+}
+
+/// `setpriv`'s arguments that keep exactly `caps` (up to the `--` before the program).
+fn setpriv_args(caps: &[&str]) -> Vec<String> {
     let bounding: Vec<String> =
         std::iter::once("-all".to_string()).chain(caps.iter().map(|c| format!("+{c}"))).collect();
-    let mut c = Command::new("setpriv");
-    c.args(["--bounding-set", &bounding.join(","), "--inh-caps", "-all", "--"]).arg(gpu_tracer()).args(args);
-    c
+    ["--bounding-set", &bounding.join(","), "--inh-caps", "-all", "--"].iter().map(|a| a.to_string()).collect()
 }
 
 fn doctor(caps: &[&str], args: &[&str]) -> (Option<i32>, Value) {
@@ -287,10 +292,7 @@ fn the_memlock_limit_matters_only_before_5_11_and_is_named_there() {
     require_root();
     let run = |caps: &[&str]| {
         let mut c = Command::new("prlimit");
-        c.args(["--memlock=65536:65536", "--"]).arg("setpriv");
-        let bounding: Vec<String> =
-            std::iter::once("-all".to_string()).chain(caps.iter().map(|c| format!("+{c}"))).collect();
-        c.args(["--bounding-set", &bounding.join(","), "--inh-caps", "-all", "--"]).arg(gpu_tracer());
+        c.args(["--memlock=65536:65536", "--", "setpriv"]).args(setpriv_args(caps)).arg(gpu_tracer());
         c.args(["--log", "warn", "--no-cuda", "--simulated-devices", "events", "--json", "--duration", "1"]);
         let out = c.stdout(Stdio::null()).output().expect("prlimit and setpriv (util-linux) run gpu-tracer");
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
