@@ -3,10 +3,10 @@
 //! driver's entry points, answering the workload's real ioctls through the same RM model as the
 //! FUSE double (tests/doubles.rs checks the same facts there).
 //!
-//! The modules are built for Debian's 6.1 kernel (`cargo xtask kmod`); this machine's kernel
-//! cannot load them. So every test here is `#[ignore]`d (allowed in `cargo xtask test`, see
-//! xtask/src/test/mod.rs) and runs in the 6.1 guest:
-//! `cargo xtask kernel-matrix --test driver_double` builds the modules and passes
+//! The modules are built for Debian's 6.1 and 5.10 kernels (`cargo xtask kmod [--kernel 5.10]`);
+//! this machine's kernel cannot load them. So every test here is `#[ignore]`d (allowed in `cargo
+//! xtask test`, see xtask/src/test/mod.rs) and runs in a guest:
+//! `cargo xtask kernel-matrix [--kernel 5.10] --test driver_double` builds the modules and passes
 //! `--include-ignored`. Run anywhere else with `--include-ignored`, each test fails naming the
 //! missing module and the fix.
 
@@ -118,7 +118,7 @@ const fn iowr(nr: u32, size: u32) -> u32 {
 }
 
 #[test]
-#[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double"]
+#[ignore = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double"]
 fn nodes_are_character_devices_with_the_real_entry_points() {
     let d = double(2);
     assert_eq!(std::fs::read_to_string("/sys/module/nvidia/parameters/gpus").unwrap().trim(), "2");
@@ -180,7 +180,7 @@ fn nodes_are_character_devices_with_the_real_entry_points() {
 }
 
 #[test]
-#[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double"]
+#[ignore = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double"]
 fn init_alloc_free_through_the_modules() {
     let d = double(2);
     let mut w = workload(&d);
@@ -227,7 +227,7 @@ fn init_alloc_free_through_the_modules() {
 }
 
 #[test]
-#[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double"]
+#[ignore = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double"]
 fn last_close_and_exit_free_the_clients_before_returning() {
     let d = double(2);
     let mut w = workload(&d);
@@ -256,7 +256,7 @@ fn last_close_and_exit_free_the_clients_before_returning() {
 }
 
 #[test]
-#[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double"]
+#[ignore = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double"]
 fn bad_arguments_fail_in_the_module() {
     let d = double(2);
     let mut w = workload(&d);
@@ -291,7 +291,7 @@ fn bad_arguments_fail_in_the_module() {
 }
 
 #[test]
-#[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double"]
+#[ignore = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double"]
 fn a_managed_mapping_holds_the_uvm_file() {
     let d = double(2);
     let mut w = workload(&d);
@@ -324,7 +324,7 @@ fn a_managed_mapping_holds_the_uvm_file() {
 }
 
 #[test]
-#[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double"]
+#[ignore = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double"]
 fn a_dead_server_fails_pending_calls_at_once() {
     let d = double(2);
     let mut w = workload(&d);
@@ -364,7 +364,7 @@ fn a_dead_server_fails_pending_calls_at_once() {
 }
 
 #[test]
-#[ignore = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double"]
+#[ignore = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double"]
 fn a_killed_caller_does_not_wait_for_its_answer() {
     let d = double(2);
     let mut w = workload(&d);

@@ -48,7 +48,8 @@ impl FakeDriverBuilder {
     }
 
     /// The kernel-module double with BTF (`/sys/kernel/btf/nvidia`, driver-entry mode on
-    /// fentry/fexit; the default) or without, as NVIDIA's DKMS builds usually are (kprobes).
+    /// fentry/fexit; the default where the kernel loads module BTF, 5.11 on) or without, as
+    /// NVIDIA's DKMS builds usually are (kprobes; the default, and the only build, before 5.11).
     pub fn module_btf(mut self, on: bool) -> Self {
         self.module_btf = on;
         self
@@ -153,7 +154,7 @@ impl FakeDriver {
             driver_version: None,
             binary: None,
             trace: false,
-            module_btf: true,
+            module_btf: kmod::kernel_loads_module_btf(),
         }
     }
 

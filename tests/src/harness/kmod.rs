@@ -29,10 +29,11 @@ pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
-/// Whether the double's modules are built for the running kernel.
-pub fn built_for_this_kernel() -> bool {
-    let dir = module_dir(&kernel_release());
-    dir.join("nvidia.ko").is_file() && dir.join("nvidia-uvm.ko").is_file()
+/// Whether the running kernel loads a module's BTF (`CONFIG_DEBUG_INFO_BTF_MODULES`, 5.11 and
+/// later; on for every Debian kernel since): where it does not (5.10), `cargo xtask kmod` builds the
+/// double without BTF only, and driver-entry mode can only take kprobes.
+pub fn kernel_loads_module_btf() -> bool {
+    super::kernel_at_least(5, 11)
 }
 
 /// Make sure `nvidia` (with `gpus`) and `nvidia_uvm` are loaded, with module BTF or without as
@@ -43,11 +44,18 @@ pub fn ensure_loaded(gpus: u32, btf: bool) -> Result<()> {
     let dir = if btf { module_dir(&release) } else { module_dir(&release).join(NO_BTF) };
     let nvidia = dir.join("nvidia.ko");
     let uvm = dir.join("nvidia-uvm.ko");
+    if btf && !kernel_loads_module_btf() {
+        return Err(HarnessError::KernelModule(format!(
+            "the double with module BTF asked for, but this kernel ({release}) loads no module BTF (5.11+): \
+             ask for it without (`module_btf(false)`)"
+        )));
+    }
     for m in [&nvidia, &uvm] {
         if !m.is_file() {
             return Err(HarnessError::KernelModule(format!(
-                "{} not found: this double is built for Debian's 6.1 kernel by `cargo xtask kmod` and runs in \
-                 `cargo xtask kernel-matrix --test driver_double` (this kernel is {release})",
+                "{} not found: this double is built for Debian's 6.1 and 5.10 kernels by `cargo xtask kmod \
+                 [--kernel 5.10]` and runs in `cargo xtask kernel-matrix [--kernel 5.10] --test driver_double` \
+                 (this kernel is {release})",
                 m.display()
             )));
         }
@@ -136,7 +144,7 @@ fn load(path: &Path, params: &str) -> Result<()> {
     }
     let hint = match e.raw_os_error() {
         Some(libc::ENOEXEC) | Some(libc::EINVAL) => {
-            " (built for another kernel? `cargo xtask kmod` builds for Debian's 6.1; see the kernel log)"
+            " (built for another kernel? `cargo xtask kmod [--kernel 5.10]` builds for Debian's 6.1 or 5.10; see the kernel log)"
         }
         Some(libc::ENOENT) => " (nvidia-uvm.ko needs nvidia.ko loaded first)",
         Some(libc::EPERM) => " (needs root, CAP_SYS_MODULE, and modules not disabled)",

@@ -101,9 +101,7 @@ pub fn require_root() {
 /// Whether the running kernel is `major.minor` or newer (`/proc/sys/kernel/osrelease`); what a
 /// test expects where kernels differ (multi-uprobe links: 6.6).
 pub fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = tracer_agent::proc::kernel_release();
-    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-    matches!((it.next(), it.next()), (Some(a), Some(b)) if (a, b) >= (major, minor))
+    tracer_agent::proc::kernel_at_least(&tracer_agent::proc::kernel_release(), major, minor)
 }
 
 /// How `cuda_attach = "auto"` attaches on the running kernel: multi-uprobe links from 6.6.

@@ -164,8 +164,7 @@ fn memlock_limit() -> Option<u64> {
 /// otherwise the capabilities BPF needs.
 pub(crate) fn load_hint(denied: bool, kernel: &str, memlock: Option<u64>, caps: u64, rings: u64) -> String {
     const CAP_SYS_RESOURCE: u64 = 1 << 24;
-    let mut it = kernel.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-    let old = matches!((it.next(), it.next()), (Some(a), Some(b)) if (a, b) < (5, 11));
+    let old = crate::proc::kernel_before(kernel, 5, 11);
     match memlock {
         Some(limit) if denied && old && caps & CAP_SYS_RESOURCE == 0 => format!(
             "kernel {kernel} charges BPF map memory to RLIMIT_MEMLOCK (kernels before 5.11 do), which is {} here, \

@@ -93,17 +93,27 @@ pub(crate) fn function_ids(base: &[u8], module: &[u8], wanted: &[&str]) -> Resul
     Ok(out)
 }
 
+/// Why `module` has no BTF at `path`: a kernel before 5.11 loads none (module BTF came with 5.11's
+/// `CONFIG_DEBUG_INFO_BTF_MODULES`); later, the module was built without it.
+fn no_btf(module: &str, path: &Path, kernel: &str) -> String {
+    if crate::proc::kernel_before(kernel, 5, 11) {
+        format!("{module}.ko has no BTF (kernel {kernel} loads no module BTF: that came with 5.11)")
+    } else {
+        format!(
+            "{module}.ko has no BTF ({} does not exist: modules built without pahole, as DKMS usually builds \
+             NVIDIA's, or a kernel without CONFIG_DEBUG_INFO_BTF_MODULES)",
+            path.display()
+        )
+    }
+}
+
 /// `module`'s functions `wanted`, by type id, from the sysfs files. An error says why fentry
 /// cannot be used (no BTF for the module: the usual case for DKMS-built NVIDIA modules).
 pub(crate) fn functions_in(module: &str, wanted: &[&str]) -> Result<HashMap<String, u32>, String> {
     let dir = Path::new(SYSFS);
     let path = dir.join(module);
     let data = std::fs::read(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "{module}.ko has no BTF ({} does not exist: modules built without pahole, as DKMS usually builds \
-             NVIDIA's, or a kernel without CONFIG_DEBUG_INFO_BTF_MODULES)",
-            path.display()
-        ),
+        std::io::ErrorKind::NotFound => no_btf(module, &path, &crate::proc::kernel_release()),
         _ => format!("reading {}: {e}", path.display()),
     })?;
     let base = std::fs::read(dir.join("vmlinux")).map_err(|e| format!("reading {SYSFS}/vmlinux: {e}"))?;

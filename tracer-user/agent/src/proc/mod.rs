@@ -180,6 +180,22 @@ pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// The `major.minor` of a kernel release (`6.1.0-18-amd64` → (6, 1)); `None` if it has none.
+pub fn kernel_series(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    Some((it.next()?, it.next()?))
+}
+
+/// True when `release` is `major.minor` or newer; unknown: false.
+pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
+    kernel_series(release).is_some_and(|v| v >= (major, minor))
+}
+
+/// True when `release` is older than `major.minor`; unknown: false (neither older nor newer).
+pub fn kernel_before(release: &str, major: u32, minor: u32) -> bool {
+    kernel_series(release).is_some_and(|v| v < (major, minor))
+}
+
 /// The same parsers on text (tests, fixtures, the doubles).
 pub mod parse {
     use super::*;

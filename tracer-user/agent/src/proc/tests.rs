@@ -102,3 +102,16 @@ fn a_gone_process_is_an_error_not_a_panic() {
     assert!(cgroup2_path(Path::new("/proc"), pid).is_none());
     assert!(stat(Path::new("/nonexistent-proc"), 1).is_err());
 }
+
+#[test]
+fn kernel_releases_compare_by_major_and_minor() {
+    assert_eq!(kernel_series("6.1.0-18-amd64"), Some((6, 1)));
+    assert_eq!(kernel_series("6.12.118+deb13-amd64"), Some((6, 12)));
+    assert!(kernel_before("5.10.0-46-amd64", 5, 11) && !kernel_at_least("5.10.0-46-amd64", 5, 11));
+    assert!(kernel_at_least("5.11.0", 5, 11) && !kernel_before("5.11.0", 5, 11));
+    assert!(kernel_at_least("6.18.44", 6, 6) && kernel_before("6.1.0", 6, 6));
+    // Unknown is neither older nor newer.
+    for r in ["", "garbage", "6"] {
+        assert!(!kernel_before(r, 5, 11) && !kernel_at_least(r, 5, 11), "{r:?}");
+    }
+}

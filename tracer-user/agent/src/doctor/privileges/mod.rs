@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::Check;
+use crate::proc::{kernel_at_least, kernel_before};
 use tracer_core::config::Config;
 
 /// A Linux capability the agent uses: bit number, name, what it is for, what is lost without it.
@@ -87,24 +88,6 @@ pub(crate) fn capability_checks(caps: u64, kernel_release: &str) -> Vec<Check> {
             Check::new(c.name, held || unneeded, !required, detail)
         })
         .collect()
-}
-
-/// True when `release` is `major.minor` or newer; unknown: false.
-fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
-    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-    match (it.next(), it.next()) {
-        (Some(a), Some(b)) => (a, b) >= (major, minor),
-        _ => false,
-    }
-}
-
-/// True when `release` (`6.1.0-18-amd64`) is older than `major.minor`; unknown: false.
-fn kernel_before(release: &str, major: u32, minor: u32) -> bool {
-    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-    match (it.next(), it.next()) {
-        (Some(a), Some(b)) => (a, b) < (major, minor),
-        _ => false,
-    }
 }
 
 /// Whether `/proc/1/fd` of the configured procfs can be listed and one link read: the start-up

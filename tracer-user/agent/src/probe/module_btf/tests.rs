@@ -62,3 +62,14 @@ fn this_kernels_btf_parses_to_the_end() {
     let n = types(&b).unwrap().len();
     assert!(n > 10_000, "{n} types");
 }
+
+#[test]
+fn a_missing_module_btf_is_explained_by_the_kernel_before_5_11() {
+    let path = Path::new("/sys/kernel/btf/nvidia");
+    let old = no_btf("nvidia", path, "5.10.0-46-amd64");
+    assert!(old.contains("kernel 5.10.0-46-amd64 loads no module BTF") && old.contains("5.11"), "{old}");
+    let new = no_btf("nvidia", path, "6.1.0-57-amd64");
+    assert!(new.contains("/sys/kernel/btf/nvidia does not exist") && new.contains("DKMS"), "{new}");
+    // An unreadable release is not taken for an old kernel.
+    assert!(no_btf("nvidia", path, "").contains("does not exist"));
+}
