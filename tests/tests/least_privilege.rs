@@ -308,6 +308,8 @@ fn the_memlock_limit_matters_only_before_5_11_and_is_named_there() {
         assert!(!err.contains("needs CAP_BPF and CAP_PERFMON"), "the hint names the real cause: {err}");
         let (code, err) = run(&chart());
         assert_eq!(code, Some(0), "with SYS_RESOURCE the agent raises the limit: {err}");
-        println!("reliability: kernel_5_11_plus=false memlock_kib=64 chart_caps_start=false with_sys_resource_start=true");
+        println!(
+            "reliability: kernel_5_11_plus=false memlock_kib=64 chart_caps_start=false with_sys_resource_start=true"
+        );
     }
 }

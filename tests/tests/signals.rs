@@ -107,10 +107,8 @@ impl Flood {
         let mut threads = Vec::new();
         let mut pids = Vec::new();
         for _ in 0..2 {
-            let mut w = Workload::builder(driver.dev_dir())
-                .libcuda(gpu_tracer_tests::fake_libcuda("thunk"))
-                .spawn()
-                .unwrap();
+            let mut w =
+                Workload::builder(driver.dev_dir()).libcuda(gpu_tracer_tests::fake_libcuda("thunk")).spawn().unwrap();
             for c in ["init 0", "cuda-init"] {
                 let a = w.cmd(c).unwrap();
                 assert!(a.starts_with("ok"), "{c}: {a}");
@@ -161,9 +159,7 @@ fn signalled_run(c: &Cmd, delay: Duration, sig: i32) -> (Duration, std::process:
     let mut child =
         AgentProcess::spawn(Command::new(gpu_tracer()).args(&c.args).stdout(Stdio::null()).stdin(Stdio::null()))
             .unwrap();
-    child
-        .wait_log_within(c.ready, Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{} did not start: {e}", c.name));
+    child.wait_log_within(c.ready, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{} did not start: {e}", c.name));
     std::thread::sleep(delay);
     assert!(child.running(), "{} exited before the signal: {:#?}", c.name, child.log());
     // SAFETY: kill sends a signal to our own child.

@@ -27,14 +27,13 @@ pub const CUDA_TIMED_RETURN: &str = "cuda_timed_return";
 /// per entry point, its id a constant (`tracer-ebpf`'s `cuda_per_entry!`). The return probes
 /// need no cookie and stay shared.
 pub const CUDA_PER_ENTRY: [&str; crate::cuda_entry::COUNT as usize] = [
-    "cuda_e0", "cuda_e1", "cuda_e2", "cuda_e3", "cuda_e4", "cuda_e5", "cuda_e6", "cuda_e7",
-    "cuda_e8", "cuda_e9", "cuda_e10", "cuda_e11", "cuda_e12", "cuda_e13", "cuda_e14", "cuda_e15",
-    "cuda_e16", "cuda_e17", "cuda_e18", "cuda_e19", "cuda_e20", "cuda_e21", "cuda_e22", "cuda_e23",
-    "cuda_e24", "cuda_e25", "cuda_e26", "cuda_e27", "cuda_e28", "cuda_e29", "cuda_e30", "cuda_e31",
-    "cuda_e32", "cuda_e33", "cuda_e34", "cuda_e35", "cuda_e36", "cuda_e37", "cuda_e38", "cuda_e39",
-    "cuda_e40", "cuda_e41", "cuda_e42", "cuda_e43", "cuda_e44", "cuda_e45", "cuda_e46", "cuda_e47",
-    "cuda_e48", "cuda_e49", "cuda_e50", "cuda_e51", "cuda_e52", "cuda_e53", "cuda_e54", "cuda_e55",
-    "cuda_e56", "cuda_e57", "cuda_e58", "cuda_e59",
+    "cuda_e0", "cuda_e1", "cuda_e2", "cuda_e3", "cuda_e4", "cuda_e5", "cuda_e6", "cuda_e7", "cuda_e8", "cuda_e9",
+    "cuda_e10", "cuda_e11", "cuda_e12", "cuda_e13", "cuda_e14", "cuda_e15", "cuda_e16", "cuda_e17", "cuda_e18",
+    "cuda_e19", "cuda_e20", "cuda_e21", "cuda_e22", "cuda_e23", "cuda_e24", "cuda_e25", "cuda_e26", "cuda_e27",
+    "cuda_e28", "cuda_e29", "cuda_e30", "cuda_e31", "cuda_e32", "cuda_e33", "cuda_e34", "cuda_e35", "cuda_e36",
+    "cuda_e37", "cuda_e38", "cuda_e39", "cuda_e40", "cuda_e41", "cuda_e42", "cuda_e43", "cuda_e44", "cuda_e45",
+    "cuda_e46", "cuda_e47", "cuda_e48", "cuda_e49", "cuda_e50", "cuda_e51", "cuda_e52", "cuda_e53", "cuda_e54",
+    "cuda_e55", "cuda_e56", "cuda_e57", "cuda_e58", "cuda_e59",
 ];
 /// Driver-entry mode: kprobes on the NVIDIA driver's own file operations (`nvidia.ko`'s and
 /// `nvidia-uvm.ko`'s open, ioctl and release), and the kretprobes of open and ioctl (their

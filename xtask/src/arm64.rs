@@ -64,5 +64,6 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         kmod: false,
         bench_driver_entry: false,
         test_args: opts.test_args.clone(),
+        cpu: None,
     })
 }

@@ -88,9 +88,9 @@ enum Command {
         #[arg(long, value_enum, default_value = "x86_64")]
         arch: kernel_matrix::Arch,
         /// The kernel the x86-64 guest boots, Debian's packaged one of that series: 5.10
-        /// (bullseye: no attach cookies, map memory charged to RLIMIT_MEMLOCK), 6.1 (bookworm,
-        /// this machine's release; the kernel-module double is built for it) or 6.12 (trixie).
-        /// Downloaded once into /opt/gpu-tracer/qemu.
+        /// (bullseye: no attach cookies, map memory charged to RLIMIT_MEMLOCK, no module BTF),
+        /// 6.1 (bookworm, this machine's release) or 6.12 (trixie). The kernel-module double is
+        /// built for 5.10 and 6.1. Downloaded once into /opt/gpu-tracer/qemu.
         #[arg(long, value_enum, default_value = "6.1")]
         kernel: kernel_matrix::Release,
         /// Root test files to run (tests/tests/NAME.rs); default: cuda, least_privilege, agent, cli.
@@ -110,16 +110,25 @@ enum Command {
         /// the bench runs.
         #[arg(long)]
         bench_driver_entry: bool,
+        /// QEMU's CPU model (`-cpu`): default qemu64 for x86_64 (about a third faster under TCG
+        /// than `max`, whose AVX-512 state every context switch saves), max for arm64.
+        #[arg(long, value_name = "MODEL")]
+        cpu: Option<String>,
         /// Arguments for every test executable (a name filter, `--exact NAME`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
     /// The kernel-module double of the NVIDIA driver (tests/kmod: nvidia.ko, nvidia-uvm.ko) built
-    /// against Debian's headers for the kernel `kernel-matrix` boots (6.1), with gcc-12 as that
-    /// kernel was: the headers are downloaded and unpacked once under
-    /// /opt/gpu-tracer/qemu/headers-VERSION/, the modules written to target/kmod/VERSION/ (rebuilt
-    /// only when tests/kmod changed). See docs/test-doubles.md.
-    Kmod,
+    /// against Debian's headers for a kernel `kernel-matrix` boots, with the compiler that kernel
+    /// was built with (6.1: this machine's gcc-12; 5.10: bullseye's gcc-10, fetched into the cache):
+    /// the headers are downloaded and unpacked once under /opt/gpu-tracer/qemu/headers-VERSION/,
+    /// the modules written to target/kmod/VERSION/ (rebuilt only when tests/kmod changed). See
+    /// docs/test-doubles.md.
+    Kmod {
+        /// The kernel to build for: 6.1 (bookworm, the default) or 5.10 (bullseye, no module BTF).
+        #[arg(long, value_enum, default_value = "6.1")]
+        kernel: kernel_matrix::Release,
+    },
     /// arm64 (Grace nodes): install the cross toolchain and qemu, run the user-space unit tests
     /// cross-built for aarch64-unknown-linux-gnu under qemu-user, then the root end-to-end tests
     /// in Debian's arm64 kernel under qemu-system-aarch64 (`kernel-matrix --arch arm64`).
@@ -175,7 +184,7 @@ fn main() {
         Command::Image { binary, out, tag, refresh_base } => {
             image::run(&image::Options { binary, out, tag, refresh_base })
         }
-        Command::KernelMatrix { arch, kernel, tests, sysctls, kmod, bench_driver_entry, args } => {
+        Command::KernelMatrix { arch, kernel, tests, sysctls, kmod, bench_driver_entry, cpu, args } => {
             kernel_matrix::run(&kernel_matrix::Options {
                 arch,
                 release: kernel,
@@ -184,9 +193,10 @@ fn main() {
                 kmod,
                 bench_driver_entry,
                 test_args: args,
+                cpu,
             })
         }
-        Command::Kmod => kmod::run(),
+        Command::Kmod { kernel } => kmod::run(kernel),
         Command::Arm64 { no_guest, tests, args } => arm64::run(&arm64::Options { no_guest, tests, test_args: args }),
         Command::GpuCheck => gpu_check::run(),
         Command::Reliability { out, only, long, soak_seconds } => {

@@ -537,9 +537,7 @@ fn measure_one(
             let run = run_worker(ctx, sec, &lib.path)?;
             record(ctx, acc, &run, None, None);
         }
-        CudaProbe::Agent => {
-            agent_session(ctx, sec, lib, acc, per_event, (CudaAttach::Auto, CudaEntryPrograms::Auto))?
-        }
+        CudaProbe::Agent => agent_session(ctx, sec, lib, acc, per_event, (CudaAttach::Auto, CudaEntryPrograms::Auto))?,
         CudaProbe::AgentPerf => {
             agent_session(ctx, sec, lib, acc, None, (CudaAttach::PerfEvent, CudaEntryPrograms::Auto))?
         }

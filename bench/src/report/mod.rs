@@ -1316,9 +1316,7 @@ impl Report<'_> {
                             | CudaProbe::AgentPerf
                             | CudaProbe::AgentPerEntry
                             | CudaProbe::Symbol
-                            | CudaProbe::Bpftrace => {
-                                times(d, agent_d).map(|x| format!("{x:.1}×")).unwrap_or_default()
-                            }
+                            | CudaProbe::Bpftrace => times(d, agent_d).map(|x| format!("{x:.1}×")).unwrap_or_default(),
                             _ => String::new(),
                         };
                         let mut ident = m.counters.map_or(String::new(), |k| {

@@ -62,9 +62,10 @@ fn install_once(grace: Duration) -> std::io::Result<()> {
     unsafe { libc::fcntl(fds[0], libc::F_SETFL, 0) };
     WAKE_FD.store(fds[1], Ordering::SeqCst);
     let read_fd = fds[0];
-    std::thread::Builder::new().name("stop-watcher".into()).spawn(move || watch(read_fd)).map_err(|e| {
-        std::io::Error::new(e.kind(), format!("starting the signal watcher thread: {e}"))
-    })?;
+    std::thread::Builder::new()
+        .name("stop-watcher".into())
+        .spawn(move || watch(read_fd))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("starting the signal watcher thread: {e}")))?;
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction is valid; the handler only does async-signal-safe work
         // (atomics, write, _exit).

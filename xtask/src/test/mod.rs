@@ -5,9 +5,9 @@
 //! Privileged tests must not skip silently: `GPU_TRACER_REQUIRE_PRIVILEGED=1` makes them panic
 //! when they lack root, BPF or FUSE, and an `ignored` test fails the run. The only tests ignored
 //! here are the guest-only ones ([`ALLOWED_IGNORED`]: kprobes and a kernel module built for
-//! Debian's 6.1 kernel, which this machine does not run); the run's last step boots that kernel
-//! (`kernel-matrix --test driver_double --test driver_entry`) and runs them there, and their results
-//! join the summary. A guest-only test that did not pass there counts as failed or skipped, and
+//! Debian's 6.1 and 5.10 kernels, which this machine does not run); the run's last step boots those
+//! kernels (`kernel-matrix --test driver_double --test driver_entry`, on 5.10 with the files whose
+//! code differs there) and runs them there, and their results join the summary. A guest-only test that did not pass there counts as failed or skipped, and
 //! fails the run. Given arguments (a filter, `-p`), the run stops before the guest step and says so.
 
 use crate::{cmd, kernel_matrix, setup};
@@ -16,11 +16,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
-/// Tests ignored on this machine and run in the 6.1 guest instead, with the reason. Names as libtest prints them
+/// Tests ignored on this machine and run in the 6.1 and 5.10 guests instead, with the reason. Names as libtest prints them
 /// (`module::test_name`, or `src/lib.rs - item (line N)` for doc tests).
 const ALLOWED_IGNORED: &[(&str, &str)] = &[
-    // tests/tests/driver_double.rs: the kernel-module double is built for Debian's 6.1 kernel, which
-    // this machine does not run; `cargo xtask kernel-matrix --test driver_double` runs them there.
+    // tests/tests/driver_double.rs: the kernel-module double is built for Debian's 6.1 and 5.10
+    // kernels, which this machine does not run; `cargo xtask kernel-matrix --test driver_double` runs them there.
     ("nodes_are_character_devices_with_the_real_entry_points", DRIVER_DOUBLE),
     ("init_alloc_free_through_the_modules", DRIVER_DOUBLE),
     ("last_close_and_exit_free_the_clients_before_returning", DRIVER_DOUBLE),
@@ -39,8 +39,8 @@ const ALLOWED_IGNORED: &[(&str, &str)] = &[
     ("managed_mappings_give_the_same_bytes_in_driver_entry_and_btf_tracepoint_mode", DRIVER_ENTRY),
     ("ioctl_durations_are_measured_where_the_entry_runs", DRIVER_ENTRY),
 ];
-const DRIVER_ENTRY: &str = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_entry";
-const DRIVER_DOUBLE: &str = "runs in the Debian 6.1 guest: cargo xtask kernel-matrix --test driver_double";
+const DRIVER_ENTRY: &str = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_entry";
+const DRIVER_DOUBLE: &str = "runs in the Debian 6.1 and 5.10 guests: cargo xtask kernel-matrix --test driver_double";
 
 /// What libtest reported, summed over every test binary and the doc tests.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -132,7 +132,19 @@ fn tee(from: impl Read, mut to: impl Write, summary: Arc<Mutex<Summary>>) {
 }
 
 pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
+    let mut times = Times::new();
     let env = setup::run_setup()?;
+    times.lap("setup");
+    // Before the build: whether it and the tests' build will share what they both compile.
+    let unification = match features::check(|| env.cargo()) {
+        Ok(d) if d.is_empty() => None,
+        Ok(d) => Some(format!(
+            "`cargo build --release` and `cargo test --release` resolve different features, so the \
+             crates below (and everything above them) are compiled twice: {}",
+            d.join("; ")
+        )),
+        Err(e) => Some(format!("could not compare the build's and the tests' features (cargo tree): {e:#}")),
+    };
     // The root tests run the real binaries (gpu-tracer, fake-nvidia-driver, nv-workload): build them
     // first, since `cargo test` only builds a package's binaries for its own integration tests.
     let mut build = env.cargo();
@@ -143,6 +155,7 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     if !st.success() {
         anyhow::bail!("`{bline}` failed ({st}); 0 passed, 1 failed");
     }
+    times.lap("build");
     // The house lints (`[workspace.lints]`, clippy's included) on every default member, warnings
     // as errors; a finding fails the run but the tests still run.
     let mut clippy = env.cargo();
@@ -150,6 +163,7 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     let cline = cmd::display(&clippy);
     println!("+ {cline}");
     let clippy_ok = clippy.status().with_context(|| format!("could not start `{cline}`"))?.success();
+    times.lap("clippy");
 
     // Issue 45 item 6: the suite must not make (or remove) NVIDIA device nodes on this machine; a
     // test double's switch that trusted NVIDIA's library once left a /dev/nvidiactl behind.
@@ -172,15 +186,16 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     let status = child.wait().with_context(|| format!("waiting for `{line}`"))?;
     let _ = (t1.join(), t2.join());
     let mut summary = std::mem::take(&mut *summary.lock().unwrap());
+    times.lap("host tests (with their build)");
 
-    let mut problems = Vec::new();
+    let mut problems: Vec<String> = unification.into_iter().collect();
     let allowed = if extra_args.is_empty() {
-        guest_step(&mut summary, &mut problems);
+        guest_step(&mut summary, &mut problems, &mut times);
         &[][..]
     } else {
         println!(
             "xtask test: arguments given, so the guest step did not run: the guest-only tests (ALLOWED_IGNORED) \
-             stay skipped; `cargo xtask test` without arguments runs them in the 6.1 guest"
+             stay skipped; `cargo xtask test` without arguments runs them in the 6.1 and 5.10 guests"
         );
         ALLOWED_IGNORED
     };
@@ -213,6 +228,7 @@ pub fn run(extra_args: &[String]) -> anyhow::Result<()> {
     } else {
         println!("xtask test: /dev/nvidia* unchanged by the tests ({} nodes)", devices_after.len());
     }
+    println!("xtask test: took {}", times.line());
     for p in &problems {
         println!("xtask test: {p}");
     }
@@ -249,12 +265,13 @@ fn nvidia_device_nodes() -> std::collections::BTreeMap<String, String> {
 /// running the test files whose tests are ignored here ([`kernel_matrix::KMOD_TESTS`]) with
 /// `--include-ignored`; and Debian 11's 5.10, the oldest kernel the agent supports, running the
 /// files whose code differs there ([`kernel_matrix::OLD_KERNEL_TESTS`]: the cuda family without
-/// attach cookies, the chart's capabilities with map memory charged to RLIMIT_MEMLOCK). Their
+/// attach cookies, the chart's capabilities with map memory charged to RLIMIT_MEMLOCK, driver-entry
+/// mode on kprobes on the module double built for 5.10, and that double). Their
 /// results join `summary`; a file that failed, or a guest that did not finish, is a problem.
-fn guest_step(summary: &mut Summary, problems: &mut Vec<String>) {
+fn guest_step(summary: &mut Summary, problems: &mut Vec<String>, times: &mut Times) {
     let guests = [
         (kernel_matrix::Release::Bookworm, kernel_matrix::KMOD_TESTS, true, "the guest-only tests"),
-        (kernel_matrix::Release::Bullseye, kernel_matrix::OLD_KERNEL_TESTS, false, "the oldest kernel supported"),
+        (kernel_matrix::Release::Bullseye, kernel_matrix::OLD_KERNEL_TESTS, true, "the oldest kernel supported"),
     ];
     for (release, files, kmod, why) in guests {
         let tests: Vec<String> = files.iter().map(|t| t.to_string()).collect();
@@ -266,6 +283,7 @@ fn guest_step(summary: &mut Summary, problems: &mut Vec<String>) {
             kmod,
             bench_driver_entry: false,
             test_args: Vec::new(),
+            cpu: None,
         };
         println!(
             "+ cargo xtask kernel-matrix --kernel {} --test {}  ({why}, in Debian's {} kernel under QEMU)",
@@ -295,7 +313,13 @@ fn guest_step(summary: &mut Summary, problems: &mut Vec<String>) {
                 log.display()
             );
             if !f.ok() {
-                problems.push(format!("{} in the {} guest exited {:?}; log {}", f.name, g.version, f.rc, log.display()));
+                problems.push(format!(
+                    "{} in the {} guest exited {:?}; log {}",
+                    f.name,
+                    g.version,
+                    f.rc,
+                    log.display()
+                ));
             }
         }
         if let Some(e) = g.unfinished(g.files.len()) {
@@ -310,8 +334,37 @@ fn guest_step(summary: &mut Summary, problems: &mut Vec<String>) {
             guest.failed
         );
         summary.absorb(guest);
+        times.lap(&format!("{} guest", release.series()));
     }
 }
 
+/// Where the run's time went, phase by phase (CI's budget is spent here: `docs/kernels.md`).
+struct Times {
+    laps: Vec<(String, f64)>,
+    last: std::time::Instant,
+}
+
+impl Times {
+    fn new() -> Times {
+        Times { laps: Vec::new(), last: std::time::Instant::now() }
+    }
+
+    /// Ends the phase `name` now; it began where the previous one ended.
+    fn lap(&mut self, name: &str) {
+        let now = std::time::Instant::now();
+        self.laps.push((name.to_string(), (now - self.last).as_secs_f64()));
+        self.last = now;
+    }
+
+    /// `setup 2 s, build 30 s, ..., all 1200 s`.
+    fn line(&self) -> String {
+        let all: f64 = self.laps.iter().map(|(_, s)| s).sum();
+        let mut parts: Vec<String> = self.laps.iter().map(|(n, s)| format!("{n} {s:.0} s")).collect();
+        parts.push(format!("all {all:.0} s"));
+        parts.join(", ")
+    }
+}
+
+mod features;
 #[cfg(test)]
 mod tests;

@@ -86,3 +86,12 @@ fn a_test_ignored_here_that_passed_in_the_guest_is_no_longer_skipped() {
     assert_eq!(host.unexpected_ignored(&[]), ["other"]);
     assert_eq!(host.line(), "2 passed, 1 failed, 1 skipped");
 }
+
+#[test]
+fn the_times_line_names_each_phase_and_the_sum() {
+    let mut t = Times::new();
+    t.lap("setup");
+    t.lap("build");
+    t.laps = vec![("setup".into(), 1.2), ("build".into(), 30.4), ("6.1 guest".into(), 140.0)];
+    assert_eq!(t.line(), "setup 1 s, build 30 s, 6.1 guest 140 s, all 172 s");
+}

@@ -199,7 +199,10 @@ impl Backend {
                     .into());
             }
             let why = "one program per entry point: cuda_entry_programs = \"per-entry\"".to_string();
-            return Ok(Backend::Perf { why: "cuda_entry_programs = \"per-entry\"".into(), entries: EntryPrograms::PerEntry { why } });
+            return Ok(Backend::Perf {
+                why: "cuda_entry_programs = \"per-entry\"".into(),
+                entries: EntryPrograms::PerEntry { why },
+            });
         }
         let perf = |why: String, ebpf: &mut Ebpf| -> Result<Backend, String> {
             let entries = EntryPrograms::choose(ebpf)?;
