@@ -41,6 +41,23 @@ pub use harness::{
 pub use pod_resources::{FakePodResources, PodResourcesCalls};
 pub use tracer::{Tracer, assert_accounting, cg_usage, config_for};
 
+/// The Python of the venv `cargo xtask setup` fills with the pinned PyPI packages the tests
+/// decode and drive with (`GPU_TRACER_DEPLOY_VENV`, default `/opt/gpu-tracer/deploy-venv`;
+/// xtask/src/setup/mod.rs lists them), or a failure naming the fix: the tests that need it fail,
+/// never skip, without it.
+pub fn venv_python() -> std::path::PathBuf {
+    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/opt/gpu-tracer/deploy-venv"));
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} not found: run `cargo xtask setup` (it makes the venv and installs its packages)",
+        py.display()
+    );
+    py
+}
+
 /// A program of Debian's `prometheus` package (`prometheus`, `promtool`) on `PATH`, or a failure
 /// naming what installs it: the tests that need it fail, never skip, without it.
 pub fn prometheus_tool(name: &str) -> std::path::PathBuf {

@@ -1,6 +1,7 @@
 //! The `gpu-tracer` binary as a user runs it: `events --json`, `events` (protobuf), `top --once
 //! --json` and `doctor`, against the fake driver with workloads in pod cgroups. Needs root.
 use std::{
+    path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
@@ -303,6 +304,7 @@ fn api_agrees_with_metrics(api: &str, metric_lines: &[(String, f64)], w: &mut Wo
         assert_eq!(mem[line].as_u64().unwrap() as f64, metric(line), "{line}: {gpu:#}");
     }
     let total = mem["total"].as_u64().unwrap();
+    let (gpu_uuid, gpu_total) = (gpu["uuid"].clone(), total);
     assert_eq!(
         containers.iter().sum::<u64>()
             + mem["driver_reserved"].as_u64().unwrap()
@@ -347,6 +349,30 @@ fn api_agrees_with_metrics(api: &str, metric_lines: &[(String, f64)], w: &mut Wo
     let back: Vec<_> = gpu_tracer_proto::read_stream(&out.stdout).collect::<Result<_, _>>().unwrap();
     assert_eq!(back.len(), 1, "{back:?}");
     assert_eq!(tracer_core::wire::events::to_json(&back[0]), ev);
+
+    // A standard client, as a user writes one: Python grpcio with stubs generated from our protos
+    // and no channel options. gRPC C-core sends the percent-encoded socket path as `:authority`,
+    // which h2 alone answers with RST_STREAM (the agent reads it as localhost, export::api::authority).
+    let py = Command::new(gpu_tracer_tests::venv_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("grpc_client.py"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto"))
+        .arg(path)
+        .arg("EVENT_KIND_RM_ALLOC")
+        .output()
+        .expect("tests/grpc_client.py runs");
+    assert!(py.status.success(), "grpcio on the Unix socket: {}", String::from_utf8_lossy(&py.stderr));
+    let py: serde_json::Value = serde_json::from_slice(&py.stdout).expect("grpc_client.py prints JSON");
+    let py_gpu = &py["snapshot"]["snapshot"]["attribution"]["gpus"][0];
+    assert_eq!(py_gpu["uuid"], gpu_uuid, "{py_gpu:#}");
+    // proto3 JSON writes 64-bit integers as strings.
+    assert_eq!(py_gpu["memory"]["total"].as_str().and_then(|t| t.parse::<u64>().ok()), Some(gpu_total), "{py_gpu:#}");
+    assert!(py["status"]["status"].to_string().contains("driver"), "{:#}", py["status"]);
+    let py_events = py["subscribe"].as_array().expect("Subscribe's responses");
+    assert_eq!(py_events.len(), 1, "the newest RM allocation: {py_events:#?}");
+    let py_ev = &py_events[0]["event"];
+    assert_eq!(py_ev["header"]["kind"], "EVENT_KIND_RM_ALLOC", "{py_ev:#}");
+    assert_eq!(py_ev["rm_alloc"]["bytes"], "2097152", "the 2 MiB allocation: {py_ev:#}");
+    assert_eq!(py_ev["header"]["cgroup_path"], pod.relative_path(), "{py_ev:#}");
 }
 
 /// Series of `name` in classic text exposition: (labels text, value).

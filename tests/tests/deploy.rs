@@ -16,10 +16,7 @@ fn repo_root() -> PathBuf {
 
 /// The venv `cargo xtask setup` fills (kept in step with xtask/src/setup/mod.rs).
 fn deploy_python() -> PathBuf {
-    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
-    venv.join("bin/python")
+    gpu_tracer_tests::venv_python()
 }
 
 fn render(root: &std::path::Path) -> Result<Value, String> {

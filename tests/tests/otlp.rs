@@ -361,14 +361,9 @@ fn http_protobuf_export_matches_metrics_and_decodes_with_the_python_implementati
     receiver.stop();
 }
 
-/// The venv `cargo xtask setup` fills (as tests/tests/deploy.rs finds it).
+/// The venv `cargo xtask setup` fills (it installs opentelemetry-proto).
 fn python() -> PathBuf {
-    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
-    let py = venv.join("bin/python");
-    assert!(py.exists(), "{} not found: run `cargo xtask setup` (it installs opentelemetry-proto)", py.display());
-    py
+    gpu_tracer_tests::venv_python()
 }
 
 fn script() -> PathBuf {

@@ -5,7 +5,7 @@
 //! equal what the workload did. Needs root.
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
@@ -36,11 +36,7 @@ fn start_profile(driver: &FakeDriver, args: &[&str]) -> AgentProcess {
 
 /// The trace, decoded and checked by tests/perfetto_check.py.
 fn decode(trace: &Path) -> Value {
-    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
-    let py = venv.join("bin/python");
-    assert!(py.exists(), "{} not found: run `cargo xtask setup` (it installs perfetto)", py.display());
+    let py = gpu_tracer_tests::venv_python();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("perfetto_check.py");
     let out = Command::new(py).arg(script).arg(trace).output().expect("run tests/perfetto_check.py");
     assert!(out.status.success(), "perfetto_check.py: {}", String::from_utf8_lossy(&out.stderr));
@@ -270,11 +266,8 @@ fn html_renders_in_chromium(html: &Path, dir: &Path, plots: usize, colours: &[&s
     assert!(shot.exists(), "no screenshot: {stderr}");
     let dom = String::from_utf8_lossy(&chrome(&["--dump-dom"]).stdout).into_owned();
     assert_eq!(dom.matches("class=\"uplot").count(), plots, "one uPlot chart per plot");
-    let venv = std::env::var_os("GPU_TRACER_DEPLOY_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/gpu-tracer/deploy-venv"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("png_colours.py");
-    let out = Command::new(venv.join("bin/python")).arg(script).arg(&shot).args(colours).output().unwrap();
+    let out = Command::new(gpu_tracer_tests::venv_python()).arg(script).arg(&shot).args(colours).output().unwrap();
     let counts = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "png_colours.py: {}", String::from_utf8_lossy(&out.stderr));
     for pair in counts.split_whitespace() {

@@ -59,12 +59,17 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// dependency) checks the ServiceMonitor/PodMonitor/PrometheusRule objects against the vendored
 /// CRD schemas (deploy/schemas/prometheus-operator). `perfetto` (its perfetto_trace_pb2) decodes the
 /// traces `gpu-tracer profile` writes in tests/tests/profile.rs (tests/perfetto_check.py).
+/// `grpcio` and `grpcio-tools` are a standard gRPC client of the agent's API as users write one
+/// (stubs generated from proto/ with the protoc inside grpcio-tools, gRPC C-core's channel):
+/// tests/tests/cli.rs, tests/grpc_client.py.
 const DEPLOY_PIP_PACKAGES: &[(&str, &str)] = &[
     ("helm-python-sdk", "0.2.2"),
     ("kubernetes-validate", "1.37.0"),
     ("opentelemetry-proto", "1.45.2"),
     ("jsonschema", "4.26.0"),
     ("perfetto", "0.59.1"),
+    ("grpcio", "1.76.0"),
+    ("grpcio-tools", "1.76.0"),
 ];
 /// Where their venv lives unless `GPU_TRACER_DEPLOY_VENV` says otherwise (tests/tests/deploy.rs
 /// looks in the same place).

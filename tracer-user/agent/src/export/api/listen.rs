@@ -17,10 +17,14 @@ use tokio::{
     sync::{mpsc, oneshot},
     task::JoinHandle,
 };
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tokio_stream::{
+    StreamExt as _,
+    wrappers::{ReceiverStream, UnixListenerStream},
+};
 
 use super::{
     accept::{ApiLimits, accept_loop},
+    authority::AuthorityFix,
     service::{ApiService, ApiState, BearerToken},
 };
 use crate::export::http::{TlsFileProblem, tls_server};
@@ -114,10 +118,10 @@ pub(crate) async fn serve_with(
             let listener = bind_unix(path)?;
             let router = builder.add_service(service);
             let task = tokio::spawn(async move {
-                router
-                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
-                    .await
-                    .map_err(|e| e.to_string())
+                // Each connection read through `AuthorityFix`: grpcio and grpcurl send the socket
+                // path as `:authority`, which h2 refuses (super::authority).
+                let incoming = UnixListenerStream::new(listener).map(|c| c.map(AuthorityFix::new));
+                router.serve_with_incoming_shutdown(incoming, signal).await.map_err(|e| e.to_string())
             });
             Ok(ApiServer { addr: settings.addr.clone(), stop, task, socket: Some(path.clone()) })
         }

@@ -156,7 +156,7 @@ impl Transport {
                 })?;
                 let mut r = tonic::Request::new(body);
                 *r.metadata_mut() = metadata.clone();
-                let path = tonic::codegen::http::uri::PathAndQuery::from_static(METRICS_EXPORT);
+                let path = http::uri::PathAndQuery::from_static(METRICS_EXPORT);
                 let answer = metrics.unary(r, path, EncodedRequest).await.map_err(grpc_error)?.into_inner();
                 Ok(answer.partial_success.map_or_else(Accepted::default, |p| Accepted {
                     rejected: p.rejected_data_points.max(0) as u64,
