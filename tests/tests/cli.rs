@@ -707,6 +707,50 @@ fn refused(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Issue 42: `cost` and `api` load no probes and read no configuration, so their `--help` lists
+/// none of the probe and configuration flags every other command takes, and such a flag given to
+/// them is an error naming it (it was accepted and ignored); the commands that load probes still
+/// list and take them.
+#[test]
+fn cost_and_api_list_and_take_only_what_they_read() {
+    let help = |args: &[&str]| -> String {
+        let out = Command::new(gpu_tracer()).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for cmd in [&["cost", "--help"][..], &["api", "get-status", "--help"]] {
+        let h = help(cmd);
+        assert!(h.contains("--connect") && h.contains("--log"), "{cmd:?}: {h}");
+        for flag in ["--attach-mode", "--cuda-attach", "--no-cuda", "--dev-dir", "--price-per-gpu-hour", "--config "] {
+            assert!(!h.contains(flag), "{cmd:?} lists {flag}: {h}");
+        }
+    }
+    assert!(help(&["cost", "--help"]).contains("--prometheus"));
+    for cmd in [&["top", "--help"][..], &["agent", "--help"], &["doctor", "--help"]] {
+        let h = help(cmd);
+        assert!(h.contains("--attach-mode") && h.contains("--config"), "{cmd:?}: {h}");
+    }
+    for args in [
+        &["cost", "--attach-mode", "auto", "--events", "/nonexistent"][..],
+        &["--no-cuda", "cost", "--events", "/nonexistent"],
+        &["api", "get-status", "--config", "/etc/gpu-tracer/config.toml"],
+    ] {
+        let (code, err) = refused(args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        let flag = args.iter().find(|a| a.starts_with("--")).unwrap();
+        assert!(err.contains(&format!("{flag} does nothing for `gpu-tracer")), "{args:?}: {err}");
+        assert!(err.contains("loads no probes and reads no configuration"), "{err}");
+    }
+    // The configuration in the environment is for the other commands: not an error, not read.
+    let out = Command::new(gpu_tracer())
+        .args(["cost", "--events", "/nonexistent"])
+        .env("GPU_TRACER_CONFIG", "/nonexistent/config.toml")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent") && !err.contains("config.toml"), "{err}");
+}
+
 /// Issue 45 item 1: a token file that holds nothing (empty, a newline, blanks) is refused at start
 /// naming the setting, for the API as for /metrics and for the clients' `--token-file`; before,
 /// an empty `api.token_file` switched the API's authentication off. Nothing is loaded.
@@ -798,11 +842,15 @@ fn a_misconfiguration_is_refused_naming_the_key_and_the_fix() {
     assert!(err.contains("is not a price"), "{err}");
     refused_exit_2 += 1;
     println!("reliability: refused_naming_key_exit_1={refused_exit_1} refused_as_bad_flag_exit_2={refused_exit_2}");
-    // Commands that load nothing here do not need the host paths.
+    // Commands that load nothing here do not check the host paths; a host path given to one is
+    // named as doing nothing there (cost_and_api_list_and_take_only_what_they_read).
+    let (code, err) = refused(&["api", "get-status", "--connect", "unix:///nonexistent/api.sock"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot connect") && !err.contains("dev_dir"), "{err}");
     let (code, err) =
         refused(&["--dev-dir", "/nonexistent/dev", "api", "get-status", "--connect", "unix:///nonexistent/api.sock"]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("cannot connect") && !err.contains("dev_dir"), "{err}");
+    assert!(err.contains("--dev-dir does nothing for `gpu-tracer api`") && !err.contains("dev_dir"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -59,7 +59,7 @@ struct CommonArgs {
     // Flags that override the file's settings (config::Overrides: its doc comments are the help).
     #[command(flatten)]
     overrides: Overrides,
-    /// Log level filter (also RUST_LOG) [default: warn].
+    /// Log level filter (also RUST_LOG).
     #[arg(long, global = true, default_value = "warn")]
     log: String,
 }
@@ -90,10 +90,13 @@ enum Command {
 enum ConfigUse {
     /// Loads probes here (`agent`, `top`, `events`): the values and the host paths must be right.
     Local,
-    /// Reads a running agent (`--connect`, `api`): only the values are checked.
+    /// Reads a running agent (`top`/`events --connect`): only the values are checked.
     Remote,
     /// `doctor`: reports what is wrong (the `config` check) instead of refusing to look.
     Report,
+    /// `api` and `cost`: the configuration is not read at all (the answers come from the agent,
+    /// Prometheus or an events file).
+    Unused,
 }
 
 impl ConfigUse {
@@ -101,11 +104,70 @@ impl ConfigUse {
         match command {
             Command::Top(a) if a.connect.connect.is_some() => ConfigUse::Remote,
             Command::Events(a) if a.connect.connect.is_some() => ConfigUse::Remote,
-            Command::Api(_) | Command::Cost(_) => ConfigUse::Remote,
+            Command::Api(_) | Command::Cost(_) => ConfigUse::Unused,
             Command::Doctor(_) => ConfigUse::Report,
             Command::Top(_) | Command::Events(_) | Command::Agent(_) | Command::Profile(_) => ConfigUse::Local,
         }
     }
+}
+
+/// The subcommands that read no configuration and load no probes: the global flags that set
+/// either (`--config` and every override) are left out of their `--help`, and given to them on
+/// the command line they are an error naming the flag.
+const NO_CONFIG_COMMANDS: [&str; 2] = ["api", "cost"];
+
+/// The global flags that only configure probes and the agent (all but `--log`).
+fn configuring(cmd: &clap::Command) -> Vec<clap::Arg> {
+    cmd.get_arguments().filter(|a| a.is_global_set() && a.get_id() != "log").cloned().collect()
+}
+
+/// The command line's definition: [`Cli`], with [`NO_CONFIG_COMMANDS`] holding hidden copies of
+/// the configuring flags (clap propagates a global flag only to subcommands without one of that
+/// id), so that their `--help` shows what they read and [`refuse_configuring`] can name a flag.
+fn command() -> clap::Command {
+    use clap::CommandFactory as _;
+    let mut cmd = Cli::command();
+    let hidden: Vec<clap::Arg> = configuring(&cmd).into_iter().map(|a| a.hide(true)).collect();
+    for name in NO_CONFIG_COMMANDS {
+        cmd = cmd.mut_subcommand(name, |mut sc| {
+            for a in &hidden {
+                sc = sc.arg(a.clone());
+            }
+            sc
+        });
+    }
+    cmd
+}
+
+/// A configuring flag given on the command line to a command of [`NO_CONFIG_COMMANDS`]: an error
+/// rather than a setting silently ignored. (`GPU_TRACER_CONFIG` in the environment is not an
+/// error: it is meant for the other commands.)
+fn refuse_configuring(matches: &clap::ArgMatches) -> Result<()> {
+    let Some((name, sub)) = matches.subcommand() else { return Ok(()) };
+    if !NO_CONFIG_COMMANDS.contains(&name) {
+        return Ok(());
+    }
+    let cmd = command();
+    let given: Vec<String> = configuring(&cmd)
+        .iter()
+        .filter(|a| {
+            let id = a.get_id().as_str();
+            [matches.value_source(id), sub.value_source(id)].contains(&Some(clap::parser::ValueSource::CommandLine))
+        })
+        .map(|a| a.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| a.get_id().to_string()))
+        .collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    let why = match name {
+        "cost" => "the bill comes from the agent (--connect), Prometheus (--prometheus) or an events file (--events)",
+        _ => "the answers come from the running agent",
+    };
+    anyhow::bail!(
+        "{} does nothing for `gpu-tracer {name}`: it loads no probes and reads no configuration ({why}); leave it \
+         out (`gpu-tracer {name} --help` lists what it reads)",
+        given.join(", ")
+    )
 }
 
 fn build_config(c: &CommonArgs, how: ConfigUse) -> Result<Config> {
@@ -126,7 +188,7 @@ fn build_config(c: &CommonArgs, how: ConfigUse) -> Result<Config> {
             cfg.check_host_paths()?;
         }
         ConfigUse::Remote => cfg.validate()?,
-        ConfigUse::Report => {}
+        ConfigUse::Report | ConfigUse::Unused => {}
     }
     Ok(cfg)
 }
@@ -166,10 +228,9 @@ fn exit_with(e: clap::Error) -> ! {
 }
 
 fn run() -> Result<()> {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => exit_with(e),
-    };
+    let matches = command().try_get_matches().unwrap_or_else(|e| exit_with(e));
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| exit_with(e));
+    refuse_configuring(&matches)?;
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| cli.common.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
@@ -178,7 +239,8 @@ fn run() -> Result<()> {
         // own report of that failure would be an `eprintln!`, which panics on the same stderr.
         .log_internal_errors(false)
         .init();
-    let cfg = build_config(&cli.common, ConfigUse::of(&cli.command))?;
+    let how = ConfigUse::of(&cli.command);
+    let cfg = if how == ConfigUse::Unused { Config::default() } else { build_config(&cli.common, how)? };
     // SIGINT and SIGTERM: a flag that is never lost, then the command's own orderly stop, bounded
     // (tracer_core::stop); a second signal stops at once. The grace period is what each stop may
     // need: `top` and `events` a final drain and write, the agent also the OTLP flush (5 s) and

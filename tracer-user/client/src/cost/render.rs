@@ -1,16 +1,60 @@
 //! A [`Report`] as a table for people, CSV for spreadsheets, or JSON for scripts. Amounts are in
-//! the price's currency with two decimals; the rows' amounts add up to the total as printed.
+//! the price's currency, with two decimals or as many more as a small row needs to show (the same
+//! precision for the whole bill); the rows' amounts and shares add up to the total as printed.
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use crate::table::compact_table;
+use tracer_core::attribution::{format_currency_parts, split::split_exact};
 use tracer_core::cost::{Cents, GroupBy, Line, Report, Row};
 use tracer_core::format::unix_time;
 
-/// The share of the total, `12.3%` (`-` for a zero total).
-fn share(r: &Row, total: i128) -> String {
-    if total == 0 { "-".into() } else { format!("{:.1}%", r.nano as f64 * 100.0 / total as f64) }
+/// The bill's amounts and shares as printed: each column with one precision for the whole table,
+/// enough that no row that is not zero prints as zero, and the rows split from the printed total
+/// by the largest-remainder rule with their exact amounts as weights, so that the printed rows add
+/// up to the printed total (the rule of `top`'s bill line, `attribution::format_currency_parts`).
+struct Printed {
+    total: String,
+    rows: Vec<String>,
+    /// `-` for a zero total.
+    total_share: String,
+    shares: Vec<String>,
+}
+
+fn printed(r: &Report) -> Printed {
+    let nanos: Option<Vec<u64>> = r.rows.iter().map(|row| u64::try_from(row.nano).ok()).collect();
+    let (total, rows) = match (nanos.as_deref(), u64::try_from(r.total_nano)) {
+        (Some(parts), Ok(total)) => format_currency_parts(total, parts),
+        // A negative amount (never in the agents' bills; a hand-made events file): cents.
+        _ => (Cents(r.total_cents).to_string(), r.rows.iter().map(|row| Cents(row.cents).to_string()).collect()),
+    };
+    let (total_share, shares) = match nanos {
+        Some(parts) if r.total_nano > 0 => shares(&parts),
+        _ => ("-".to_string(), vec!["-".to_string(); r.rows.len()]),
+    };
+    Printed { total, rows, total_share, shares }
+}
+
+/// Percentages of `parts`' sum that add up to `100.0%` as printed: one decimal, more (up to four)
+/// while a part that is not zero would print as zero.
+fn shares(parts: &[u64]) -> (String, Vec<String>) {
+    let weights: Vec<u128> = parts.iter().map(|p| u128::from(*p)).collect();
+    let mut decimals = 1;
+    let units = loop {
+        let total = 100 * 10u64.pow(decimals);
+        let units = split_exact(total, &weights).unwrap_or_else(|| vec![0; parts.len()]);
+        let hidden = parts.iter().zip(&units).any(|(p, u)| *p > 0 && *u == 0);
+        if !hidden || decimals == 4 {
+            break units;
+        }
+        decimals += 1;
+    };
+    let fmt = |u: u64| {
+        let scale = 10u64.pow(decimals);
+        format!("{}.{:0width$}%", u / scale, u % scale, width = decimals as usize)
+    };
+    (fmt(100 * 10u64.pow(decimals)), units.into_iter().map(fmt).collect())
 }
 
 /// The row's cells: one per dimension; a line's row also says which line where no column does.
@@ -55,16 +99,17 @@ pub fn table(r: &Report, width: u16) -> String {
     header.extend(["cost".to_owned(), "share".to_owned()]);
     let mut t = compact_table(width, header);
     let n = r.by.len();
-    for row in &r.rows {
+    let p = printed(r);
+    for (i, row) in r.rows.iter().enumerate() {
         let mut c = cells(row, &r.by);
-        c.push(Cents(row.cents).to_string());
-        c.push(share(row, r.total_nano));
+        c.push(p.rows[i].clone());
+        c.push(p.shares[i].clone());
         t.add_row(c);
     }
     let mut total = vec![String::new(); n];
     total[0] = "total".into();
-    total.push(Cents(r.total_cents).to_string());
-    total.push(if r.total_nano == 0 { "-".into() } else { "100.0%".into() });
+    total.push(p.total.clone());
+    total.push(p.total_share.clone());
     t.add_row(total);
     for i in [n, n + 1] {
         if let Some(col) = t.column_mut(i) {
@@ -84,16 +129,17 @@ pub fn csv(r: &Report) -> String {
     let mut header: Vec<String> = r.by.iter().map(|b| b.heading().to_owned()).collect();
     header.extend(["line", "cost", "share"].map(str::to_owned));
     let _ = w.write_record(&header);
-    for row in &r.rows {
+    let p = printed(r);
+    for (i, row) in r.rows.iter().enumerate() {
         let mut c = row.key.clone();
         c.push(row.line_name().to_owned());
-        c.push(Cents(row.cents).to_string());
-        c.push(share(row, r.total_nano));
+        c.push(p.rows[i].clone());
+        c.push(p.shares[i].clone());
         let _ = w.write_record(&c);
     }
     let mut total = vec![String::new(); r.by.len()];
     total[0] = "total".into();
-    total.extend([String::new(), Cents(r.total_cents).to_string(), "100.0%".into()]);
+    total.extend([String::new(), p.total, p.total_share]);
     let _ = w.write_record(&total);
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
@@ -127,10 +173,12 @@ struct JsonReport<'a> {
 /// JSON: the rows with their groups, amounts as decimal strings (`"12.34"`) and exact
 /// nano-currency (`"12340000000"`), the period, the prices and the policy.
 pub fn json(r: &Report) -> String {
+    let p = printed(r);
     let rows = r
         .rows
         .iter()
-        .map(|row| JsonRow {
+        .zip(&p.rows)
+        .map(|(row, amount)| JsonRow {
             group: r
                 .by
                 .iter()
@@ -138,7 +186,7 @@ pub fn json(r: &Report) -> String {
                 .map(|(b, k)| (b.heading().to_owned(), serde_json::Value::String(k.clone())))
                 .collect(),
             line: row.line_name(),
-            amount: Cents(row.cents).to_string(),
+            amount: amount.clone(),
             nano: row.nano.to_string(),
             share: if r.total_nano == 0 { 0.0 } else { row.nano as f64 / r.total_nano as f64 },
         })
@@ -151,7 +199,7 @@ pub fn json(r: &Report) -> String {
         prices_per_gpu_hour: &r.prices_per_gpu_hour,
         policy: r.policy,
         by: r.by.iter().map(GroupBy::heading).collect(),
-        total: Cents(r.total_cents).to_string(),
+        total: p.total.clone(),
         total_nano: r.total_nano.to_string(),
         rows,
         warnings: &r.warnings,

@@ -44,9 +44,53 @@ fn renders_table_csv_and_json_that_agree() {
     let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), r.rows.len() + 1);
     let sum: i128 = rows[..r.rows.len()].iter().map(|x| (x[2].parse::<f64>().unwrap() * 100.0).round() as i128).sum();
-    assert_eq!(sum, r.total_cents);
+    assert_eq!(sum, r.total_cents, "amounts of a cent and more: two decimals");
     let j: serde_json::Value = serde_json::from_str(&render::json(&r)).unwrap();
     assert_eq!(j["total_nano"], r.total_nano.to_string());
     assert_eq!(j["rows"][0]["group"]["namespace"], "ml");
     assert_eq!(j["rows"].as_array().unwrap().len(), r.rows.len());
+}
+
+/// The printed numbers of a column, in units of its last decimal, and how many decimals it has.
+fn units(cells: &[&str]) -> (Vec<i128>, usize) {
+    let decimals = cells[0].trim_end_matches('%').split('.').nth(1).map_or(0, str::len);
+    let u = cells
+        .iter()
+        .map(|c| {
+            let c = c.trim_end_matches('%');
+            assert_eq!(c.split('.').nth(1).map_or(0, str::len), decimals, "one precision for the column: {cells:?}");
+            c.replace('.', "").parse::<i128>().unwrap()
+        })
+        .collect();
+    (u, decimals)
+}
+
+/// A small bill (issue 42): a 1.1 % share of 0.17 is 0.0019, which two decimals print as 0.00;
+/// a 0.04 % share prints as 0.0 %. Every column gets the precision its smallest row needs, and
+/// the printed rows still add up to the printed total, in the table, the CSV and the JSON.
+#[test]
+fn a_small_share_of_a_small_bill_shows_and_the_printed_rows_add_up() {
+    let charges = vec![
+        container("a", "ml", "train-0", None, 168_062_000),
+        container("a", "web", "infer-0", None, 1_870_000),
+        container("a", "batch", "tiny-0", None, 68_000),
+    ];
+    let r = Report::build(input(charges), &[GroupBy::Namespace], Policy::Lines);
+    let c = render::csv(&r);
+    let rows: Vec<csv::StringRecord> = csv::Reader::from_reader(c.as_bytes()).records().map(Result::unwrap).collect();
+    let amounts: Vec<&str> = rows.iter().map(|x| &x[2]).collect();
+    let shares: Vec<&str> = rows.iter().map(|x| &x[3]).collect();
+    assert_eq!(amounts, ["0.168062", "0.001870", "0.000068", "0.170000"], "{c}");
+    assert_eq!(shares, ["98.86%", "1.10%", "0.04%", "100.00%"], "{c}");
+    for col in [&amounts, &shares] {
+        let (u, _) = units(col);
+        assert_eq!(u[..u.len() - 1].iter().sum::<i128>(), u[u.len() - 1], "the rows add up as printed: {col:?}");
+    }
+    let t = render::table(&r, 120);
+    for cell in amounts.iter().chain(&shares) {
+        assert!(t.contains(cell), "{cell} in the table: {t}");
+    }
+    let j: serde_json::Value = serde_json::from_str(&render::json(&r)).unwrap();
+    assert_eq!(j["total"], "0.170000");
+    assert_eq!(j["rows"][1]["amount"], "0.001870");
 }
