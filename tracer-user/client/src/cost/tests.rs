@@ -87,6 +87,7 @@ fn a_small_share_of_a_small_bill_shows_and_the_printed_rows_add_up() {
         assert_eq!(u[..u.len() - 1].iter().sum::<i128>(), u[u.len() - 1], "the rows add up as printed: {col:?}");
     }
     let t = render::table(&r, 120);
+    println!("{t}");
     for cell in amounts.iter().chain(&shares) {
         assert!(t.contains(cell), "{cell} in the table: {t}");
     }
