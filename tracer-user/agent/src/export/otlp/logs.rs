@@ -47,28 +47,49 @@ pub fn record(ev: &v1::Event, observed_unix_ns: u64) -> LogRecord {
         event_name: name.to_owned(),
         ..Default::default()
     };
-    let Value::Object(fields) = tracer_core::wire::events::to_json(ev) else { return rec };
+    let Value::Object(mut fields) = tracer_core::wire::events::to_json(ev) else { return rec };
     let attrs = &mut rec.attributes;
+    // The container's identity from the header. (In the JSON form a violation's own `container`,
+    // the container's name, takes the header's `container` key: read the header itself.)
+    let header_container = h.and_then(|h| h.container.clone()).map(|c| v1::Event {
+        header: Some(v1::Header { container: Some(c), ..Default::default() }),
+        ..Default::default()
+    });
+    let identity = header_container.map(|e| tracer_core::wire::events::to_json(&e)["container"].take());
+    if let Some(Value::Object(c)) = identity {
+        for (ck, cv) in c {
+            let key = match ck.as_str() {
+                "namespace" => "k8s.namespace.name".to_owned(),
+                "pod" => "k8s.pod.name".to_owned(),
+                "pod_uid" => "k8s.pod.uid".to_owned(),
+                "container" => "k8s.container.name".to_owned(),
+                "container_id" => "container.id".to_owned(),
+                "runtime" => "container.runtime".to_owned(),
+                other => format!("gputracer.container.{other}"),
+            };
+            add(attrs, key, cv);
+        }
+    }
+    if matches!(fields.get("container"), Some(Value::Object(_))) {
+        fields.remove("container");
+    }
     for (k, v) in fields {
-        match k.as_str() {
-            "kind" | "cgroup_path" => {}
-            "container" => {
-                if let Value::Object(c) = v {
-                    for (ck, cv) in c {
-                        let key = match ck.as_str() {
-                            "namespace" => "k8s.namespace.name".to_owned(),
-                            "pod" => "k8s.pod.name".to_owned(),
-                            "pod_uid" => "k8s.pod.uid".to_owned(),
-                            "container" => "k8s.container.name".to_owned(),
-                            "container_id" => "container.id".to_owned(),
-                            "runtime" => "container.runtime".to_owned(),
-                            other => format!("gputracer.container.{other}"),
-                        };
-                        add(attrs, key, cv);
-                    }
+        // A violation names the pod in its payload too: under the same keys, unless the header
+        // already gave them (the same values).
+        let identity = match k.as_str() {
+            "namespace" => Some("k8s.namespace.name"),
+            "pod" => Some("k8s.pod.name"),
+            "container" => Some("k8s.container.name"),
+            _ => None,
+        };
+        match (k.as_str(), identity) {
+            ("kind" | "cgroup_path", _) => {}
+            (_, Some(key)) => {
+                if !attrs.iter().any(|a| a.key == key) {
+                    add(attrs, key.to_owned(), v);
                 }
             }
-            "tgid" => add(attrs, "process.pid".to_owned(), v),
+            ("tgid", _) => add(attrs, "process.pid".to_owned(), v),
             _ => add(attrs, format!("gputracer.{k}"), v),
         }
     }

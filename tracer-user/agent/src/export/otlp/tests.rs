@@ -866,3 +866,58 @@ proptest::proptest! {
         }
     }
 }
+
+/// Issue 42: a violation's log record carries the container's identity under the semantic
+/// conventions' keys (from the header: `k8s.pod.uid`, `container.id` too), as every other event's
+/// does; before, the payload's container name took the header's place and the record had only
+/// `gputracer.namespace` and `gputracer.pod`. Without an identity in the header, the payload's
+/// names still go under the `k8s.*` keys.
+#[test]
+fn a_violation_log_record_carries_the_kubernetes_identity() {
+    let attr = |r: &opentelemetry_proto::tonic::logs::v1::LogRecord, k: &str| -> Option<String> {
+        r.attributes.iter().find(|a| a.key == k).and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s) => Some(s.clone()),
+            _ => None,
+        })
+    };
+    let payload = v1::event::Payload::Violation(v1::Violation {
+        kind: "unallocated_gpu_open".into(),
+        namespace: "ml".into(),
+        pod: "train-0".into(),
+        container: "main".into(),
+        gpu_uuid: "GPU-1".into(),
+        ..Default::default()
+    });
+    let mut ev = violation_event();
+    ev.payload = Some(payload.clone());
+    ev.header.as_mut().unwrap().container = Some(v1::ContainerIdentity {
+        namespace: "ml".into(),
+        pod: "train-0".into(),
+        container: "main".into(),
+        pod_uid: "0f0f".into(),
+        container_id: "c".repeat(64),
+        ..Default::default()
+    });
+    let r = logs::record(&ev, 2);
+    for (k, v) in [
+        ("k8s.namespace.name", "ml"),
+        ("k8s.pod.name", "train-0"),
+        ("k8s.container.name", "main"),
+        ("k8s.pod.uid", "0f0f"),
+        ("container.id", &"c".repeat(64)),
+        ("gputracer.violation", "unallocated_gpu_open"),
+        ("gputracer.gpu_uuid", "GPU-1"),
+    ] {
+        assert_eq!(attr(&r, k).as_deref(), Some(v), "{k}: {:#?}", r.attributes);
+    }
+    for k in ["gputracer.namespace", "gputracer.pod", "gputracer.container"] {
+        assert_eq!(attr(&r, k), None, "{k}: {:#?}", r.attributes);
+    }
+    assert_eq!(r.attributes.iter().filter(|a| a.key == "k8s.pod.name").count(), 1, "once");
+    // No identity in the header: the payload's names.
+    let mut ev = violation_event();
+    ev.payload = Some(payload);
+    let r = logs::record(&ev, 2);
+    assert_eq!(attr(&r, "k8s.namespace.name").as_deref(), Some("ml"), "{:#?}", r.attributes);
+    assert_eq!(attr(&r, "k8s.container.name").as_deref(), Some("main"));
+}
