@@ -224,6 +224,29 @@ fn check_against_metrics(node: &Node, addr: &str, got: &Received) -> ExportMetri
     let usage = points(&req, "hw.gpu.memory.usage");
     assert_eq!(usage.len(), 1, "{usage:?}");
     assert_eq!(attr(&usage[0].0, "hw.type").as_deref(), Some("gpu"));
+    // The GPU attributes the semantic conventions recommend: the model, the vendor, the driver.
+    assert!(attr(&usage[0].0, "hw.model").is_some_and(|m| Some(&m) == attr(&usage[0].0, "hw.name").as_ref()));
+    assert_eq!(attr(&usage[0].0, "hw.vendor").as_deref(), Some("NVIDIA"));
+    assert!(attr(&usage[0].0, "hw.driver_version").is_some_and(|v| !v.is_empty()), "{usage:?}");
+    // The fraction of memory used, a gauge of doubles: usage / limit.
+    let fraction: Vec<f64> = req
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter(|m| m.name == "hw.gpu.memory.utilization")
+        .flat_map(|m| match &m.data {
+            Some(metric::Data::Gauge(g)) => g.data_points.clone(),
+            _ => Vec::new(),
+        })
+        .filter_map(|dp| match dp.value {
+            Some(number_data_point::Value::AsDouble(d)) => Some(d),
+            _ => None,
+        })
+        .collect();
+    let limit = points(&req, "hw.gpu.memory.limit");
+    assert_eq!(fraction.len(), 1, "{fraction:?}");
+    assert!((fraction[0] - usage[0].1 as f64 / limit[0].1 as f64).abs() < 1e-9, "{fraction:?} {usage:?} {limit:?}");
     let res = &req.resource_metrics[0].resource.as_ref().unwrap().attributes;
     assert_eq!(attr(res, "service.name").as_deref(), Some("gpu-tracer"));
     assert_eq!(attr(res, "k8s.node.name").as_deref(), Some("otlp-node"));

@@ -18,8 +18,9 @@
 //!   give). Empty label values are left out. Counters are cumulative monotonic sums, everything
 //!   else a gauge; byte counts are integers (exact), the rest doubles.
 //! - **The hardware semantic conventions** from the NVML sample: `hw.gpu.memory.usage`,
-//!   `hw.gpu.memory.limit`, `hw.gpu.utilization`, `hw.power`, `hw.energy`, with `hw.id` (the
-//!   UUID), `hw.type=gpu` and `hw.name` (the model).
+//!   `hw.gpu.memory.limit`, `hw.gpu.memory.utilization`, `hw.gpu.utilization`, `hw.power`,
+//!   `hw.energy`, with `hw.id` (the UUID), `hw.type=gpu`, `hw.name` and `hw.model` (the model),
+//!   `hw.vendor` and `hw.driver_version`.
 //!
 //! [`MetricBuilder`] writes the metrics one source at a time ([`MetricBuilder::part`]) into a
 //! [`RequestWriter`], which lays them out as requests of at most [`MAX_POINTS_PER_REQUEST`]
@@ -475,20 +476,43 @@ fn hardware(snapshot: &AgentSnapshot, time: u64, arena: &mut Vec<u8>, out: &mut 
         return;
     };
     type Points<'s> = Vec<(Vec<(&'static str, &'s str)>, Num)>;
-    let (mut usage, mut limit, mut util, mut power, mut energy): (Points, Points, Points, Points, Points) =
-        Default::default();
-    fn hw<'s>(uuid: &'s str, name: Option<&'s str>, parent: Option<&'s str>) -> Vec<(&'static str, &'s str)> {
+    let (mut usage, mut limit, mut mem_util, mut util, mut power, mut energy): (
+        Points,
+        Points,
+        Points,
+        Points,
+        Points,
+        Points,
+    ) = Default::default();
+    let driver = snapshot.nvml.driver_version.as_deref().filter(|v| !v.is_empty());
+    // The GPU metrics' attributes of the semantic conventions (hardware/gpu): `hw.id` required;
+    // `hw.name`, `hw.model` (NVML's product name for both), `hw.parent` (a MIG instance's GPU),
+    // `hw.vendor` and `hw.driver_version` recommended.
+    fn hw<'s>(
+        uuid: &'s str,
+        name: Option<&'s str>,
+        parent: Option<&'s str>,
+        driver: Option<&'s str>,
+    ) -> Vec<(&'static str, &'s str)> {
         let mut a = vec![("hw.id", uuid), ("hw.type", "gpu")];
         a.extend(name.map(|n| ("hw.name", n)));
+        a.extend(name.map(|n| ("hw.model", n)));
         a.extend(parent.map(|p| ("hw.parent", p)));
         a.push(("hw.vendor", "NVIDIA"));
+        a.extend(driver.map(|v| ("hw.driver_version", v)));
         a
     }
+    // The fraction of the memory in use, where there is any memory.
+    let fraction = |used: u64, total: u64| Num::Float(used as f64 / total as f64);
     for d in sample.devices.iter().filter(|d| !d.lost) {
-        let attrs = hw(&d.uuid, d.name.as_deref(), None);
+        let attrs = hw(&d.uuid, d.name.as_deref(), None, driver);
         if let Some(m) = &d.memory {
-            usage.push((attrs.clone(), Num::Int(m.total.saturating_sub(m.free))));
+            let used = m.total.saturating_sub(m.free);
+            usage.push((attrs.clone(), Num::Int(used)));
             limit.push((attrs.clone(), Num::Int(m.total)));
+            if m.total > 0 {
+                mem_util.push((attrs.clone(), fraction(used, m.total)));
+            }
         }
         if let Some(u) = &d.utilization {
             let mut a = attrs.clone();
@@ -503,9 +527,13 @@ fn hardware(snapshot: &AgentSnapshot, time: u64, arena: &mut Vec<u8>, out: &mut 
         }
         for mig in &d.mig_instances {
             if let Some(m) = &mig.memory {
-                let a = hw(&mig.uuid, mig.name.as_deref(), Some(&d.uuid));
-                usage.push((a.clone(), Num::Int(m.total.saturating_sub(m.free))));
-                limit.push((a, Num::Int(m.total)));
+                let a = hw(&mig.uuid, mig.name.as_deref(), Some(&d.uuid), driver);
+                let used = m.total.saturating_sub(m.free);
+                usage.push((a.clone(), Num::Int(used)));
+                limit.push((a.clone(), Num::Int(m.total)));
+                if m.total > 0 {
+                    mem_util.push((a, fraction(used, m.total)));
+                }
             }
         }
     }
@@ -534,6 +562,13 @@ fn hardware(snapshot: &AgentSnapshot, time: u64, arena: &mut Vec<u8>, out: &mut 
         usage,
     );
     fam("hw.gpu.memory.limit", "GPU memory size.", "By", UpDownCounter, limit);
+    fam(
+        "hw.gpu.memory.utilization",
+        "Fraction of GPU memory used (hw.gpu.memory.usage / hw.gpu.memory.limit), per GPU and MIG instance.",
+        "1",
+        Gauge,
+        mem_util,
+    );
     fam("hw.gpu.utilization", "Time at least one kernel ran, 0..1 (NVML's GPU utilization).", "1", Gauge, util);
     fam("hw.power", "Power draw.", "W", Gauge, power);
     fam("hw.energy", "Energy since the driver loaded.", "J", Counter, energy);

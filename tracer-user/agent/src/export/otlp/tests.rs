@@ -288,10 +288,31 @@ fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_e
         }
     }
     // The hardware semantic conventions are there, with hw.type=gpu.
-    for name in ["hw.gpu.memory.usage", "hw.gpu.memory.limit", "hw.gpu.utilization", "hw.power", "hw.energy"] {
+    for name in [
+        "hw.gpu.memory.usage",
+        "hw.gpu.memory.limit",
+        "hw.gpu.memory.utilization",
+        "hw.gpu.utilization",
+        "hw.power",
+        "hw.energy",
+    ] {
         let p = points(&req, name);
         assert!(!p.is_empty(), "{name} missing; have {names:?}");
         assert!(p.iter().all(|(a, _)| attr(a, "hw.type").as_deref() == Some("gpu")));
+        // The semantic conventions' recommended GPU attributes, where the sample has them.
+        assert!(p.iter().all(|(a, _)| attr(a, "hw.vendor").as_deref() == Some("NVIDIA")), "{name}");
+        assert!(p.iter().all(|(a, _)| attr(a, "hw.model") == attr(a, "hw.name")), "{name}");
+    }
+    // The memory fraction is usage / limit, per GPU.
+    let usage = points(&req, "hw.gpu.memory.usage");
+    let limit = points(&req, "hw.gpu.memory.limit");
+    for (a, f) in points(&req, "hw.gpu.memory.utilization") {
+        let id = attr(&a, "hw.id");
+        let of = |p: &[(Vec<opentelemetry_proto::tonic::common::v1::KeyValue>, f64)]| {
+            p.iter().find(|(b, _)| attr(b, "hw.id") == id).map(|(_, v)| *v).unwrap()
+        };
+        assert!((f - of(&usage) / of(&limit)).abs() < 1e-12, "{id:?}: {f}");
+        assert!((0.0..=1.0).contains(&f));
     }
     // The bill is a monotonic sum.
     let bill = req.resource_metrics[0].scope_metrics[0].metrics.iter().find(|m| m.name == "gpu_tracer.bill").unwrap();
