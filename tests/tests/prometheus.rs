@@ -386,6 +386,23 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
                     Err(e) => check(false, format!("{}: {e}", q.at)),
                 }
             }
+            // A panel that draws only what is not zero (`… > 0`: losses, on a healthy node none):
+            // what it filters must return series, and what it draws must all be above 0.
+            None if q.expr.ends_with(" > 0") => {
+                let all = q.expr.trim_end_matches(" > 0");
+                match (prom.query(&as_grafana_sends(all)), prom.query(&as_grafana_sends(&q.expr))) {
+                    (Ok(all_series), Ok(drawn)) => {
+                        check(!all_series.is_empty(), format!("{}: no series from `{all}`", q.at));
+                        let zero = drawn
+                            .iter()
+                            .filter(|(_, v)| v.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater))
+                            .count();
+                        check(zero == 0, format!("{}: `{}` draws a series at 0", q.at, q.expr));
+                        println!("{}: {} series, {} drawn (above 0)", q.at, all_series.len(), drawn.len());
+                    }
+                    (Err(e), _) | (_, Err(e)) => check(false, format!("{}: `{}`: {e}", q.at, q.expr)),
+                }
+            }
             None => match prom.query(&as_grafana_sends(&q.expr)) {
                 Ok(r) => check(!r.is_empty(), format!("{}: no series from `{}`", q.at, q.expr)),
                 Err(e) => check(false, format!("{}: `{}`: {e}", q.at, q.expr)),
