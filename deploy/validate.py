@@ -41,7 +41,7 @@ VARIANTS = {
     "cuda_memlock_price": {
         "cudaPerfEventUprobes": True,
         "memlockCapability": True,
-        "config": {"attribution": {"pricePerGpuHour": 2.5}},
+        "config": {"attribution": {"price_per_gpu_hour": 2.5}},
         "priorityClassName": "system-node-critical",
         "runtimeClassName": "nvidia",
     },
@@ -50,12 +50,21 @@ VARIANTS = {
     # Every option a node-agent chart has, set, under a release name that is not the chart's.
     "options": {
         "fullnameOverride": "gt-agent",
+        "namespaceOverride": "gpu-monitoring",
+        "image": {"repository": "registry.example/gpu-tracer", "tag": "0.1.0",
+                  "digest": "sha256:" + "ab" * 32},
+        "service": {"type": "ClusterIP", "clusterIP": None, "port": 9500,
+                    "annotations": {"example.com/scrape": "true"}, "labels": {"tier": "node"}},
+        "podSecurityContext": {"fsGroup": 2000},
+        "securityContext": {"seLinuxOptions": {"type": "spc_t"}},
+        "hostNetwork": True,
+        "livenessProbe": {"initialDelaySeconds": 30, "periodSeconds": 60},
+        "readinessProbe": {"failureThreshold": 6},
         "imagePullSecrets": [{"name": "registry"}],
         "serviceAccount": {"create": False, "name": "existing-sa"},
         "podAnnotations": {"example.com/owner": "ml-platform"},
         "podLabels": {"team": "ml-platform"},
-        "nodeSelector": {"pool": "gpu"},
-        "affinity": None,  # null removes a default map in Helm ({} merges into it)
+        "nodeSelector": {"pool": "gpu"},  # replaces the default GPU affinity
         "priorityClassName": "",
         "extraArgs": ["--log", "debug"],
         "extraEnv": [{"name": "RUST_LOG_STYLE", "value": "never"}],
@@ -64,6 +73,7 @@ VARIANTS = {
         "updateStrategy": {"type": "OnDelete"},
         "resources": {"requests": {"cpu": "50m"}},
         "serviceMonitor": {"enabled": True, "scrapeTimeout": "10s", "honorLabels": False,
+                           "labels": {"team": "ml-platform"}, "additionalLabels": {"release": "kps"},
                            "relabelings": [{"targetLabel": "cluster", "replacement": "eu-1"}],
                            "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"],
                                                   "regex": "gpu_tracer_api_.*"}]},
@@ -92,7 +102,18 @@ VARIANTS = {
     },
     # A release named otherwise gets prefixed names (never a ClusterRole called "monitoring").
     "release_monitoring": {},
+    # Scheduling: an affinity of one's own with a nodeSelector (both apply); null: every node.
+    "affinity_and_selector": {
+        "nodeSelector": {"pool": "gpu"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "example.com/accelerator", "operator": "Exists"}]}]}}},
+    },
+    "affinity_null": {"affinity": None},
+    "no_service": {"service": {"enabled": False}, "podMonitor": {"enabled": True}},
 }
+# More variants from the test that runs this (tests/tests/deploy.rs: the agent's whole
+# configuration, every key set, as the chart's `config`).
+VARIANTS.update(json.loads(os.environ.get("GPU_TRACER_EXTRA_VARIANTS") or "{}"))
 # Values the chart's values.schema.json must refuse (a typo fails the install, never vanishes).
 MUST_REFUSE = {
     "unknown top-level key": {"imagee": {"tag": "x"}},
@@ -101,6 +122,13 @@ MUST_REFUSE = {
     "bad duration": {"serviceMonitor": {"enabled": True, "interval": "30 seconds"}},
     "bad enum": {"image": {"repository": "x", "pullPolicy": "Sometimes"}},
     "bad otlp endpoint": {"otlp": {"endpoint": "otel-collector:4317"}},
+    # The agent's configuration, checked against its own schema (definitions.agentConfig).
+    "config typo": {"config": {"attribution": {"pricePerGPUHour": 2.5}}},
+    "config bad enum": {"config": {"attribution": {"cost_policy": "memorytime"}}},
+    "config out of range": {"config": {"drain_interval_ms": 0}},
+    "config wrong type": {"config": {"snapshot_interval_ms": "1s"}},
+    "config unknown event kind": {"config": {"otlp": {"events": ["violations"]}}},
+    "serviceMonitor without a Service": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}},
 }
 
 errors = []

@@ -27,7 +27,13 @@ fn render(root: &std::path::Path) -> Result<Value, String> {
          `cargo xtask setup` (or set GPU_TRACER_DEPLOY_VENV)",
         py.display()
     );
-    let out = Command::new(&py).arg(root.join("deploy/validate.py")).arg(root).output().expect("run validate.py");
+    let extra = serde_json::json!({ "every_config_key": { "config": every_config_key() } });
+    let out = Command::new(&py)
+        .arg(root.join("deploy/validate.py"))
+        .arg(root)
+        .env("GPU_TRACER_EXTRA_VARIANTS", extra.to_string())
+        .output()
+        .expect("run validate.py");
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
@@ -55,6 +61,109 @@ fn config_of(objs: &Value) -> tracer_core::config::Config {
     assert!(warnings.is_empty(), "config.toml: {warnings:?}");
     cfg.validate().unwrap_or_else(|e| panic!("config.toml: {e}"));
     cfg
+}
+
+/// The agent's whole configuration with every key set to something other than its default (the
+/// chart's `config` value, as JSON): the chart must pass each through to config.toml unchanged.
+fn every_config_key() -> Value {
+    use tracer_core::{config::*, filter::FilterConfig};
+    let s = |v: &str| v.to_string();
+    let c = Config {
+        dev_dir: "/host/dev".into(),
+        simulated_devices: true,
+        proc_root: "/proc2".into(),
+        cgroup_root: Some("/cg".into()),
+        driver_version: Some(s("550.54.15")),
+        driver_version_file: "/v".into(),
+        attach_mode: AttachMode::RawTracepoint,
+        families: Families { lifecycle: false, driver: false, cuda: false },
+        ring_buffer_bytes: 1 << 24,
+        wakeup_every: 32,
+        kernel_log: true,
+        drain_interval_ms: 20,
+        snapshot_interval_ms: 2000,
+        max_processes: 1000,
+        cuda_libraries: vec!["/lib/libcuda.so.1".into(), "/opt/libcuda.so.1".into()],
+        cuda_attach: CudaAttach::PerfEvent,
+        cuda_entry_programs: CudaEntryPrograms::PerEntry,
+        cuda_timed_calls: true,
+        lifecycle_attach: LifecycleAttach::Tracepoint,
+        driver_entry_probes: DriverEntryProbes::Kprobe,
+        ioctl_durations: true,
+        nvml: NvmlSettings { mode: SourceMode::Required, library: Some("/lib/libnvidia-ml.so.1".into()) },
+        attribution: AttributionSettings {
+            price_per_gpu_hour: Some(2.5),
+            price_per_node_hour: Some(20.0),
+            cost_policy: CostPolicy::Blended,
+            blend_memory_weight: 0.75,
+            unused_cost: UnusedCost::Spread,
+            idle_reservation_after_s: 900,
+            rightsizing_window_s: 7200,
+            rightsizing_headroom_pct: 10,
+        },
+        kubernetes: KubeSettings {
+            mode: SourceMode::Off,
+            node_name: Some(s("gpu-1")),
+            kubeconfig: Some("/etc/kubeconfig".into()),
+            label_allow_list: vec![s("cost-center")],
+            pod_resources_socket: "/run/pr.sock".into(),
+            gpu_resource_names: vec![s("nvidia.com/mig-1g.10gb")],
+        },
+        api: ApiSettings {
+            listen: s("tcp://127.0.0.1:9401"),
+            tls_cert: Some("/tls/api.crt".into()),
+            tls_key: Some("/tls/api.key".into()),
+            token_file: Some("/tls/api-token".into()),
+            history: 500,
+            history_kinds: vec![s("violation"), s("rm_alloc")],
+            subscriber_buffer: 100,
+            max_subscribers: 4,
+        },
+        otlp: otlp::OtlpConfig {
+            endpoint: Some(s("https://otel.monitoring:4317")),
+            certificate: Some("/tls/ca.crt".into()),
+            client_certificate: Some("/tls/client.crt".into()),
+            client_key: Some("/tls/client.key".into()),
+            protocol: otlp::OtlpProtocol::HttpProtobuf,
+            headers: [(s("x-api-key"), s("k"))].into(),
+            resource_attributes: [(s("k8s.cluster.name"), s("eu-1"))].into(),
+            metric_export_interval_ms: 30_000,
+            timeout_ms: 5000,
+            events: vec![s("violation"), s("bill")],
+            include: vec![FilterConfig { namespace: vec![s("ml")], ..Default::default() }],
+            exclude: vec![FilterConfig { kind: vec![s("rm_alloc")], violations_only: true, ..Default::default() }],
+            log_queue: 100,
+            log_batch: 10,
+            log_export_interval_ms: 500,
+            max_series_per_metric: 100,
+            flags: Default::default(),
+        },
+        metrics: MetricsSettings {
+            cgroup_label: CgroupLabel::Always,
+            tls_cert: Some("/tls/m.crt".into()),
+            tls_key: Some("/tls/m.key".into()),
+            token_file: Some("/tls/m-token".into()),
+        },
+    };
+    c.validate().expect("every_config_key is a valid configuration");
+    // Every key differs from its default, so a key the chart dropped (or replaced by its own)
+    // shows. A key added to Config without a value here fails this.
+    fn same_leaves(a: &Value, b: &Value, key: &str, out: &mut Vec<String>) {
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                for (k, v) in x {
+                    same_leaves(v, y.get(k).unwrap_or(&Value::Null), &format!("{key}.{k}"), out);
+                }
+            }
+            _ if a == b => out.push(key.to_string()),
+            _ => {}
+        }
+    }
+    let v = serde_json::to_value(&c).unwrap();
+    let mut same = Vec::new();
+    same_leaves(&v, &serde_json::to_value(Config::default()).unwrap(), "config", &mut same);
+    assert!(same.is_empty(), "every_config_key leaves these at their defaults: {same:?}");
+    v
 }
 
 /// The invariants of the least-privilege deployment (docs/security.md).
@@ -214,7 +323,7 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
     assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true, "the agent's namespace/pod labels are kept");
     assert!(r["unvalidated"].as_array().unwrap().is_empty(), "objects without a schema: {}", r["unvalidated"]);
     // The ServiceMonitors, PodMonitors and PrometheusRules, against the operator's own CRD schemas.
-    assert_eq!(r["crd_checked"], 7, "CRD objects checked against deploy/schemas/prometheus-operator");
+    assert_eq!(r["crd_checked"], 8, "CRD objects checked against deploy/schemas/prometheus-operator");
     let refused = r["crd_refused"].to_string();
     assert!(
         refused.contains(".spec.endpoints[0].intervall") && refused.contains("15 seconds"),
@@ -224,6 +333,7 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
     check_rules_and_dashboards(&r);
     check_metrics_security(&r);
     check_otlp(&r);
+    check_config(&r);
 
     // docs/security.md names every capability and host path the deployment uses.
     let doc = std::fs::read_to_string(root.join("docs/security.md")).expect("docs/security.md");
@@ -234,6 +344,32 @@ fn manifests_and_chart_validate_and_hold_least_privilege() {
         if let Some(p) = v["hostPath"]["path"].as_str() {
             assert!(doc.contains(&format!("`{p}`")), "docs/security.md does not explain the mount {p}");
         }
+    }
+}
+
+/// The chart's `config` is the agent's configuration, passed through whole: every key set renders
+/// to a config.toml the agent loads back to the same configuration (ints stay ints, lists, maps
+/// and the filter tables intact; the chart's own keys give way to the user's). Typos, bad enum
+/// values, ranges and types fail the install with the key's path.
+fn check_config(r: &Value) {
+    let want: tracer_core::config::Config = serde_json::from_value(every_config_key()).unwrap();
+    let got = config_of(&r["chart"]["every_config_key"]);
+    assert_eq!(got, want, "the chart changed the configuration it was given");
+    // Defaults: the chart's host paths, everything else the agent's default.
+    let cfg = config_of(&r["chart"]["default"]);
+    assert_eq!(cfg.proc_root, PathBuf::from("/host/proc"));
+    assert_eq!(cfg.nvml.library, Some(PathBuf::from("/host/driver-lib/libnvidia-ml.so.1")));
+    assert_eq!(cfg.attribution, tracer_core::config::AttributionSettings::default());
+    let refused = r["refused"].as_object().unwrap();
+    for (case, at) in [
+        ("config typo", "'/config/attribution': additional properties 'pricePerGPUHour' not allowed"),
+        ("config bad enum", "'/config/attribution/cost_policy'"),
+        ("config out of range", "'/config/drain_interval_ms': minimum: got 0, want 1"),
+        ("config wrong type", "'/config/snapshot_interval_ms': got string, want integer"),
+        ("config unknown event kind", "'/config/otlp/events/0': value must be one of"),
+    ] {
+        let why = refused[case].as_str().unwrap_or_else(|| panic!("values.schema.json accepts {case}"));
+        assert!(why.contains(at), "{case}: helm's message should name the key ({at}): {why}");
     }
 }
 
@@ -255,7 +391,49 @@ fn check_options(r: &Value) {
     assert_eq!(pod["serviceAccountName"], "existing-sa");
     assert_eq!(pod["imagePullSecrets"][0]["name"], "registry");
     assert_eq!(pod["nodeSelector"]["pool"], "gpu");
-    assert!(pod.get("affinity").is_none() && pod.get("priorityClassName").is_none(), "emptied defaults go: {pod}");
+    assert!(pod.get("affinity").is_none(), "a nodeSelector replaces the default GPU affinity: {pod}");
+    assert!(pod.get("priorityClassName").is_none(), "an emptied default goes: {pod}");
+    // The values other node-agent charts have.
+    assert_eq!(ds["metadata"]["namespace"], "gpu-monitoring", "namespaceOverride");
+    assert_eq!(binding["subjects"][0]["namespace"], "gpu-monitoring", "the binding follows namespaceOverride");
+    assert_eq!(
+        container(ds)["image"],
+        format!("registry.example/gpu-tracer@sha256:{}", "ab".repeat(32)),
+        "image.digest"
+    );
+    assert_eq!((&pod["hostNetwork"], &pod["dnsPolicy"]), (&Value::from(true), &Value::from("ClusterFirstWithHostNet")));
+    assert_eq!(pod["securityContext"]["fsGroup"], 2000, "podSecurityContext");
+    let sc = &container(ds)["securityContext"];
+    assert_eq!(sc["seLinuxOptions"]["type"], "spc_t", "securityContext keys are added");
+    assert_eq!(strings(&sc["capabilities"]["add"]), CAPS.iter().map(|c| c.to_string()).collect(), "and the rest kept");
+    let (live, ready) = (&container(ds)["livenessProbe"], &container(ds)["readinessProbe"]);
+    assert_eq!(
+        (&live["initialDelaySeconds"], &live["periodSeconds"], &live["httpGet"]["path"]),
+        (&Value::from(30), &Value::from(60), &Value::from("/healthz"))
+    );
+    assert_eq!((&ready["failureThreshold"], &ready["periodSeconds"]), (&Value::from(6), &Value::from(10)));
+    let svc = find(opt, "Service");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 9500);
+    assert!(svc["spec"].get("clusterIP").is_none(), "service.clusterIP: null gives a normal ClusterIP Service");
+    assert_eq!(
+        (&svc["metadata"]["annotations"]["example.com/scrape"], &svc["metadata"]["labels"]["tier"]),
+        (&Value::from("true"), &Value::from("node"))
+    );
+    let sm_labels = &find(opt, "ServiceMonitor")["metadata"]["labels"];
+    assert_eq!(
+        (&sm_labels["team"], &sm_labels["release"]),
+        (&Value::from("ml-platform"), &Value::from("kps")),
+        "labels and additionalLabels"
+    );
+    // Scheduling: an affinity of one's own with a nodeSelector keeps both; null: none at all.
+    let p = &find(&r["chart"]["affinity_and_selector"], "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(p["nodeSelector"]["pool"], "gpu");
+    assert!(p["affinity"].to_string().contains("example.com/accelerator"), "{}", p["affinity"]);
+    let p = &find(&r["chart"]["affinity_null"], "DaemonSet")["spec"]["template"]["spec"];
+    assert!(p.get("affinity").is_none() && p.get("nodeSelector").is_none(), "affinity: null schedules everywhere");
+    let kinds: BTreeSet<String> =
+        r["chart"]["no_service"].as_array().unwrap().iter().map(|o| o["kind"].as_str().unwrap().to_string()).collect();
+    assert!(!kinds.contains("Service") && kinds.contains("PodMonitor"), "service.enabled=false: {kinds:?}");
     assert_eq!(ds["spec"]["updateStrategy"]["type"], "OnDelete");
     let meta = &ds["spec"]["template"]["metadata"];
     assert_eq!(meta["annotations"]["example.com/owner"], "ml-platform");
@@ -293,7 +471,11 @@ fn check_options(r: &Value) {
     assert_eq!(default_pod["priorityClassName"], "system-node-critical");
 
     let refused = r["refused"].as_object().unwrap();
-    assert_eq!(refused.len(), 6, "{refused:?}");
+    assert_eq!(refused.len(), 12, "{refused:?}");
+    assert!(
+        refused["serviceMonitor without a Service"].as_str().unwrap().contains("needs service.enabled"),
+        "{refused:?}"
+    );
     assert!(refused["unknown top-level key"].as_str().unwrap().contains("imagee"), "{refused:?}");
     assert!(refused["unknown nested key"].as_str().unwrap().contains("intervall"), "{refused:?}");
 }

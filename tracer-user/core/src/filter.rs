@@ -283,7 +283,7 @@ pub fn parse_kind(s: &str) -> Result<i32, String> {
 
 /// An `EventFilter` in a config file (e.g. `[[otlp.exclude]]`), with event kinds by name
 /// (`rm_alloc`, `violation`, ...). Same meaning as the message's fields.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct FilterConfig {
     pub namespace: Vec<String>,
@@ -292,6 +292,7 @@ pub struct FilterConfig {
     pub cgroup_id: Vec<u64>,
     pub cgroup_path_prefix: Vec<String>,
     pub gpu: Vec<String>,
+    #[schemars(schema_with = "crate::config::schema::event_kinds")]
     pub kind: Vec<String>,
     pub violations_only: bool,
 }

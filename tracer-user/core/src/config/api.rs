@@ -62,11 +62,12 @@ impl Default for HubSettings {
 }
 
 /// The agent's gRPC API (`gputracer.v1.GpuTracer`, docs/api.md).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApiSettings {
     /// `unix:///PATH` (mode 0660), `tcp://IP:PORT`, or `off`. Default
     /// `unix:///run/gpu-tracer/api.sock`.
+    #[schemars(regex(pattern = r"^(off|unix:///.*|tcp://.+)$"))]
     pub listen: String,
     /// PEM certificate chain and private key: TLS on a TCP listener (required off loopback).
     pub tls_cert: Option<PathBuf>,
@@ -75,16 +76,20 @@ pub struct ApiSettings {
     /// surrounding whitespace is ignored. Default: no token (the socket's mode is the guard).
     pub token_file: Option<PathBuf>,
     /// Recent events kept for `Subscribe` replays (`since`, `number`). Default 10000.
+    #[schemars(range(max = 1_000_000))]
     pub history: usize,
     /// Event kinds the history keeps while no subscriber is connected (names as in
     /// `events --json`; `["all"]` for every kind). Default: [`DEFAULT_HISTORY_KINDS`] — every kind
     /// but the high-rate ones (RM controls, map-memory, other and UVM-other ioctls, per-event
     /// launches), which are published only while someone subscribes.
+    #[schemars(schema_with = "super::schema::event_kinds_or_all")]
     pub history_kinds: Vec<String>,
     /// Events a subscriber may fall behind before it loses the oldest (told by `LostEvents`).
     /// Default 16384.
+    #[schemars(range(min = 1, max = 1 << 20))]
     pub subscriber_buffer: usize,
     /// Subscribers served at once. Default 128.
+    #[schemars(range(min = 1, max = 10_000))]
     pub max_subscribers: usize,
 }
 

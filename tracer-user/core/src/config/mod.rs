@@ -12,6 +12,7 @@ mod driver;
 mod error;
 mod flags;
 pub mod otlp;
+pub mod schema;
 mod token;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ pub use self::{
 };
 
 /// Where the driver-family syscall probes attach. See `docs/ARCHITECTURE.md` for the costs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttachMode {
     /// Pick the cheapest mode this kernel offers.
@@ -61,7 +62,7 @@ impl AttachMode {
 }
 
 /// How the cuda family's uprobes are attached to each libcuda copy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum CudaAttach {
     /// Multi-uprobe links where the kernel has them (Linux 6.6+), else one perf event per probe.
@@ -76,7 +77,7 @@ pub enum CudaAttach {
 }
 
 /// Which programs the cuda family's entry probes run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum CudaEntryPrograms {
     /// One program per kind of entry point, the entry point's id as the attach cookie, where the
@@ -98,7 +99,7 @@ impl CudaEntryPrograms {
 }
 
 /// How the lifecycle family's four programs (exec, exit, fork, cgroup removal) attach.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LifecycleAttach {
     /// `tp-btf` where the kernel's BTF has every field they read, else `tracepoint`; also
@@ -114,7 +115,7 @@ pub enum LifecycleAttach {
 }
 
 /// Which mechanism carries driver-entry mode's programs on the NVIDIA driver's functions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum DriverEntryProbes {
     /// `fentry` where the NVIDIA modules have BTF and the agent may open it (CAP_SYS_ADMIN), else
@@ -161,7 +162,7 @@ impl CudaAttach {
 
 /// Which probe families to load. A family that fails to load or attach is reported; the others
 /// keep running.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Families {
     /// exec/exit/fork of GPU processes, cgroup removal.
@@ -186,11 +187,12 @@ impl Default for Families {
 }
 
 /// The whole configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Directory holding the NVIDIA device nodes (`nvidiactl`, `nvidia0`, `nvidia-uvm`...).
     /// Default `/dev`.
+    #[schemars(regex(pattern = r"^/"))]
     pub dev_dir: PathBuf,
     /// Also accept the files found in `dev_dir` at start (by device and inode) as NVIDIA devices,
     /// although they are not the driver's character devices (major 195 / `nvidia-uvm`'s): for the
@@ -204,6 +206,7 @@ pub struct Config {
     pub cgroup_root: Option<PathBuf>,
     /// Driver version (`535.261.03`) to choose struct layouts; read from `driver_version_file`
     /// when unset, else the built-in default.
+    #[schemars(regex(pattern = r"^[1-9][0-9]{2,}\.[0-9]+(\.[0-9]+)?$"))]
     pub driver_version: Option<String>,
     /// File the driver version is read from. Default `/proc/driver/nvidia/version`.
     pub driver_version_file: PathBuf,
@@ -212,6 +215,7 @@ pub struct Config {
     /// Size of each of the two ring buffers in bytes (the ledger ring, for records the memory
     /// ledger is built from, and the bulk ring, for count-only records): a power of two from the
     /// page size (4 KiB) to [`MAX_RING_BUFFER_BYTES`] (256 MiB). Default 8 MiB each.
+    #[schemars(schema_with = "schema::ring_buffer_bytes")]
     pub ring_buffer_bytes: u32,
     /// Every N records per CPU the kernel checks whether a ring holds a quarter of
     /// `ring_buffer_bytes` unread, and only then wakes user space, which otherwise drains every
@@ -222,10 +226,13 @@ pub struct Config {
     /// toggles it while the agent runs.
     pub kernel_log: bool,
     /// How often the ring buffer is drained even without a wake-up, in ms (1..=60000). Default 10.
+    #[schemars(range(min = 1, max = 60_000))]
     pub drain_interval_ms: u64,
     /// How often a snapshot is published, in ms (1..=86400000). Default 1000.
+    #[schemars(range(min = 1, max = 86_400_000))]
     pub snapshot_interval_ms: u64,
     /// Most processes kept in the state tables (1..=[`MAX_PROCESSES`]). Default 16384.
+    #[schemars(range(min = 1, max = MAX_PROCESSES))]
     pub max_processes: usize,
     /// libcuda.so.1 copies to probe; empty: search the usual places (`cuda::attach::SEARCH_PATHS`).
     pub cuda_libraries: Vec<PathBuf>,
@@ -268,7 +275,7 @@ pub struct Config {
 }
 
 /// What the exported metrics carry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsSettings {
     /// When container series carry the `cgroup` label (the cgroup v2 path).
@@ -296,7 +303,7 @@ impl MetricsSettings {
 }
 
 /// When container series carry the `cgroup` label.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum CgroupLabel {
     /// Only on series whose pod is not known (host processes, containers outside Kubernetes,
@@ -309,7 +316,7 @@ pub enum CgroupLabel {
 }
 
 /// Whether a source is used, and whether its absence is fatal.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceMode {
     /// Use it when it is there; keep running and say what is missing when it is not.
@@ -322,7 +329,7 @@ pub enum SourceMode {
 }
 
 /// NVML settings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct NvmlSettings {
     pub mode: SourceMode,
@@ -337,7 +344,7 @@ impl Default for NvmlSettings {
 }
 
 /// How the cost of an interval is split between containers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum CostPolicy {
     /// By memory held × time (default): the memory a pod holds is what others cannot use.
@@ -352,7 +359,7 @@ pub enum CostPolicy {
 }
 
 /// What happens to the parts of the bill no container used (idle, driver-reserved, unattributed).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum UnusedCost {
     /// Keep them as their own lines (default): the waste stays visible.
@@ -363,15 +370,18 @@ pub enum UnusedCost {
 }
 
 /// Attribution settings.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AttributionSettings {
     /// Price of one GPU for one hour (any currency; finite, at least 0). Unset: cost is not computed.
+    #[schemars(range(min = 0.0))]
     pub price_per_gpu_hour: Option<f64>,
     /// Alternatively the node's price per hour, split evenly over its GPUs.
+    #[schemars(range(min = 0.0))]
     pub price_per_node_hour: Option<f64>,
     pub cost_policy: CostPolicy,
     /// Weight of memory-time in the `blended` policy (0..=1; anything else is an error).
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub blend_memory_weight: f64,
     pub unused_cost: UnusedCost,
     /// A container holding GPU memory that launched nothing for this long is an idle reservation.
@@ -398,7 +408,7 @@ impl Default for AttributionSettings {
 }
 
 /// Kubernetes settings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct KubeSettings {
     pub mode: SourceMode,

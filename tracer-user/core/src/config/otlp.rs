@@ -33,7 +33,7 @@ pub(crate) const ENV_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
 pub const ENV_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 
 /// The OTLP transport.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, clap::ValueEnum)]
 pub enum OtlpProtocol {
     /// OTLP/gRPC (usually port 4317).
     #[default]
@@ -94,11 +94,12 @@ pub const DEFAULT_EVENT_KINDS: &[&str] = &[
 
 /// The `[otlp]` section of the config file. Every key is optional; the environment and the flags
 /// override it (flag > environment > file).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct OtlpConfig {
     /// The collector's base URL, `http://HOST:PORT` or `https://HOST:PORT`
     /// (`OTEL_EXPORTER_OTLP_ENDPOINT`, `--otlp-endpoint`). Unset: no OTLP export.
+    #[schemars(regex(pattern = r"^https?://[^/?#]+"))]
     pub endpoint: Option<String>,
     /// With an `https://` endpoint: a PEM file of the CA certificate(s) the collector's
     /// certificate is checked against (`OTEL_EXPORTER_OTLP_CERTIFICATE`). Unset: the system's roots.
@@ -116,12 +117,15 @@ pub struct OtlpConfig {
     /// Attributes added to the resource (`OTEL_RESOURCE_ATTRIBUTES` adds to and overrides these).
     pub resource_attributes: BTreeMap<String, String>,
     /// Milliseconds between metric exports (`OTEL_METRIC_EXPORT_INTERVAL`). Default 60000.
+    #[schemars(range(min = 100, max = 86_400_000))]
     pub metric_export_interval_ms: u64,
     /// Longest one export may take, ms (`OTEL_EXPORTER_OTLP_TIMEOUT`); past it the batch is
     /// counted as dropped. Default 10000.
+    #[schemars(range(min = 10, max = 600_000))]
     pub timeout_ms: u64,
     /// Event kinds exported as log records (`violation`, `process_exec`, ...; `all` for every
     /// kind; empty for no logs). Default: [`DEFAULT_EVENT_KINDS`].
+    #[schemars(schema_with = "super::schema::event_kinds_or_all")]
     pub events: Vec<String>,
     /// Of those kinds, only the events that match one of these filters (none: all of them) and
     /// none of `exclude` — the `Subscribe` filters (docs/api.md) in TOML, kinds by name:
@@ -129,13 +133,17 @@ pub struct OtlpConfig {
     pub include: Vec<crate::filter::FilterConfig>,
     pub exclude: Vec<crate::filter::FilterConfig>,
     /// Events waiting for export at most; a full queue drops (counted). Default 8192.
+    #[schemars(range(min = 1, max = 1 << 20))]
     pub log_queue: usize,
     /// Log records per export request at most. Default 512.
+    #[schemars(range(min = 1, max = 65_536))]
     pub log_batch: usize,
     /// Milliseconds between log exports when a batch is not full. Default 1000.
+    #[schemars(range(min = 10, max = 3_600_000))]
     pub log_export_interval_ms: u64,
     /// Series one metric may have at most; the rest are summed into one series with
     /// `otel.metric.overflow=true` (as the OpenTelemetry SDKs do). Default 20000.
+    #[schemars(range(min = 10, max = 1_000_000))]
     pub max_series_per_metric: usize,
     /// The flags' values (`config::Overrides`), kept apart so the environment can sit between
     /// them and the file.

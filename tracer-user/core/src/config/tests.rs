@@ -377,3 +377,119 @@ mod version_tests {
         assert!(parse_driver_version("gcc 12.2.0").is_none());
     }
 }
+
+/// The Helm chart's `config` value is checked against the agent's own schema:
+/// `deploy/helm/gpu-tracer/values.schema.json`'s `definitions.agentConfig` is [`schema::config_schema`].
+/// `GOLDEN_UPDATE=1 cargo test -p tracer-core chart_schema` rewrites it.
+#[test]
+fn chart_schema_is_the_agent_config() {
+    const MARK: &str = "\n  \"definitions\": {\n    \"agentConfig\": ";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/gpu-tracer/values.schema.json");
+    let text = std::fs::read_to_string(&path).expect("the chart's values.schema.json");
+    let want = schema::config_schema();
+    if std::env::var_os("GOLDEN_UPDATE").is_some() {
+        let at = text.find(MARK).expect("values.schema.json ends with definitions.agentConfig");
+        let block = serde_json::to_string_pretty(&want).unwrap().replace('\n', "\n    ");
+        std::fs::write(&path, format!("{}{MARK}{block}\n  }}\n}}\n", &text[..at])).unwrap();
+        return;
+    }
+    let file: serde_json::Value = serde_json::from_str(&text).expect("values.schema.json is JSON");
+    assert_eq!(file["properties"]["config"]["$ref"], "#/definitions/agentConfig");
+    assert!(
+        file["definitions"]["agentConfig"] == want,
+        "deploy/helm/gpu-tracer/values.schema.json's agentConfig is not the agent's configuration schema; run \
+         `GOLDEN_UPDATE=1 cargo test -p tracer-core chart_schema` and commit the file"
+    );
+}
+
+/// Every bound and allowed value the schema states is the loader's: a value at a bound (or one of
+/// the allowed) loads and validates, one past it is refused by the loader too, so a value that
+/// passes `helm install` does not make the agent exit on start and the schema refuses nothing the
+/// agent takes.
+#[test]
+fn schema_bounds_are_the_loaders() {
+    use serde_json::{Value, json};
+    fn leaves(s: &Value, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, Value)>) {
+        match s.get("properties").and_then(Value::as_object) {
+            Some(props) => {
+                for (k, v) in props {
+                    path.push(k.clone());
+                    leaves(v, path, out);
+                    path.pop();
+                }
+            }
+            None => out.push((path.clone(), s.clone())),
+        }
+    }
+    fn loads(path: &[String], v: Value) -> Result<(), String> {
+        let mut doc = v;
+        for k in path.iter().rev() {
+            doc = json!({ k.as_str(): doc });
+        }
+        let cfg: Config = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+        cfg.validate().map_err(|e| e.to_string())
+    }
+    let schema = schema::config_schema();
+    let mut all = Vec::new();
+    leaves(&schema, &mut Vec::new(), &mut all);
+    let mut checked = 0;
+    for (path, s) in &all {
+        let key = path.join(".");
+        let integer = s["type"] == "integer" || s["type"].as_array().is_some_and(|t| t.contains(&json!("integer")));
+        let step = |v: &Value, by: f64| {
+            if integer {
+                json!(v.as_f64().unwrap() as i64 + by as i64)
+            } else {
+                json!(v.as_f64().unwrap() + by / 1000.0)
+            }
+        };
+        for (bound, outward) in [("minimum", -1.0), ("maximum", 1.0)] {
+            if let Some(b) = s.get(bound) {
+                // A u64's maximum is past what JSON's f64 holds exactly: the loader's own limit.
+                if b.as_f64().unwrap() >= 2f64.powi(53) {
+                    continue;
+                }
+                let at = if integer { json!(b.as_f64().unwrap() as i64) } else { b.clone() };
+                loads(path, at.clone())
+                    .unwrap_or_else(|e| panic!("{key} = {at} (the schema's {bound}) is refused: {e}"));
+                let past = step(&at, outward);
+                assert!(loads(path, past.clone()).is_err(), "{key} = {past} (past the schema's {bound}) loads");
+                checked += 1;
+            }
+        }
+        for v in s.get("enum").and_then(Value::as_array).into_iter().flatten() {
+            loads(path, v.clone()).unwrap_or_else(|e| panic!("{key} = {v} (in the schema's enum) is refused: {e}"));
+            checked += 1;
+        }
+        if let Some(names) = s["items"].get("enum").and_then(Value::as_array) {
+            for v in names {
+                loads(path, json!([v]))
+                    .unwrap_or_else(|e| panic!("{key} = [{v}] (in the schema's enum) is refused: {e}"));
+                checked += 1;
+            }
+        }
+        if let Some(one_of) = s.get("oneOf").and_then(Value::as_array) {
+            for v in one_of.iter().filter_map(|o| o.get("const")) {
+                loads(path, v.clone()).unwrap_or_else(|e| panic!("{key} = {v} (a schema const) is refused: {e}"));
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "{checked} bounds and values checked");
+    // Unknown keys are refused at every depth, as the loader refuses them.
+    let mut objects = 0;
+    fn closed(s: &Value, key: &str, objects: &mut usize) {
+        if let Some(props) = s.get("properties").and_then(Value::as_object) {
+            assert_eq!(
+                s["additionalProperties"], false,
+                "{key}: the schema must refuse unknown keys, as the loader does"
+            );
+            *objects += 1;
+            for (k, v) in props {
+                closed(v, &format!("{key}.{k}"), objects);
+            }
+        }
+    }
+    closed(&schema, "config", &mut objects);
+    assert!(objects >= 8, "{objects} sections");
+}
