@@ -449,8 +449,13 @@ fn check_options(r: &Value) {
     let ep = &find(opt, "ServiceMonitor")["spec"]["endpoints"][0];
     assert_eq!((&ep["scrapeTimeout"], &ep["honorLabels"]), (&Value::from("10s"), &Value::from(false)));
     let relabel: Vec<&str> =
-        ep["relabelings"].as_array().unwrap().iter().map(|r| r["targetLabel"].as_str().unwrap()).collect();
-    assert_eq!(relabel, ["node", "cluster"], "the node label first, then the user's");
+        ep["relabelings"].as_array().unwrap().iter().map(|r| r["targetLabel"].as_str().unwrap_or("")).collect();
+    assert_eq!(relabel, ["node", "", "cluster"], "the node label first, then the user's");
+    // The target's own workload labels are dropped (prometheus.rs scrapes with the same regex).
+    assert_eq!(
+        ep["relabelings"][1],
+        serde_json::json!({"action": "labeldrop", "regex": "(namespace|pod|container|service|endpoint)"})
+    );
     assert_eq!(ep["metricRelabelings"][0]["action"], "drop");
     let pm = &find(opt, "PodMonitor")["spec"];
     assert_eq!(pm["podMetricsEndpoints"][0]["interval"], "15s");

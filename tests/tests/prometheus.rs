@@ -36,6 +36,10 @@ use serde_json::{Value, json};
 /// a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The target labels the chart's monitors drop (the agent pod's, which would land on every series
+/// without a pod of its own); deploy.rs checks the chart renders the same regex.
+const TARGET_LABELS_DROPPED: &str = "(namespace|pod|container|service|endpoint)";
+
 /// The simulated nodes: (node name, its agent's port).
 const NODES: [&str; 2] = ["sim-a", "sim-b"];
 /// Memory holds still this long after each agent serves (launches go on), so that device memory
@@ -324,14 +328,28 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
         eprintln!("{node}: its agent on {addr} serves the attribution, an idle reservation and a violation");
     }
 
-    // Prometheus: 1 s scrapes and rule evaluations, the chart's node label on each target.
+    // Prometheus: 1 s scrapes and rule evaluations, each target labelled as the Prometheus
+    // operator labels it (the node, and the agent pod's own namespace, pod, container, service and
+    // endpoint), relabelled as the chart's ServiceMonitor/PodMonitor relabel it
+    // (deploy/helm/gpu-tracer/templates/_helpers.tpl; deploy.rs checks the chart renders this).
     let prom_addr = format!("127.0.0.1:{}", free_port());
-    let targets: Vec<Value> =
-        nodes.iter().map(|(node, addr, _)| json!({"targets": [addr], "labels": {"node": node}})).collect();
+    let targets: Vec<Value> = nodes
+        .iter()
+        .map(|(node, addr, _)| {
+            json!({"targets": [addr], "labels": {
+                "__meta_kubernetes_pod_node_name": node, "namespace": "gpu-tracer",
+                "pod": format!("gpu-tracer-{node}"), "container": "gpu-tracer", "service": "gpu-tracer",
+                "endpoint": "metrics"}})
+        })
+        .collect();
     let config = json!({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": rule_files,
-        "scrape_configs": [{"job_name": "gpu-tracer", "honor_labels": true, "static_configs": targets}],
+        "scrape_configs": [{"job_name": "gpu-tracer", "honor_labels": true, "static_configs": targets,
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
+                {"action": "labeldrop", "regex": TARGET_LABELS_DROPPED},
+            ]}],
     });
     let (mut prom_child, prom, prom_log) = start_prometheus(&prometheus, &config, tmp.path(), prom_addr);
     let waited = Instant::now();
@@ -410,8 +428,47 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
         }
     }
 
-    // The attribution lines add up to each GPU's total, and SM shares to 1, on both nodes.
+    // Choosing one node leaves only that node's series, in every panel: each query filters by
+    // $node, and what it returns for one node carries that node (or, aggregated, no node at all).
+    // And no panel draws only zeros: many series all at 0 (a label set per probe, per reason)
+    // belong behind `> 0`.
+    let one = NODES[0];
+    for q in queries.iter().filter(|q| label_values(&q.expr).is_none()) {
+        check(q.expr.contains("$node"), format!("{}: `{}` ignores the node selector ($node)", q.at, q.expr));
+        let chosen = as_grafana_sends(&q.expr.replace("$node", one));
+        match prom.query(&chosen) {
+            Ok(r) => {
+                let others: Vec<_> = r.iter().filter_map(|(l, _)| l.get("node").filter(|n| *n != one)).collect();
+                check(others.is_empty(), format!("{}: with node {one}, `{chosen}` returns nodes {others:?}", q.at));
+                check(
+                    !r.is_empty() || q.expr.ends_with(" > 0"),
+                    format!("{}: with node {one}, `{chosen}` returns nothing", q.at),
+                );
+            }
+            Err(e) => check(false, format!("{}: `{chosen}`: {e}", q.at)),
+        }
+        if let Ok(all) = prom.query(&as_grafana_sends(&q.expr)) {
+            check(
+                all.len() <= NODES.len() || all.iter().any(|(_, v)| *v != 0.0),
+                format!("{}: `{}` draws {} series, all 0", q.at, q.expr, all.len()),
+            );
+        }
+    }
+
+    // No series is given the agent's own pod: the device, agent and bill series have no pod, the
+    // workloads' series keep theirs.
     let sums = |q: &str| prom.query(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+    let agent_pod = sums("count by (__name__, pod) ({job=\"gpu-tracer\", pod=~\"gpu-tracer-.*\"})");
+    check(agent_pod.is_empty(), format!("series labelled with the agent's own pod: {agent_pod:?}"));
+    let bill = sums("gpu_tracer_bill_total");
+    check(
+        !bill.is_empty() && bill.iter().all(|(l, _)| !l.contains_key("pod") && !l.contains_key("namespace")),
+        format!("gpu_tracer_bill_total carries a pod or namespace: {bill:?}"),
+    );
+    let workloads = sums("count by (pod) (gpu_tracer_attribution_memory_bytes{line=\"container\"})");
+    check(workloads.len() >= 3, format!("the workloads' pods on the attribution lines: {workloads:?}"));
+
+    // The attribution lines add up to each GPU's total, and SM shares to 1, on both nodes.
     let memory = sums(
         "sum by (node, gpu) (gpu_tracer_attribution_memory_bytes) \
          - on (node, gpu) sum by (node, gpu) (gpu_tracer_attribution_memory_total_bytes)",

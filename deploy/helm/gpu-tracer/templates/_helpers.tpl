@@ -76,6 +76,11 @@ authorization:
 relabelings:
   - sourceLabels: [__meta_kubernetes_pod_node_name]
     targetLabel: node
+  # The operator gives each target the agent pod's namespace, pod, container, service and endpoint
+  # labels, which would land on every series without its own (the GPUs', the agent's, the bill:
+  # gpu_tracer_bill_total{pod="gpu-tracer-x7k2p"}). Workload series carry their own; drop these.
+  - action: labeldrop
+    regex: (namespace|pod|container|service|endpoint)
   {{- with .relabelings }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
