@@ -2,13 +2,14 @@
 implementation independent of gpu-tracer's Rust one) and print what tests/tests/otlp.rs compares:
 
     resource KEY VALUE
+    metric NAME UNIT                               (every metric; UNIT "-" when it has none)
     point METRIC HW_ID LINE CONTAINER_ID VALUE     (attribution memory lines and totals)
 """
 import sys
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-WANTED = ("gpu_tracer.attribution.memory", "gpu_tracer.attribution.memory_total")
+WANTED = ("gpu_tracer.attribution.memory.usage", "gpu_tracer.attribution.memory.limit")
 
 
 def value(v):
@@ -25,6 +26,7 @@ def main(path):
             print("resource", kv.key, value(kv.value))
         for sm in rm.scope_metrics:
             for m in sm.metrics:
+                print("metric", m.name, m.unit or "-")
                 if m.name not in WANTED:
                     continue
                 points = m.gauge.data_points if m.HasField("gauge") else m.sum.data_points

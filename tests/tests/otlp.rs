@@ -174,7 +174,7 @@ fn check_against_metrics(node: &Node, addr: &str, got: &Received) -> ExportMetri
     wait("an export with the pod's memory", 30, || {
         last = got.last_metrics();
         last.as_ref().is_some_and(|(_, r)| {
-            points(r, "gpu_tracer.attribution.memory")
+            points(r, "gpu_tracer.attribution.memory.usage")
                 .iter()
                 .any(|(a, v)| attr(a, "container.id").as_deref() == Some(node.pod.container_id()) && *v == GIB)
         })
@@ -201,17 +201,17 @@ fn check_against_metrics(node: &Node, addr: &str, got: &Received) -> ExportMetri
             ((label(&l, "line").to_owned(), who), v as u64)
         })
         .collect();
-    let otlp: BTreeMap<(String, String), u64> = points(&req, "gpu_tracer.attribution.memory")
+    let otlp: BTreeMap<(String, String), u64> = points(&req, "gpu_tracer.attribution.memory.usage")
         .into_iter()
         .map(|(a, v)| ((attr(&a, "line").unwrap_or_default(), attr(&a, "container.id").unwrap_or_default()), v))
         .collect();
     assert_eq!(otlp, prom, "OTLP lines vs /metrics lines\n{text}");
-    let total = points(&req, "gpu_tracer.attribution.memory_total");
+    let total = points(&req, "gpu_tracer.attribution.memory.limit");
     assert_eq!(total.len(), 1);
     assert_eq!(total[0].1, 80 * GIB);
     assert_eq!(otlp.values().sum::<u64>(), total[0].1, "the lines add up to the GPU");
     // The pod's line carries its Kubernetes identity.
-    let (a, _) = points(&req, "gpu_tracer.attribution.memory")
+    let (a, _) = points(&req, "gpu_tracer.attribution.memory.usage")
         .into_iter()
         .find(|(a, _)| attr(a, "line").as_deref() == Some("container"))
         .unwrap();
@@ -368,15 +368,32 @@ fn http_protobuf_export_matches_metrics_and_decodes_with_the_python_implementati
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            (f.first() == Some(&"point") && f[1] == "gpu_tracer.attribution.memory")
+            (f.first() == Some(&"point") && f[1] == "gpu_tracer.attribution.memory.usage")
                 .then(|| ((f[3].to_owned(), f[4].trim_start_matches('-').to_owned()), f[5].parse().unwrap()))
         })
         .collect();
-    let ours: BTreeMap<(String, String), u64> = points(&req, "gpu_tracer.attribution.memory")
+    let ours: BTreeMap<(String, String), u64> = points(&req, "gpu_tracer.attribution.memory.usage")
         .into_iter()
         .map(|(a, v)| ((attr(&a, "line").unwrap_or_default(), attr(&a, "container.id").unwrap_or_default()), v))
         .collect();
     assert_eq!(py, ours, "python:\n{text}");
+    // Every metric has a UCUM unit and a semantic-conventions-style name (dotted lowercase
+    // namespaces, no `total`), as the independent decoder reads them.
+    let metrics: Vec<(&str, &str)> = text.lines().filter_map(|l| l.strip_prefix("metric ")?.split_once(' ')).collect();
+    assert!(metrics.len() >= 20, "{} metrics decoded:\n{text}", metrics.len());
+    for (name, unit) in &metrics {
+        assert!(*unit != "-", "{name}: no unit");
+        let segments: Vec<&str> = name.split('.').collect();
+        assert!(
+            segments.len() >= 2
+                && segments
+                    .iter()
+                    .all(|s| !s.is_empty()
+                        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'))
+                && !name.contains("total"),
+            "{name}: not a convention-style name"
+        );
+    }
     assert!(text.lines().any(|l| l == "resource service.name gpu-tracer"), "{text}");
     assert!(text.lines().any(|l| l == "resource k8s.node.name otlp-node"), "{text}");
     drop(w);

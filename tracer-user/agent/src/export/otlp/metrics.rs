@@ -184,16 +184,23 @@ pub fn point_count(m: &Metric) -> usize {
 pub fn otel_name(family: &str, unit: &str) -> (String, &'static str) {
     let short = family.strip_prefix(PREFIX).and_then(|s| s.strip_prefix('_')).unwrap_or(family);
     let short = if unit.is_empty() { short } else { short.strip_suffix(&format!("_{unit}")).unwrap_or(short) };
-    (otel_metric_name(short), ucum(unit))
+    let (name, ucum_unit) = otel_metric_name(short, ucum(unit));
+    (name.into_owned(), ucum_unit)
 }
 
-/// `gpu_tracer.` + a family's name without the prefix, unit and `_total` (as a [`Family`] names
-/// it), its first `_` made a `.`: `attribution_memory` → `gpu_tracer.attribution.memory`.
-fn otel_metric_name(short: &str) -> String {
-    match short.split_once('_') {
+/// A family's OTLP name and unit, from its short name (as a [`Family`] names it:
+/// `attribution_memory`) and its exposition unit's UCUM form: the row of
+/// [`names::OTEL_METRICS`](super::names::OTEL_METRICS); a family without one (a test fails for
+/// it) gets `gpu_tracer.` + the short name with its first `_` made a `.`, and its unit.
+fn otel_metric_name(short: &str, unit: &'static str) -> (Cow<'static, str>, &'static str) {
+    if let Some((name, unit)) = super::names::otel_metric(short) {
+        return (Cow::Borrowed(name), unit);
+    }
+    let name = match short.split_once('_') {
         Some((group, rest)) => format!("{PREFIX}.{group}.{rest}"),
         None => format!("{PREFIX}.{short}"),
-    }
+    };
+    (Cow::Owned(name), unit)
 }
 
 /// The UCUM unit of an exposition unit.
@@ -439,12 +446,12 @@ impl MetricEncoder for OtlpEncoder<'_, '_> {
         if series.points.is_empty() && overflow.is_none() {
             return Ok(());
         }
-        let name = otel_metric_name(family.name);
+        let (name, unit) = otel_metric_name(family.name, ucum(family.unit.map_or("", Unit::as_str)));
         if let Some(v) = overflow {
             let at = series.arena.len();
             put_bool_attribute(&mut series.arena, OVERFLOW_KEY, true);
             series.points.push(Point { start: at as u32, end: series.arena.len() as u32, value: v });
-            if self.overflowed.insert(name.clone()) {
+            if self.overflowed.insert(name.to_string()) {
                 tracing::warn!(metric = %name, limit = max_series,
                     "an OTLP metric has more series than otlp.max_series_per_metric; the rest are summed under otel.metric.overflow=true");
             }
@@ -452,7 +459,7 @@ impl MetricEncoder for OtlpEncoder<'_, '_> {
         let head = MetricHead {
             name: &name,
             description: family.help,
-            unit: ucum(family.unit.map_or("", Unit::as_str)),
+            unit,
             kind: if counter { Instrument::Counter } else { Instrument::Gauge },
             start: if counter { self.start } else { 0 },
             time: self.time,

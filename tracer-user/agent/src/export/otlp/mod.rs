@@ -33,6 +33,7 @@
 //! (metrics → request bytes), `logs.rs` (events → log records).
 pub mod logs;
 pub mod metrics;
+pub mod names;
 #[cfg(test)]
 mod tests;
 mod transport;

@@ -157,10 +157,13 @@ fn bad_values_name_the_key_and_the_fix() {
 fn exposition_names_and_units_map_to_otel() {
     assert_eq!(
         otel_name("gpu_tracer_attribution_memory_bytes", "bytes"),
-        ("gpu_tracer.attribution.memory".into(), "By")
+        ("gpu_tracer.attribution.memory.usage".into(), "By")
     );
     assert_eq!(otel_name("gpu_tracer_container_energy_joules", "joules"), ("gpu_tracer.container.energy".into(), "J"));
-    assert_eq!(otel_name("gpu_tracer_bill", ""), ("gpu_tracer.bill".into(), ""));
+    assert_eq!(otel_name("gpu_tracer_bill", ""), ("gpu_tracer.bill.cost".into(), "{currency}"));
+    assert_eq!(otel_name("gpu_tracer_ioctls", ""), ("gpu_tracer.driver.ioctls".into(), "{ioctl}"));
+    // A family without a row (a test double's) keeps the mechanical name.
+    assert_eq!(otel_name("gpu_tracer_x_y", ""), ("gpu_tracer.x.y".into(), ""));
     // A family as a source writes it: label values that need escaping in the exposition (quote,
     // comma) arrive as they are, an empty one is left out, help and unit come along, a counter's
     // value is a monotonic sum.
@@ -240,8 +243,8 @@ fn points(
 fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_exported() {
     let req = collected();
     let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0].metrics.iter().map(|m| m.name.as_str()).collect();
-    let lines = points(&req, "gpu_tracer.attribution.memory");
-    let totals = points(&req, "gpu_tracer.attribution.memory_total");
+    let lines = points(&req, "gpu_tracer.attribution.memory.usage");
+    let totals = points(&req, "gpu_tracer.attribution.memory.limit");
     assert!(!totals.is_empty() && !lines.is_empty());
     for (a, total) in &totals {
         let gpu = attr(a, "hw.id").unwrap();
@@ -315,7 +318,8 @@ fn attribution_memory_sums_to_the_device_per_gpu_and_no_forbidden_attribute_is_e
         assert!((0.0..=1.0).contains(&f));
     }
     // The bill is a monotonic sum.
-    let bill = req.resource_metrics[0].scope_metrics[0].metrics.iter().find(|m| m.name == "gpu_tracer.bill").unwrap();
+    let bill =
+        req.resource_metrics[0].scope_metrics[0].metrics.iter().find(|m| m.name == "gpu_tracer.bill.cost").unwrap();
     assert!(matches!(&bill.data, Some(metric::Data::Sum(s)) if s.is_monotonic));
 }
 
@@ -331,6 +335,34 @@ fn every_metrics_family_has_an_otlp_metric() {
     for f in families.values() {
         let (name, _) = otel_name(&f.family_name, &f.unit);
         assert!(names.contains(name.as_str()), "{} has no OTLP metric {name}", f.family_name);
+    }
+    // Every family has its row in names.rs (a convention-style name, a UCUM unit), and a family
+    // with a /metrics unit has the same unit there.
+    let table = names::OTEL_METRICS;
+    assert!(table.windows(2).all(|w| w[0].0 < w[1].0), "names.rs: OTEL_METRICS must be sorted by short name");
+    let mut rows = std::collections::BTreeSet::new();
+    for f in families.values() {
+        let short = f.family_name.strip_prefix("gpu_tracer_").unwrap();
+        let short = if f.unit.is_empty() { short } else { short.strip_suffix(&format!("_{}", f.unit)).unwrap() };
+        let (name, unit) = names::otel_metric(short)
+            .unwrap_or_else(|| panic!("{}: no row in export/otlp/names.rs (its OTLP name and unit)", f.family_name));
+        if !f.unit.is_empty() {
+            assert_eq!(
+                unit,
+                otel_name(&f.family_name, &f.unit).1,
+                "{}: the unit differs from /metrics'",
+                f.family_name
+            );
+        }
+        assert!(!unit.is_empty(), "{name}: no unit");
+        assert!(!name.contains("total") && !name.contains("__"), "{name}: not a convention-style name");
+        rows.insert(short.to_string());
+    }
+    let stale: Vec<_> = table.iter().filter(|r| !rows.contains(r.0)).map(|r| r.0).collect();
+    assert!(stale.is_empty(), "names.rs has rows for families that do not exist: {stale:?}");
+    // Every metric exported, the hardware conventions included, has a unit.
+    for m in &metrics {
+        assert!(!m.unit.is_empty(), "{}: no unit", m.name);
     }
 }
 
@@ -351,11 +383,11 @@ fn series_past_the_limit_are_summed_into_one_overflow_series() {
         let p = points(&req, name);
         (p.len(), p.iter().map(|(_, v)| v).sum())
     };
-    let (n, sum) = total(&all, "gpu_tracer.attribution.memory");
+    let (n, sum) = total(&all, "gpu_tracer.attribution.memory.usage");
     assert!(n > 2, "the sample has several lines: {n}");
-    let (capped_n, capped_sum) = total(&capped, "gpu_tracer.attribution.memory");
+    let (capped_n, capped_sum) = total(&capped, "gpu_tracer.attribution.memory.usage");
     assert_eq!((capped_n, capped_sum), (2, sum));
-    let m = capped.iter().find(|m| m.name == "gpu_tracer.attribution.memory").unwrap();
+    let m = capped.iter().find(|m| m.name == "gpu_tracer.attribution.memory.usage").unwrap();
     let Some(metric::Data::Gauge(g)) = &m.data else { panic!("a gauge") };
     assert!(g.data_points[1].attributes.iter().any(|kv| kv.key == OVERFLOW_KEY));
 }
