@@ -144,6 +144,9 @@ fn profile_records_a_running_workload_into_a_trace_perfetto_reads() {
     let file: Value = serde_json::from_str(&std::fs::read_to_string(&summary_file).unwrap()).unwrap();
     assert_eq!(s, file);
     assert_eq!(s["window"]["ended_by"], "duration");
+    // A standalone session's probes start with it: what was held before is not known, and the
+    // counters say so ("allocated in window", held_at_start_bytes null).
+    assert!(s["cuda_memory"]["held_at_start_bytes"].is_null(), "{:#}", s["cuda_memory"]);
     assert_eq!(s["launches"]["total"], 60, "{s:#}");
     assert_eq!(s["launches"]["per_entry_point"]["cuLaunchKernel"], 55);
     assert_eq!(s["launches"]["per_entry_point"]["cuLaunchKernelEx"], 5);
@@ -411,10 +414,12 @@ fn profile_connect_records_through_a_running_agent() {
     let t = trace.to_str().unwrap();
     let connect = ["--connect", api.as_str()];
     let six = secs(6);
+    // What the process holds before the session: the counters start there.
+    ok(&mut w, "cuda-init");
+    let held = ok(&mut w, "cuda-alloc 2097152").number("ptr").unwrap();
     let args = [&connect[..], &["--pid", &pid, "--duration", &six, "-o", t, "--json"]].concat();
     let child = start_profile(&driver, &[&args[..], &["--summary", summary_file.to_str().unwrap()]].concat());
     agent.wait_log("profile session started").unwrap();
-    ok(&mut w, "cuda-init");
     let stream = ok(&mut w, "cuda-state").number("stream").unwrap();
     ok(&mut w, "cuda-launch 25");
     let blocked = ok(&mut w, "cuda-stream-sync").number("ns").unwrap();
@@ -435,6 +440,11 @@ fn profile_connect_records_through_a_running_agent() {
     assert_eq!(p["counted_launches"], 45, "the agent's in-kernel counts for the window agree: {p:#}");
     let m = &s["cuda_memory"];
     assert_eq!((m["allocs"].as_u64(), m["frees"].as_u64(), m["net_bytes"].as_i64()), (Some(1), Some(1), Some(0)));
+    assert_eq!(
+        (m["held_at_start_bytes"].as_u64(), m["peak_bytes"].as_i64(), m["peak_held_bytes"].as_u64()),
+        (Some(2097152), Some(1048576), Some(3145728)),
+        "the CUDA counters start at what the process held (the agent's ledger): {m:#}"
+    );
     assert_eq!((s["copies"]["htod"]["calls"].as_u64(), s["copies"]["htod"]["bytes"].as_u64()), (Some(1), Some(4096)));
     let sync = &s["synchronisation"][0];
     assert_eq!(sync["calls"], 1, "{sync:#}");
@@ -448,6 +458,15 @@ fn profile_connect_records_through_a_running_agent() {
     let t = decode(&trace);
     let streams = per_track(&t, "named");
     assert_eq!(streams[&format!("stream {stream:#x}")].get("fake_kernel"), Some(&45), "{streams:#?}");
+    let counter = t["tracks"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, t)| t["name"] == "CUDA memory held")
+        .map(|(u, _)| t["counters"][u].clone())
+        .expect("a CUDA memory counter track");
+    assert_eq!(counter, serde_json::json!([2097152, 3145728, 2097152]), "from the held level, +1 MiB, -1 MiB");
+    ok(&mut w, &format!("cuda-free {held:#x}"));
     assert!(agent.wait_log("profile session ended").unwrap().contains("duration"));
 
     // After the session: launches are counted in the kernel only (a new session sees only its own).

@@ -236,6 +236,25 @@ impl Agent {
         }
     }
 
+    /// What each tracked process of `tgids` or of the `cgroups` holds now, from the driver and
+    /// CUDA ledgers: the level a profile's memory counters start at.
+    pub fn held_memory(&self, tgids: &[u32], cgroups: &[u64]) -> Vec<gpu_tracer_proto::v1::HeldMemory> {
+        // A process may be in one ledger only (CUDA calls before any driver call was traced).
+        let procs: BTreeSet<u32> = (self.state.process_list().into_iter().map(|(k, cg)| (k.tgid, cg)))
+            .chain(self.cuda.live_processes())
+            .filter(|(tgid, cg)| tgids.contains(tgid) || cgroups.contains(cg))
+            .map(|(tgid, _)| tgid)
+            .collect();
+        procs
+            .into_iter()
+            .map(|pid| gpu_tracer_proto::v1::HeldMemory {
+                pid,
+                driver_bytes: self.state.process_driver_bytes(pid).unwrap_or(0),
+                cuda_bytes: self.cuda.live_bytes(pid),
+            })
+            .collect()
+    }
+
     /// Launch counts since the previous call, per (cgroup, tgid, entry point), read fresh from the
     /// kernel: the `events` command reports them as launch-batch events once per interval.
     pub fn launch_batches(&mut self) -> Vec<(tracer_common::CudaCountKey, u64)> {

@@ -100,6 +100,8 @@ impl ProfileDesk {
         flush(agent);
         hub.flush();
         let before_seq = hub.newest_seq();
+        // Everything before the window is in the ledgers now (flushed above).
+        let held_at_start = agent.held_memory(&r.tgids, &r.cgroups);
         let start = tracer_core::clock::monotonic_ns();
         let until = deadline_after(duration + DEADLINE_GRACE);
         let selections: Vec<PerEventSelection> =
@@ -126,6 +128,7 @@ impl ProfileDesk {
                 deadline_ktime_ns: until,
                 timed_calls: self.timed_calls,
                 session_id: id,
+                held_at_start,
             },
             before_seq,
             event_cgroups: r.event_cgroups,

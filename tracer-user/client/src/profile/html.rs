@@ -187,7 +187,7 @@ pub fn render(rec: &Recording, s: &Summary) -> String {
          not when it runs: {} of {} launches are bounded at a synchronisation, covering {:.1}% of the \
          window; the rest is unknown.</p><ul class=\"cards\">\
          <li><b>{}</b> launches</li><li><b>{:.0}</b> launches/s peak</li>\
-         <li><b>{:.1} MiB</b> CUDA peak in window</li><li><b>{}</b> leak candidates</li>\
+         <li><b>{:.1} MiB</b> {}</li><li><b>{}</b> leak candidates</li>\
          <li><b>{:.1} ms</b> blocked in synchronisation</li><li><b>{}</b> events dropped</li></ul>",
         s.window.duration_s,
         esc(&s.window.ended_by),
@@ -198,7 +198,11 @@ pub fn render(rec: &Recording, s: &Summary) -> String {
         g.bounded_share * 100.0,
         s.launches.total,
         s.launch_rate.peak_per_s,
-        s.cuda_memory.peak_bytes as f64 / MIB,
+        s.cuda_memory.peak_held_bytes.map_or(s.cuda_memory.peak_bytes as f64, |b| b as f64) / MIB,
+        match s.cuda_memory.held_at_start_bytes {
+            Some(h) => format!("CUDA held at the peak ({:.1} MiB at the start)", h as f64 / MIB),
+            None => "CUDA peak above the window's start".into(),
+        },
         s.leak_candidates_total,
         blocked,
         s.session.tracer_dropped + s.session.events_over_limit,

@@ -20,7 +20,7 @@ use gpu_tracer_proto::perfetto::{
 use prost::Message;
 
 use super::intervals::{bounded_intervals, idle_gaps};
-use tracer_core::profile::{MemoryCall, MemoryKind, Recording};
+use tracer_core::profile::{HeldAtStart, MemoryCall, MemoryKind, Recording};
 
 /// The one packet sequence every packet is written on.
 const SEQUENCE: u32 = 1;
@@ -353,6 +353,18 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
         };
         tracks.insert(t, 0);
     }
+    // A process of the workload that held memory when the window began has its counters even
+    // if the window moved none of it.
+    for (&tgid, h) in rec.held_at_start.iter().flatten() {
+        if rec.processes.contains_key(&tgid) {
+            if h.cuda_bytes > 0 {
+                tracks.insert(Track::CudaMemory(tgid), 0);
+            }
+            if h.driver_bytes > 0 {
+                tracks.insert(Track::DriverMemory(tgid), 0);
+            }
+        }
+    }
     // NVML's counters of the GPUs shown, only those with at least one value.
     let gpu_samples = tracer_core::profile::gpus::shown(rec);
     for g in &gpu_samples {
@@ -400,13 +412,14 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
             Track::CudaMemory(tgid) => named(
                 uuid,
                 parent(tgid),
-                "CUDA memory allocated in window".into(),
+                if rec.held_at_start.is_some() { "CUDA memory held" } else { "CUDA memory allocated in window" }.into(),
                 Some(CounterDescriptor { unit: Some(Unit::SizeBytes as i32), unit_name: None }),
             ),
             Track::DriverMemory(tgid) => named(
                 uuid,
                 parent(tgid),
-                "driver memory allocated in window".into(),
+                if rec.held_at_start.is_some() { "driver memory held" } else { "driver memory allocated in window" }
+                    .into(),
                 Some(CounterDescriptor { unit: Some(Unit::SizeBytes as i32), unit_name: None }),
             ),
             Track::Submission(tgid) => named(uuid, parent(tgid), "GPU submission".into(), None),
@@ -456,15 +469,23 @@ pub fn write<W: Write>(rec: &Recording, idle_gap_ns: u64, max_bytes: u64, out: W
     }
     items.sort_by_key(|(ts, order, _)| (*ts, *order));
 
-    // Counters start at 0 at the window's start.
-    for (track, &uuid) in &tracks {
-        if matches!(track, Track::CudaMemory(_) | Track::DriverMemory(_)) {
-            let mut e = on(uuid, track_event::Type::Counter);
-            e.counter_value_field = Some(track_event::CounterValueField::CounterValue(0));
-            w.event(rec.start_ktime_ns, None, e)?;
-        }
-    }
+    // Counters start at what each process held when the window began, where the agent's ledgers
+    // said (`profile --connect`), else at 0 (the window's allocations alone).
     let mut level: HashMap<Track, i64> = HashMap::new();
+    for (track, &uuid) in &tracks {
+        let held = |tgid: u32, f: fn(&HeldAtStart) -> u64| {
+            rec.held_at_start.as_ref().and_then(|h| h.get(&tgid)).map_or(0, |h| f(h) as i64)
+        };
+        let start = match *track {
+            Track::CudaMemory(tgid) => held(tgid, |h| h.cuda_bytes),
+            Track::DriverMemory(tgid) => held(tgid, |h| h.driver_bytes),
+            _ => continue,
+        };
+        level.insert(*track, start);
+        let mut e = on(uuid, track_event::Type::Counter);
+        e.counter_value_field = Some(track_event::CounterValueField::CounterValue(start));
+        w.event(rec.start_ktime_ns, None, e)?;
+    }
     // Live CUDA allocations in the window: pointer → flow id.
     let mut flows: HashMap<(u32, u64), u64> = HashMap::new();
     let mut next_flow = 1u64;

@@ -10,7 +10,7 @@ use gpu_tracer_proto::{tonic::Code, v1};
 
 use super::output::{Options, Outcome, Shown, create_output, write_outputs};
 use crate::api::ConnectSettings;
-use tracer_core::profile::{Recorder, Target, TargetSpec};
+use tracer_core::profile::{HeldAtStart, Recorder, Target, TargetSpec};
 
 /// How long the agent may take to send the end of a session once asked (the rest of the window
 /// is already in its hub).
@@ -116,6 +116,13 @@ pub async fn run(conn: &ConnectSettings, opts: Options) -> Result<Outcome> {
     let mut rec = recorder.finish(end, reason, dropped);
     rec.source = format!("agent {}", conn.addr);
     rec.workload = started.description.clone();
+    rec.held_at_start = Some(
+        started
+            .held_at_start
+            .iter()
+            .map(|h| (h.pid, HeldAtStart { driver_bytes: h.driver_bytes, cuda_bytes: h.cuda_bytes }))
+            .collect(),
+    );
     if ended.is_none() {
         rec.notes.push("the agent stopped before the window's end: the recording ends at its last event, and the tracer's drops are not known".into());
     }

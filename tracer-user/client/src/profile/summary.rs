@@ -141,11 +141,17 @@ pub struct MemorySummary {
     pub alloc_bytes: u64,
     pub frees: u64,
     pub freed_bytes: u64,
-    /// Allocated minus freed over the window (what was held before it is not known here).
+    /// What the workload's processes held when the window began, from the agent's ledgers
+    /// (`profile --connect`); `None` when not known (a standalone session: its probes start with
+    /// it). The counters of the trace start at this level.
+    pub held_at_start_bytes: Option<u64>,
+    /// Allocated minus freed over the window.
     pub net_bytes: i64,
     /// The highest level the window reached, relative to its start, and when.
     pub peak_bytes: i64,
     pub peak_at_s: f64,
+    /// That peak as a level held: `held_at_start_bytes` + `peak_bytes` (when the start is known).
+    pub peak_held_bytes: Option<u64>,
     /// Allocations per second over the window (churn).
     pub allocs_per_s: f64,
 }
@@ -382,9 +388,19 @@ pub fn summarize(rec: &Recording, target: &Target, idle_gap_ns: u64, trace: Trac
             sum.peak_at_s = secs(rec, m.ktime_ns);
         }
     }
-    for (sum, level) in [(&mut s.cuda_memory, cuda_level), (&mut s.driver_memory, driver_level)] {
+    let held = |f: fn(&tracer_core::profile::HeldAtStart) -> u64| {
+        rec.held_at_start
+            .as_ref()
+            .map(|h| h.iter().filter(|(tgid, _)| rec.processes.contains_key(tgid)).map(|(_, h)| f(h)).sum::<u64>())
+    };
+    for (sum, level, start) in [
+        (&mut s.cuda_memory, cuda_level, held(|h| h.cuda_bytes)),
+        (&mut s.driver_memory, driver_level, held(|h| h.driver_bytes)),
+    ] {
         sum.net_bytes = level;
         sum.allocs_per_s = if duration_s > 0.0 { sum.allocs as f64 / duration_s } else { 0.0 };
+        sum.held_at_start_bytes = start;
+        sum.peak_held_bytes = start.map(|h| (h as i64 + sum.peak_bytes).max(0) as u64);
     }
     // A process's allocations die with it: only the living ones' are leak candidates.
     let mut leaks: Vec<&tracer_core::profile::MemoryCall> = live
@@ -602,9 +618,13 @@ pub fn render(s: &Summary) -> String {
     }
     let _ = writeln!(o);
     for (name, m) in [("CUDA", &s.cuda_memory), ("driver", &s.driver_memory)] {
+        let held = match (m.held_at_start_bytes, m.peak_held_bytes) {
+            (Some(h), Some(p)) => format!("held {} at the start, {} at the peak; ", bytes(h as i64), bytes(p as i64)),
+            _ => String::new(),
+        };
         let _ = writeln!(
             o,
-            "{name} memory: {} allocations ({}, {} failed, {:.1}/s), {} frees ({}); net {}, peak {} at {:.2} s",
+            "{name} memory: {held}{} allocations ({}, {} failed, {:.1}/s), {} frees ({}); net {}, peak {} above the start at {:.2} s",
             m.allocs,
             bytes(m.alloc_bytes as i64),
             m.failed_allocs,
@@ -616,6 +636,17 @@ pub fn render(s: &Summary) -> String {
             m.peak_at_s
         );
     }
+    let _ = writeln!(
+        o,
+        "{}",
+        if s.cuda_memory.held_at_start_bytes.is_some() {
+            "memory counters start at what each process held when the session began (the agent's ledgers)"
+        } else {
+            "memory counters start at 0: the window's allocations and frees only (a standalone session's probes began \
+             with it, so what the process held before is not known; profile --connect to a running agent starts them \
+             at the level held)"
+        }
+    );
     let _ = writeln!(
         o,
         "leak candidates (allocated in the window, not freed): {} ({})",

@@ -215,6 +215,19 @@ pub struct Recording {
     pub source: String,
     /// What the user should know about the recording (calls not probed, how the end was known).
     pub notes: Vec<String>,
+    /// What each process held when the window began (from the agent's ledgers, `profile
+    /// --connect`): the memory counters start there. `None` where it is not known (a standalone
+    /// session's probes start with it, so the allocations made before are not in its ledger).
+    pub held_at_start: Option<BTreeMap<u32, HeldAtStart>>,
+}
+
+/// A process's memory when the window began, as the agent's ledgers booked it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldAtStart {
+    /// Through the driver: device, system and VA reservations (what RM allocations move).
+    pub driver_bytes: u64,
+    /// Live CUDA allocations (device, host, managed).
+    pub cuda_bytes: u64,
 }
 
 /// Takes the event stream of a session and keeps the target's events.

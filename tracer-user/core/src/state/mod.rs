@@ -386,6 +386,12 @@ impl TracerState {
         self.processes.values().map(|p| (p.key, p.cgroup_id)).collect()
     }
 
+    /// The memory a tracked process holds through the driver now: device, system and VA
+    /// reservations (what its RM allocations and frees move), if it is tracked.
+    pub fn process_driver_bytes(&self, tgid: u32) -> Option<u64> {
+        self.processes.get(&tgid).map(|p| p.usage.vidmem_bytes + p.usage.sysmem_bytes + p.usage.va_reserved_bytes)
+    }
+
     /// The command name of a tracked process, if known.
     pub fn process_comm(&self, tgid: u32) -> Option<&str> {
         self.processes.get(&tgid).and_then(|p| p.comm.as_deref())

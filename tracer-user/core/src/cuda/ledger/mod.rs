@@ -157,6 +157,20 @@ impl CudaLedger {
         self.live.entry(tgid).or_default().insert(ptr, Live { bytes, class: memory_class(entry), cgroup_id });
     }
 
+    /// The live bytes of `tgid`'s allocations the ledger knows (device, host and managed).
+    pub fn live_bytes(&self, tgid: u32) -> u64 {
+        self.live.get(&tgid).map_or(0, |m| m.values().map(|l| l.bytes).sum())
+    }
+
+    /// The processes with live allocations, each with the cgroup of its latest allocation call.
+    pub fn live_processes(&self) -> Vec<(u32, u64)> {
+        self.live
+            .iter()
+            .filter(|(_, m)| !m.is_empty())
+            .map(|(&tgid, _)| (tgid, self.alloc_cgroup.get(&tgid).copied().unwrap_or(0)))
+            .collect()
+    }
+
     /// A libcuda free was called; returns the bytes released if the pointer was known.
     pub fn free(&mut self, tgid: u32, ptr: u64) -> Option<u64> {
         self.allocs.entry(tgid).or_default().1 += 1;
