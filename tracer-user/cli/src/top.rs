@@ -37,12 +37,36 @@ pub(crate) struct TopArgs {
     /// Refresh interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub(crate) interval_ms: u64,
-    /// Stop after this many seconds (default: run until Ctrl-C).
+    /// Stop after this many seconds (default: run until Ctrl-C or q).
     #[arg(long, value_parser = parse_seconds)]
     pub(crate) duration: Option<f64>,
+    /// Only this namespace's pods on lines of their own (the others' become one line, so the
+    /// totals still add up); on a terminal, `n` changes it.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub(crate) namespace: Option<String>,
+    /// Only this GPU: its index or (a prefix of) its UUID.
+    #[arg(long, value_name = "INDEX|UUID")]
+    pub(crate) gpu: Option<String>,
     #[command(flatten)]
     pub(crate) connect: ConnectArgs,
 }
+
+/// Whether `top` takes the terminal over (full screen, keys): stdout and stdin are terminals and
+/// neither `--once` nor `--json` asks for text.
+fn full_screen(a: &TopArgs) -> bool {
+    use std::io::IsTerminal;
+    !a.once && !a.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
+}
+
+fn view(a: &TopArgs, source: String) -> top::tui::View {
+    let mut v = top::tui::View::new(source, Duration::from_millis(a.interval_ms.max(50)));
+    v.namespace = a.namespace.clone();
+    v.gpu = a.gpu.clone();
+    v
+}
+
+/// How often the full screen looks at the keyboard and the clock.
+const SCREEN_TICK: Duration = Duration::from_millis(50);
 
 pub(crate) async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
     if let Some(conn) = a.connect.settings()? {
@@ -51,6 +75,16 @@ pub(crate) async fn run_top(cfg: Config, a: TopArgs) -> Result<()> {
     let mut agent = Agent::start(cfg).context("starting the tracer")?;
     agent.start_kubernetes().await.context("starting Kubernetes identity")?;
     agent.log_report();
+    if full_screen(&a) {
+        let duration = a.duration.and_then(Schedule::duration_from_secs);
+        let screen =
+            top::tui::Screen::start(view(&a, "this node's probes".into())).context("taking over the terminal")?;
+        let schedule = Schedule { interval: SCREEN_TICK, tick_at_start: true, duration };
+        let mut out = ScreenOut { screen, error: None };
+        runner::run(&mut agent, schedule, &mut out).await?;
+        drop(out.screen);
+        return out.error.map_or(Ok(()), Err);
+    }
     // `top` stops at a tick (after printing), never between two: its duration is checked there.
     let schedule =
         Schedule { interval: Duration::from_millis(a.interval_ms.max(50)), tick_at_start: false, duration: None };
@@ -67,6 +101,31 @@ pub(crate) async fn run_top_remote(conn: ConnectSettings, a: TopArgs) -> Result<
         );
     }
     let mut client = api_client::connect(&conn).await?;
+    if full_screen(&a) {
+        let mut screen =
+            top::tui::Screen::start(view(&a, format!("agent {}", conn.addr))).context("taking over the terminal")?;
+        let until = a.duration.and_then(Schedule::duration_from_secs).map(|d| Instant::now() + d);
+        let mut tick = tokio::time::interval(SCREEN_TICK);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = tracer_core::stop::wait() => return Ok(()),
+            }
+            if !screen.input() || until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(());
+            }
+            if screen.wants_snapshot() {
+                let response = client
+                    .get_snapshot(v1::GetSnapshotRequest {})
+                    .await
+                    .with_context(|| format!("GetSnapshot from the agent at {}", conn.addr))?;
+                let proto =
+                    response.into_inner().snapshot.context("the agent's GetSnapshot response has no snapshot")?;
+                screen.update(snapshot_from_proto(proto).context("reading the agent's snapshot")?);
+            }
+            screen.draw().context("drawing the screen")?;
+        }
+    }
     let mut out = TopOut::new(a);
     let mut tick = tokio::time::interval(Duration::from_millis(out.args.interval_ms.max(50)));
     loop {
@@ -148,5 +207,30 @@ impl runner::Handler for TopOut {
         agent.drain(&mut |_, _| {});
         let snap = agent.snapshot();
         self.print(&snap)
+    }
+}
+
+/// `top` on a terminal, from this node's probes: the keyboard and the clock every
+/// [`SCREEN_TICK`], a snapshot every `--interval-ms` (unless paused).
+struct ScreenOut {
+    screen: top::tui::Screen,
+    error: Option<anyhow::Error>,
+}
+
+impl runner::Handler for ScreenOut {
+    type Error = anyhow::Error;
+    fn tick(&mut self, agent: &mut Agent) -> Result<Flow> {
+        agent.drain(&mut |_, _| {});
+        if !self.screen.input() {
+            return Ok(Flow::Stop);
+        }
+        if self.screen.wants_snapshot() {
+            self.screen.update(agent.snapshot());
+        }
+        if let Err(e) = self.screen.draw() {
+            self.error = Some(anyhow::Error::from(e).context("drawing the screen"));
+            return Ok(Flow::Stop);
+        }
+        Ok(Flow::Continue)
     }
 }

@@ -26,7 +26,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// `libelf1` (objtool, from the unpacked linux-kbuild package, links it) build the kernel-module
 /// driver double with `cargo xtask kmod`; `dwarves` (pahole) encodes its BTF, as Kbuild does for
 /// Debian's own modules, against the `vmlinux` that `xz` (`xz-utils`) unpacks from the guest's
-/// `vmlinuz`.
+/// `vmlinuz`. `tmux` runs `top` in terminals of chosen sizes and reads them back (tests/tests/top.rs).
 const APT_PACKAGES: &[&str] = &[
     "fuse3",
     "bpftrace",
@@ -45,6 +45,7 @@ const APT_PACKAGES: &[&str] = &[
     "libelf1",
     "dwarves",
     "xz-utils",
+    "tmux",
 ];
 /// The subset of [`APT_PACKAGES`] that lives in Debian's non-free component.
 const NON_FREE_PACKAGES: &[&str] = &["libcuda1", "libnvidia-ml1"];

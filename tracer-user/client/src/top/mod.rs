@@ -211,5 +211,7 @@ fn render_cuda(s: &AgentSnapshot, o: &RenderOptions) -> String {
     crate::table::render(&table) + "\n"
 }
 
+pub mod tui;
+
 #[cfg(test)]
 mod tests;
