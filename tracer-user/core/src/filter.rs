@@ -271,14 +271,30 @@ pub fn parse_kind(s: &str) -> Result<i32, String> {
     let name = if upper.starts_with("EVENT_KIND_") { upper } else { format!("EVENT_KIND_{upper}") };
     match v1::EventKind::from_str_name(&name) {
         Some(v1::EventKind::Unspecified) | None => {
-            let known: Vec<String> = (1..)
-                .map_while(|n| v1::EventKind::try_from(n).ok())
-                .map(|k| k.as_str_name().trim_start_matches("EVENT_KIND_").to_ascii_lowercase())
-                .collect();
-            Err(format!("unknown event kind `{s}`; one of: {}", known.join(", ")))
+            Err(format!("unknown event kind `{s}`; one of: {}", kind_names().join(", ")))
         }
         Some(k) => Ok(k as i32),
     }
+}
+
+/// The event kinds' names, as `events --json` and the config files write them (`rm_alloc`).
+fn kind_names() -> Vec<String> {
+    (1..)
+        .map_while(|n| v1::EventKind::try_from(n).ok())
+        .map(|k| k.as_str_name().trim_start_matches("EVENT_KIND_").to_ascii_lowercase())
+        .collect()
+}
+
+/// The JSON schema of a list of event kinds by name (`[[otlp.exclude]] kind = [...]`).
+pub(crate) fn kinds_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "array", "items": { "type": "string", "enum": kind_names() } })
+}
+
+/// The same, or `["all"]` (`otlp.events`, `api.history_kinds`).
+pub(crate) fn kinds_or_all_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut names = kind_names();
+    names.push("all".into());
+    schemars::json_schema!({ "type": "array", "items": { "type": "string", "enum": names } })
 }
 
 /// An `EventFilter` in a config file (e.g. `[[otlp.exclude]]`), with event kinds by name
@@ -292,7 +308,7 @@ pub struct FilterConfig {
     pub cgroup_id: Vec<u64>,
     pub cgroup_path_prefix: Vec<String>,
     pub gpu: Vec<String>,
-    #[schemars(schema_with = "crate::config::schema::event_kinds")]
+    #[schemars(schema_with = "kinds_schema")]
     pub kind: Vec<String>,
     pub violations_only: bool,
 }

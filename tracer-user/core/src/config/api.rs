@@ -82,7 +82,7 @@ pub struct ApiSettings {
     /// `events --json`; `["all"]` for every kind). Default: [`DEFAULT_HISTORY_KINDS`] — every kind
     /// but the high-rate ones (RM controls, map-memory, other and UVM-other ioctls, per-event
     /// launches), which are published only while someone subscribes.
-    #[schemars(schema_with = "super::schema::event_kinds_or_all")]
+    #[schemars(schema_with = "crate::filter::kinds_or_all_schema")]
     pub history_kinds: Vec<String>,
     /// Events a subscriber may fall behind before it loses the oldest (told by `LostEvents`).
     /// Default 16384.

@@ -125,7 +125,7 @@ pub struct OtlpConfig {
     pub timeout_ms: u64,
     /// Event kinds exported as log records (`violation`, `process_exec`, ...; `all` for every
     /// kind; empty for no logs). Default: [`DEFAULT_EVENT_KINDS`].
-    #[schemars(schema_with = "super::schema::event_kinds_or_all")]
+    #[schemars(schema_with = "crate::filter::kinds_or_all_schema")]
     pub events: Vec<String>,
     /// Of those kinds, only the events that match one of these filters (none: all of them) and
     /// none of `exclude` — the `Subscribe` filters (docs/api.md) in TOML, kinds by name:

@@ -11,7 +11,7 @@
 //! alone inside the chart's schema.
 use schemars::{Schema, SchemaGenerator, generate::SchemaSettings, json_schema};
 
-use super::{Config, MAX_RING_BUFFER_BYTES, otlp::event_kind_name};
+use super::{Config, MAX_RING_BUFFER_BYTES};
 
 /// The schema of a whole config file (the chart's `config` value).
 pub fn config_schema() -> serde_json::Value {
@@ -37,22 +37,4 @@ pub fn config_schema() -> serde_json::Value {
 pub(crate) fn ring_buffer_bytes(_: &mut SchemaGenerator) -> Schema {
     let sizes: Vec<u32> = (12..=MAX_RING_BUFFER_BYTES.trailing_zeros()).map(|s| 1u32 << s).collect();
     json_schema!({ "type": "integer", "enum": sizes })
-}
-
-/// The event kinds' names, as `events --json` and the config files write them.
-fn kind_names() -> Vec<String> {
-    use gpu_tracer_proto::v1::EventKind;
-    (1..).map_while(|n| EventKind::try_from(n).ok()).map(event_kind_name).collect()
-}
-
-/// A list of event kinds by name (`[[otlp.exclude]] kind = [...]`).
-pub(crate) fn event_kinds(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "array", "items": { "type": "string", "enum": kind_names() } })
-}
-
-/// A list of event kinds by name, or `["all"]` (`otlp.events`, `api.history_kinds`).
-pub(crate) fn event_kinds_or_all(_: &mut SchemaGenerator) -> Schema {
-    let mut names = kind_names();
-    names.push("all".into());
-    json_schema!({ "type": "array", "items": { "type": "string", "enum": names } })
 }
