@@ -32,6 +32,7 @@ pub mod guardrails;
 pub mod identity;
 pub mod model;
 pub mod nvml;
+pub mod oom;
 pub mod profile;
 pub mod state;
 pub mod stop;
