@@ -12,6 +12,9 @@
 //! - it redraws in place: nothing reaches tmux's scrollback however many refreshes (before, a
 //!   frame taller than the terminal scrolled the attribution off and filled the scrollback).
 //!
+//! And `top` on this node's own probes (no `--connect`): the same screen, from a fake driver, the
+//! fake NVML and a workload holding 1 GiB in a pod's cgroup, at 80×24.
+//!
 //! Root: the simulated node needs eBPF, FUSE and cgroups. Fails, never skips, without them or
 //! without tmux.
 use std::{
@@ -20,7 +23,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_tracer_tests::{ChildGuard, gpu_tracer, http, locate_binary, require_root};
+use gpu_tracer_tests::{ChildGuard, FakeDriver, PodCgroup, Workload, gpu_tracer, http, locate_binary, require_root};
+
+/// The tests run one at a time: each drives probes, FUSE and a terminal on a two-core machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -34,7 +40,9 @@ struct Tmux {
 impl Tmux {
     fn new() -> Tmux {
         assert!(Path::new("/usr/bin/tmux").exists(), "tmux not found: `cargo xtask setup` installs Debian's tmux");
-        Tmux { socket: format!("gpu-tracer-top-test-{}", std::process::id()) }
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Tmux { socket: format!("gpu-tracer-top-test-{}-{n}", std::process::id()) }
     }
 
     fn run(&self, args: &[&str]) -> (bool, String) {
@@ -126,6 +134,7 @@ fn check_block(lines: &[String]) -> (String, usize) {
 
 #[test]
 fn top_fits_80x24_and_200x50_redraws_in_place_and_adds_up_as_printed() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     require_root();
     let tmp = tempfile::tempdir().unwrap();
     let sock = tmp.path().join("api.sock");
@@ -245,4 +254,75 @@ fn top_fits_80x24_and_200x50_redraws_in_place_and_adds_up_as_printed() {
         }
     }
     assert!(child.running(), "gpu-tracer-sim exited:\n{}", sim_log());
+}
+
+/// `top` on this node's own probes takes the terminal too: the GPU's row, its block adding up as
+/// printed (the workload's 1 GiB among the lines), nothing in the scrollback, `q` exits with 0.
+#[test]
+fn top_on_its_own_probes_is_the_same_screen() {
+    use gpu_tracer_tests::nvml_model::{Busy, NvmlModel};
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    require_root();
+    let driver = FakeDriver::start(1).unwrap();
+    let pod = PodCgroup::new().unwrap();
+    let mut w = Workload::spawn(driver.dev_dir(), Some(&pod)).unwrap();
+    for cmd in ["init 0", "alloc-rm 1073741824"] {
+        w.ok(cmd).unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let model = NvmlModel::install(&tmp.path().join("nvml"), &driver.stats().unwrap(), 256 << 20).unwrap();
+    let lib = model.library().to_path_buf();
+    let pid = w.pid();
+    let _follower = model.follow(
+        driver.path(gpu_tracer_tests::fake_driver::stats::STATS_FILE_NAME),
+        Duration::from_millis(200),
+        move || [(pid, Busy { sm_pct: 40, mem_pct: 10 })].into(),
+    );
+    let status_file = tmp.path().join("status");
+    let cmd = format!(
+        "{} --no-cuda --nvml required --nvml-library {} --price-per-gpu-hour 3.6 --dev-dir {} --simulated-devices \
+         top --interval-ms 300 2>{}; echo $? > {}",
+        gpu_tracer().display(),
+        lib.display(),
+        driver.dev_dir().display(),
+        tmp.path().join("stderr").display(),
+        status_file.display()
+    );
+    let tmux = Tmux::new();
+    tmux.ok(&["new-session", "-d", "-s", "top", "-x", "80", "-y", "24", &cmd]);
+    tmux.ok(&["set-option", "-t", "top", "remain-on-exit", "on"]);
+    let lines = tmux.wait("the GPU and its block", |s| {
+        s.iter().any(|l| l.starts_with(">0")) && s.iter().any(|l| l.trim_start().starts_with("total "))
+    });
+    eprintln!("top on its own probes at 80×24:\n{}", lines.join("\n"));
+    assert!(lines[0].contains("this node's probes"), "{}", lines[0]);
+    let (rows, total) = {
+        let (_, rows, total) = block(&lines);
+        (rows, total)
+    };
+    for c in 0..2 {
+        let sum: f64 = rows.iter().map(|r| r[c]).sum();
+        assert!(
+            (sum - total[c]).abs() < 1e-6 && total[c] > 0.0,
+            "column {c}: {sum} vs {}:\n{}",
+            total[c],
+            lines.join("\n")
+        );
+    }
+    assert!(rows.iter().any(|r| r[0] >= 1024.0), "the workload's 1 GiB is a line of its own:\n{}", lines.join("\n"));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(tmux.ok(&["display-message", "-p", "-t", "top", "#{history_size}"]).trim(), "0");
+    tmux.ok(&["send-keys", "-t", "top", "q"]);
+    let start = Instant::now();
+    while !status_file.exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "top did not exit on q:\n{}", tmux.screen().join("\n"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&status_file).unwrap().trim(),
+        "0",
+        "{}",
+        std::fs::read_to_string(tmp.path().join("stderr")).unwrap_or_default()
+    );
+    drop(w);
 }
