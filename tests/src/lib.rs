@@ -36,7 +36,7 @@ pub use fake_libcuda::fake_libcuda;
 pub use harness::{
     AgentProcess, Answer, ChildGuard, FakeDriver, FakeDriverBuilder, HarnessError, PodCgroup, Qos, Result, Runtime,
     Workload, WorkloadBuilder, auto_cuda_method, cgroup2_mount, eventually, gpu_tracer, gpu_tracer_binary,
-    kernel_at_least, locate_binary, require_root, scaled, time_scale,
+    kernel_at_least, locate_binary, require_root, scaled, spawn_sim, time_scale,
 };
 pub use pod_resources::{FakePodResources, PodResourcesCalls};
 pub use tracer::{Tracer, assert_accounting, cg_usage, config_for};

@@ -29,7 +29,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use gpu_tracer_tests::{ChildGuard, gpu_tracer, http, locate_binary, prometheus_tool, require_root};
+use gpu_tracer_tests::{ChildGuard, gpu_tracer, http, prometheus_tool, require_root, spawn_sim};
 use serde_json::{Value, json};
 
 /// Each test runs simulated nodes (eBPF probes, FUSE, cgroups) on a two-core machine: one test at
@@ -276,28 +276,14 @@ fn rules_and_dashboards_hold_on_a_real_prometheus_scraping_two_simulated_nodes()
     eprintln!("promtool: rules valid, unit tests pass, {} dashboard queries parse", panel_queries.len());
 
     // Two simulated nodes, each with its agent.
-    let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
     let tracer = gpu_tracer();
     let mut nodes = Vec::new();
     for node in NODES {
         let addr = format!("127.0.0.1:{}", free_port());
-        let log = std::fs::File::create(tmp.path().join(format!("{node}.log"))).unwrap();
-        let child = Command::new(&sim)
-            .args(["--agent", &addr, "--node", node, "--duration", "600", "--quiet-after", QUIET_AFTER_S])
-            .arg("--grpc-listen")
-            .arg(format!("unix://{}", tmp.path().join(format!("{node}.sock")).display()))
-            .arg("--tracer")
-            .arg(&tracer)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting gpu-tracer-sim");
-        nodes.push((
-            node,
-            addr,
-            ChildGuard::new(child).named(format!("gpu-tracer-sim {node}")).grace(Duration::from_secs(60)),
-        ));
+        let grpc = format!("unix://{}", tmp.path().join(format!("{node}.sock")).display());
+        let args = ["--duration", "600", "--quiet-after", QUIET_AFTER_S, "--grpc-listen", &grpc];
+        let child = spawn_sim(node, &addr, &tmp.path().join(format!("{node}.log")), &args);
+        nodes.push((node, addr, child));
     }
     let sim_log = |node: &str| std::fs::read_to_string(tmp.path().join(format!("{node}.log"))).unwrap_or_default();
     // Each agent serves what every panel needs: the attribution, the idle pod and the violation.
@@ -723,8 +709,6 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
     require_root();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prometheus = prometheus_tool("prometheus");
-    let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
-    let tracer = gpu_tracer();
     let tmp = tempfile::tempdir().unwrap();
     let (ca, cert, key) = tls_files(tmp.path());
     let token = format!("gpu-tracer-scrape-{:x}", SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos());
@@ -735,26 +719,17 @@ fn a_real_prometheus_scrapes_an_agent_over_tls_with_its_token_and_is_refused_wit
     let node = "sim-tls";
     let addr = format!("127.0.0.1:{}", free_port());
     let sim_log_path = tmp.path().join(format!("{node}.log"));
-    let log = std::fs::File::create(&sim_log_path).unwrap();
-    let mut child = ChildGuard::new(
-        Command::new(&sim)
-            .args(["--agent", &addr, "--node", node, "--duration", "600"])
-            .arg("--metrics-tls-cert")
-            .arg(&cert)
-            .arg("--metrics-tls-key")
-            .arg(&key)
-            .arg("--metrics-token-file")
-            .arg(&token_file)
-            .arg("--tracer")
-            .arg(&tracer)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting gpu-tracer-sim"),
-    )
-    .named(format!("gpu-tracer-sim {node}"))
-    .grace(Duration::from_secs(60));
+    let args: [&std::ffi::OsStr; 8] = [
+        "--duration".as_ref(),
+        "600".as_ref(),
+        "--metrics-tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--metrics-tls-key".as_ref(),
+        key.as_os_str(),
+        "--metrics-token-file".as_ref(),
+        token_file.as_os_str(),
+    ];
+    let mut child = spawn_sim(node, &addr, &sim_log_path, &args);
     let sim_log = || std::fs::read_to_string(&sim_log_path).unwrap_or_default();
     let start = Instant::now();
     while !sim_log().contains(&format!("serving https://{addr}/metrics")) {

@@ -19,11 +19,11 @@
 //! without tmux.
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
-use gpu_tracer_tests::{ChildGuard, FakeDriver, PodCgroup, Workload, gpu_tracer, http, locate_binary, require_root};
+use gpu_tracer_tests::{FakeDriver, PodCgroup, Workload, gpu_tracer, http, require_root, spawn_sim};
 
 /// The tests run one at a time: each drives probes, FUSE and a terminal on a two-core machine.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -140,25 +140,10 @@ fn top_fits_80x24_and_200x50_redraws_in_place_and_adds_up_as_printed() {
     let sock = tmp.path().join("api.sock");
     let api = format!("unix://{}", sock.display());
     let addr = format!("127.0.0.1:{}", free_port());
-    let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
     let tracer: PathBuf = gpu_tracer();
     let log_path = tmp.path().join("sim.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = ChildGuard::new(
-        Command::new(&sim)
-            .args(["--agent", &addr, "--node", "top-node", "--duration", "300"])
-            .arg("--grpc-listen")
-            .arg(&api)
-            .arg("--tracer")
-            .arg(&tracer)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting gpu-tracer-sim"),
-    )
-    .named("gpu-tracer-sim")
-    .grace(Duration::from_secs(60));
+    let args = ["--duration", "300", "--grpc-listen", &api];
+    let mut child = spawn_sim("top-node", &addr, &log_path, &args);
     let sim_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let start = Instant::now();
     loop {

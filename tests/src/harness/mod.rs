@@ -122,6 +122,25 @@ fn build_hint(name: &str) -> &'static str {
     }
 }
 
+/// Start a simulated GPU node (`gpu-tracer-sim --agent ADDR --node NODE --tracer <gpu-tracer>`
+/// plus `args`), its stdout and stderr into `log`: the child, stopped on drop (60 s to clean up
+/// its workloads, cgroups and fake driver). The caller waits for what it needs (the log, `/metrics`).
+pub fn spawn_sim<S: AsRef<std::ffi::OsStr>>(node: &str, addr: &str, log: &Path, args: &[S]) -> ChildGuard {
+    let sim = locate_binary("gpu-tracer-sim").expect("gpu-tracer-sim (cargo build --release -p gpu-tracer-tests)");
+    let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let child = std::process::Command::new(&sim)
+        .args(["--agent", addr, "--node", node])
+        .args(args)
+        .arg("--tracer")
+        .arg(gpu_tracer())
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().expect("the log file"))
+        .stderr(out)
+        .spawn()
+        .expect("starting gpu-tracer-sim");
+    ChildGuard::new(child).named(format!("gpu-tracer-sim {node}")).grace(Duration::from_secs(60))
+}
+
 /// Find a binary of this package: `$GPU_TRACER_TEST_BIN_DIR/<name>`, else next to the running
 /// executable or one directory up (test executables live in `target/<profile>/deps/`). Integration
 /// tests of this package can pass `env!("CARGO_BIN_EXE_<name>")` to the builders instead.
